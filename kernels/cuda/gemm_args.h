@@ -1,0 +1,41 @@
+// The common contract of every CUDA matmul kernel in qmm (one header per scheme beside
+// this one declares its Repack/Launch pair):
+//
+//   // Host, once at upload: canonical packed form -> the kernel's device layout bytes.
+//   std::vector<uint8_t> Repack<Scheme>(const PackedWeight& packed);
+//   // Device scratch a launch needs for m rows (0 if none).
+//   size_t <Scheme>WorkspaceBytes(const WeightShape& shape, int64_t m);
+//   // Enqueues y = x * W^T on args.stream; returns the launch's error, never syncs.
+//   cudaError_t Launch<Scheme>(const GemmArgs& args);
+//
+// Kernels accept any M >= 1 and any shape that ValidateShape() accepts (K is a multiple
+// of KAlignment(scheme); N is arbitrary), so the server never sees a kernel-specific
+// constraint.
+#ifndef QMM_KERNELS_CUDA_GEMM_ARGS_H_
+#define QMM_KERNELS_CUDA_GEMM_ARGS_H_
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/dtype.h"
+#include "kernels/format.h"
+
+namespace qmm::cuda {
+
+struct GemmArgs {
+  const void* weight = nullptr;  // device layout from Repack<Scheme>()
+  WeightShape shape;
+  DType x_dtype = DType::kF16;   // kF16 or kBF16 (the backend converts fp32 input first)
+  const void* x = nullptr;       // device, [m, k] row-major
+  int64_t m = 0;
+  DType y_dtype = DType::kF16;   // kF32, kF16 or kBF16
+  void* y = nullptr;             // device, [m, n] row-major
+  void* workspace = nullptr;     // device, <Scheme>WorkspaceBytes(shape, m) bytes
+  cudaStream_t stream = nullptr;
+};
+
+}  // namespace qmm::cuda
+
+#endif  // QMM_KERNELS_CUDA_GEMM_ARGS_H_

@@ -1,0 +1,92 @@
+// The compute backend interface: where weights live and how MatMul runs.
+//
+// Two implementations: CpuBackend (always built; the default without a GPU) and
+// CudaBackend (built when QMM_CUDA_ENABLED, used when a device is present).
+//
+// Threads: Load/MatMul may be called concurrently from any thread. MatMul takes a
+// `worker` index in [0, num_workers()): the server guarantees that at most one call per
+// worker index runs at a time, so a backend may keep per-worker resources (a CUDA stream,
+// pinned staging buffers) without locking.
+#ifndef QMM_SERVER_BACKEND_H_
+#define QMM_SERVER_BACKEND_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/dtype.h"
+#include "kernels/format.h"
+
+namespace qmm {
+
+// A weight converted into the backend's own layout. Immutable once loaded; the backend
+// frees its memory in the destructor (which may run on any thread, after every MatMul
+// that used it returned).
+class BackendWeight {
+ public:
+  virtual ~BackendWeight() = default;
+  virtual Scheme scheme() const = 0;
+  virtual const WeightShape& shape() const = 0;
+  // Bytes of device (or host, for the CPU backend) memory this weight holds.
+  virtual int64_t device_bytes() const = 0;
+};
+
+// One MatMul: y[m][n] = sum_k x[m][k] * w[n][k]. Host pointers; x is [m, k] of x_dtype,
+// y is [m, n] of y_dtype, both row-major and already validated by the caller.
+struct MatMulCall {
+  const BackendWeight* weight = nullptr;
+  DType x_dtype = DType::kF32;
+  const void* x = nullptr;
+  int64_t m = 0;
+  DType y_dtype = DType::kF32;
+  void* y = nullptr;
+};
+
+struct BackendOptions {
+  enum class Kind { kAuto, kCpu, kCuda };
+  Kind kind = Kind::kAuto;
+  int device = 0;        // CUDA device ordinal
+  int num_workers = 2;   // concurrent MatMul calls (CUDA: one stream each)
+  int cpu_threads = 0;   // CPU kernel threads per call; 0 = hardware concurrency
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual std::string_view name() const = 0;    // "cpu" or "cuda"
+  virtual std::string device_name() const = 0;  // e.g. "NVIDIA H200" or the CPU model
+  virtual int num_workers() const = 0;
+  // Device memory the backend could use in all, and what is free now (for the default
+  // --memory_limit_bytes).
+  virtual int64_t memory_total_bytes() const = 0;
+  virtual int64_t memory_free_bytes() const = 0;
+
+  // Shapes this backend's kernels take beyond ValidateShape(); INVALID_ARGUMENT naming
+  // the field and the constraint otherwise.
+  virtual absl::Status CheckShape(Scheme scheme, const WeightShape& shape) const = 0;
+
+  // Converts a validated packed weight into the backend's layout. RESOURCE_EXHAUSTED
+  // when the device cannot hold it; the backend stays usable either way.
+  virtual absl::StatusOr<std::unique_ptr<BackendWeight>> Load(const PackedWeight& packed) = 0;
+
+  // Runs one call on `worker`; returns the compute time in nanoseconds (device time on
+  // the GPU, wall time on the CPU). Errors are INTERNAL (a device fault); a sticky device
+  // error is reported through healthy().
+  virtual absl::StatusOr<int64_t> MatMul(int worker, const MatMulCall& call) = 0;
+
+  // False once the device is unusable (lost context); the server then reports
+  // NOT_SERVING and exits non-zero.
+  virtual bool healthy() const { return true; }
+};
+
+// Picks and creates the backend: kAuto takes CUDA when it was built and a device is
+// present, the CPU otherwise. kCuda without a usable device is FAILED_PRECONDITION.
+absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& options);
+
+}  // namespace qmm
+
+#endif  // QMM_SERVER_BACKEND_H_
