@@ -34,6 +34,7 @@ struct GemmArgs {
   void* y = nullptr;             // device, [m, n] row-major
   void* workspace = nullptr;     // device, <Scheme>WorkspaceBytes(shape, m) bytes
   cudaStream_t stream = nullptr;
+  void* cublas = nullptr;        // cublasHandle_t bound to `stream` (dense schemes only)
 };
 
 }  // namespace qmm::cuda

@@ -1,0 +1,29 @@
+// The registry of CUDA matmul kernels, one entry per scheme, so that the backend, the GPU
+// tests and qmm-kernel-bench iterate over schemes without naming each kernel.
+#ifndef QMM_KERNELS_CUDA_KERNELS_H_
+#define QMM_KERNELS_CUDA_KERNELS_H_
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "kernels/cuda/gemm_args.h"
+#include "kernels/format.h"
+
+namespace qmm::cuda {
+
+struct KernelOps {
+  // Host, once at upload: canonical packed form -> device layout bytes.
+  std::vector<uint8_t> (*repack)(const PackedWeight& packed);
+  // Device scratch one launch of m rows needs (0 if none).
+  size_t (*workspace_bytes)(const WeightShape& shape, int64_t m);
+  // Enqueues the product on args.stream; returns the launch error, never synchronizes.
+  cudaError_t (*launch)(const GemmArgs& args);
+};
+
+// The kernel for `scheme`, or nullptr when it has none yet.
+const KernelOps* FindKernel(Scheme scheme);
+
+}  // namespace qmm::cuda
+
+#endif  // QMM_KERNELS_CUDA_KERNELS_H_
