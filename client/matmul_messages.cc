@@ -1,0 +1,51 @@
+#include "client/matmul_messages.h"
+
+#include "absl/strings/str_cat.h"
+#include "client/proto_enums.h"
+
+namespace qmm::client_internal {
+
+absl::Status BuildMatMulRequest(std::string_view weight, const NdArray& x,
+                                std::optional<DType> output_dtype, v1::MatMulRequest* request) {
+  const std::optional<DType> dtype = ToWireDType(x.type);
+  if (!dtype) {
+    return absl::InvalidArgumentError(absl::StrCat("activations of type ",
+                                                   std::string(ElementTypeName(x.type)),
+                                                   " cannot be sent; convert to f32, f16 or bf16"));
+  }
+  request->set_weight(std::string(weight));
+  v1::Tensor* input = request->mutable_input();
+  input->set_dtype(DTypeToProto(*dtype));
+  input->clear_shape();
+  for (int64_t d : x.shape) input->add_shape(d);
+  input->set_data(x.data.data(), x.data.size());
+  request->set_output_dtype(output_dtype ? DTypeToProto(*output_dtype) : v1::DTYPE_UNSPECIFIED);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<MatMulResult> TakeMatMulResult(v1::MatMulResponse& response) {
+  const v1::Tensor& output = response.output();
+  const std::optional<DType> dtype = DTypeFromProto(output.dtype());
+  if (!dtype) {
+    return absl::InternalError(
+        absl::StrCat("the server sent an output of unknown dtype ", output.dtype()));
+  }
+  MatMulResult result;
+  result.compute_ns = response.compute_ns();
+  result.output.type = FromWireDType(*dtype);
+  result.output.shape.assign(output.shape().begin(), output.shape().end());
+  absl::StatusOr<int64_t> count = CheckedElementCount(result.output.shape, DTypeSize(*dtype));
+  if (!count.ok()) {
+    return absl::InternalError(
+        absl::StrCat("the server sent an invalid output shape: ", count.status().message()));
+  }
+  const uint64_t expected = static_cast<uint64_t>(*count) * DTypeSize(*dtype);
+  if (output.data().size() != expected) {
+    return absl::InternalError(absl::StrCat("the server sent ", output.data().size(),
+                                            " bytes of output where its shape needs ", expected));
+  }
+  result.output.data.assign(output.data().begin(), output.data().end());
+  return result;
+}
+
+}  // namespace qmm::client_internal

@@ -1,0 +1,68 @@
+// qmmctl's subcommands. main.cc parses the flags into these option structs; each Run*
+// talks to the server through `client`, prints its results on stdout (progress on
+// stderr) and returns an error status for main to print.
+#ifndef QMM_CLIENT_QMMCTL_COMMANDS_H_
+#define QMM_CLIENT_QMMCTL_COMMANDS_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "client/client.h"
+#include "kernels/dtype.h"
+#include "kernels/format.h"
+
+namespace qmm::ctl {
+
+absl::Status RunInfo(Client& client);
+absl::Status RunList(Client& client);
+absl::Status RunDelete(Client& client, const std::string& name);
+
+struct UploadOptions {
+  enum class Source { kRandom, kNpy, kSafetensors, kPacked };
+
+  std::string name;
+  Scheme scheme = Scheme::kFp16;
+  std::optional<int32_t> group_size;  // nullopt: 128 for W4A16, 0 otherwise
+  Source source = Source::kRandom;
+  int64_t n = 0;  // required for kRandom and kPacked; checked against files
+  int64_t k = 0;
+  uint64_t seed = 1;          // kRandom
+  std::string path;           // kNpy, kSafetensors, kPacked
+  std::string tensor;         // kSafetensors
+  bool pack_locally = false;  // quantize here and upload the packed form
+};
+
+absl::Status RunUpload(Client& client, const UploadOptions& options);
+
+struct MatMulOptions {
+  std::string weight;
+  // Activations: random [m, K] (K from the weight) or a 2-D .npy file.
+  std::optional<std::string> npy_path;
+  int64_t m = 1;
+  uint64_t seed = 1;
+  // Wire dtype of the activations; nullopt: fp32 for random ones, the file's f4/f2 as is
+  // (anything else converted to fp32).
+  std::optional<DType> dtype;
+  std::optional<DType> output_dtype;  // nullopt: the input's dtype
+  int repeat = 1;
+  bool stream = false;      // send the repeats over one MatMulStream
+  std::string output_path;  // write the result as .npy
+  // Verification against the random weight of this seed.
+  std::optional<uint64_t> verify_seed;
+  double tolerance = 0;  // 0: DefaultTolerance()
+  // What the weight was uploaded as; each one given is checked against the server.
+  std::optional<Scheme> scheme;
+  std::optional<int64_t> n;
+  std::optional<int64_t> k;
+  std::optional<int32_t> group_size;
+};
+
+// OK with false when the verification failed (it printed FAIL).
+absl::StatusOr<bool> RunMatMul(Client& client, const MatMulOptions& options);
+
+}  // namespace qmm::ctl
+
+#endif  // QMM_CLIENT_QMMCTL_COMMANDS_H_

@@ -1,0 +1,231 @@
+// qmmctl: the command-line client of qmm-server. Flags are read here only; each
+// subcommand gets an option struct (client/qmmctl/commands.h).
+//
+// Exit status: 0 on success, 1 when the server or a file reported an error or a
+// verification failed, 2 for a usage error.
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "client/client.h"
+#include "client/qmmctl/commands.h"
+#include "client/qmmctl/names.h"
+
+ABSL_FLAG(std::string, server, "127.0.0.1:50051", "qmm-server address, HOST:PORT");
+ABSL_FLAG(int64_t, max_message_bytes, int64_t{256} << 20, "largest gRPC message sent or received");
+ABSL_FLAG(absl::Duration, timeout, absl::Seconds(60), "deadline of each unary call");
+ABSL_FLAG(absl::Duration, connect_timeout, absl::Seconds(10),
+          "how long to wait for the connection to the server");
+
+ABSL_FLAG(std::string, name, "", "upload: name of the new weight; rm: the weight to delete");
+ABSL_FLAG(std::string, scheme, "",
+          "upload: fp16, bf16, w8a16, w4a16 or w2a8; matmul: checked against the weight");
+ABSL_FLAG(int32_t, group_size, -1,
+          "W4A16 group size along K: 128, or 0 for one group per row (default: 128 for w4a16, "
+          "0 otherwise)");
+ABSL_FLAG(bool, random, false,
+          "upload: a random [--n, --k] weight (--seed); matmul: random [--m, K] activations");
+ABSL_FLAG(int64_t, n, 0, "out_features (rows of the weight)");
+ABSL_FLAG(int64_t, k, 0, "in_features (columns of the weight)");
+ABSL_FLAG(int64_t, m, 1, "matmul: rows of random activations");
+ABSL_FLAG(uint64_t, seed, 1, "seed of --random values");
+ABSL_FLAG(bool, pack_locally, false,
+          "upload: quantize here and upload the packed form instead of float values");
+ABSL_FLAG(std::string, safetensors, "", "upload: a .safetensors file (with --tensor)");
+ABSL_FLAG(std::string, tensor, "", "upload: the tensor of the --safetensors file, [N, K]");
+ABSL_FLAG(std::string, npy, "", "upload: a 2-D float .npy weight; matmul: .npy activations [M, K]");
+ABSL_FLAG(std::string, packed, "",
+          "upload: a file of the scheme's canonical packed bytes (with --n, --k)");
+ABSL_FLAG(std::string, weight, "", "matmul: the weight to multiply with");
+ABSL_FLAG(std::string, dtype, "",
+          "matmul: activation dtype on the wire, fp32, fp16 or bf16 (default fp32, or the "
+          ".npy file's f4/f2)");
+ABSL_FLAG(std::string, out_dtype, "", "matmul: result dtype (default: the activations')");
+ABSL_FLAG(int32_t, repeat, 1, "matmul: calls to time (latency percentiles)");
+ABSL_FLAG(bool, stream, false, "matmul: send the --repeat calls over one MatMulStream");
+ABSL_FLAG(std::string, output, "", "matmul: write the result to this .npy file");
+ABSL_FLAG(int64_t, verify_seed, -1,
+          "matmul: the weight was uploaded with --random --seed=S; check the result against "
+          "a float64 reference of it (exit 1 on FAIL)");
+ABSL_FLAG(double, tolerance, 0,
+          "matmul --verify_seed: accepted max|y-ref|/max|ref| (default: per scheme, backend "
+          "and dtype)");
+
+namespace qmm::ctl {
+namespace {
+
+constexpr char kUsage[] =
+    "qmmctl --server=HOST:PORT COMMAND [flags]\n"
+    "\n"
+    "  info     the server's version, backend, device, memory and limits\n"
+    "  ls       the weights held\n"
+    "  rm NAME  delete a weight (or --name)\n"
+    "  upload   --name=N --scheme=S [--group_size=128|0] and one source:\n"
+    "             --random --n --k [--seed] | --npy FILE | --safetensors FILE --tensor T |\n"
+    "             --packed FILE --n --k;  --pack_locally quantizes here\n"
+    "  matmul   --weight=N, --random --m [--seed] [--dtype] or --npy FILE, [--out_dtype]\n"
+    "           [--repeat R] [--stream] [--output FILE.npy]\n"
+    "           [--verify_seed S [--n --k --scheme --group_size] [--tolerance]]\n";
+
+template <typename T>
+std::optional<T> NonDefault(T value, T unset) {
+  return value == unset ? std::nullopt : std::optional<T>(value);
+}
+
+absl::StatusOr<std::optional<Scheme>> SchemeFlag() {
+  const std::string name = absl::GetFlag(FLAGS_scheme);
+  if (name.empty()) return std::nullopt;
+  absl::StatusOr<Scheme> scheme = ParseScheme(name);
+  if (!scheme.ok()) return scheme.status();
+  return *scheme;
+}
+
+absl::StatusOr<std::optional<DType>> DTypeFlag(const std::string& name) {
+  if (name.empty()) return std::nullopt;
+  absl::StatusOr<DType> dtype = ParseDType(name);
+  if (!dtype.ok()) return dtype.status();
+  return *dtype;
+}
+
+absl::StatusOr<UploadOptions> UploadFlags() {
+  UploadOptions o;
+  o.name = absl::GetFlag(FLAGS_name);
+  absl::StatusOr<std::optional<Scheme>> scheme = SchemeFlag();
+  if (!scheme.ok()) return scheme.status();
+  if (!*scheme) return absl::InvalidArgumentError("upload needs --scheme");
+  o.scheme = **scheme;
+  o.group_size = NonDefault(absl::GetFlag(FLAGS_group_size), -1);
+  o.n = absl::GetFlag(FLAGS_n);
+  o.k = absl::GetFlag(FLAGS_k);
+  o.seed = absl::GetFlag(FLAGS_seed);
+  o.pack_locally = absl::GetFlag(FLAGS_pack_locally);
+  int sources = 0;
+  if (absl::GetFlag(FLAGS_random)) {
+    o.source = UploadOptions::Source::kRandom;
+    ++sources;
+  }
+  for (const auto& [path, source] :
+       {std::pair{absl::GetFlag(FLAGS_npy), UploadOptions::Source::kNpy},
+        std::pair{absl::GetFlag(FLAGS_safetensors), UploadOptions::Source::kSafetensors},
+        std::pair{absl::GetFlag(FLAGS_packed), UploadOptions::Source::kPacked}}) {
+    if (path.empty()) continue;
+    o.source = source;
+    o.path = path;
+    ++sources;
+  }
+  if (sources != 1) {
+    return absl::InvalidArgumentError(
+        "upload needs exactly one of --random, --npy, --safetensors, --packed");
+  }
+  o.tensor = absl::GetFlag(FLAGS_tensor);
+  if (o.source == UploadOptions::Source::kSafetensors && o.tensor.empty()) {
+    return absl::InvalidArgumentError("--safetensors needs --tensor");
+  }
+  return o;
+}
+
+absl::StatusOr<MatMulOptions> MatMulFlags() {
+  MatMulOptions o;
+  o.weight = absl::GetFlag(FLAGS_weight);
+  const std::string npy = absl::GetFlag(FLAGS_npy);
+  if (!npy.empty() && absl::GetFlag(FLAGS_random)) {
+    return absl::InvalidArgumentError("matmul takes --random or --npy, not both");
+  }
+  if (!npy.empty()) o.npy_path = npy;
+  o.m = absl::GetFlag(FLAGS_m);
+  o.seed = absl::GetFlag(FLAGS_seed);
+  absl::StatusOr<std::optional<DType>> dtype = DTypeFlag(absl::GetFlag(FLAGS_dtype));
+  if (!dtype.ok()) return dtype.status();
+  o.dtype = *dtype;
+  absl::StatusOr<std::optional<DType>> out_dtype = DTypeFlag(absl::GetFlag(FLAGS_out_dtype));
+  if (!out_dtype.ok()) return out_dtype.status();
+  o.output_dtype = *out_dtype;
+  o.repeat = absl::GetFlag(FLAGS_repeat);
+  o.stream = absl::GetFlag(FLAGS_stream);
+  o.output_path = absl::GetFlag(FLAGS_output);
+  const int64_t verify_seed = absl::GetFlag(FLAGS_verify_seed);
+  if (verify_seed >= 0) o.verify_seed = static_cast<uint64_t>(verify_seed);
+  o.tolerance = absl::GetFlag(FLAGS_tolerance);
+  absl::StatusOr<std::optional<Scheme>> scheme = SchemeFlag();
+  if (!scheme.ok()) return scheme.status();
+  o.scheme = *scheme;
+  o.n = NonDefault<int64_t>(absl::GetFlag(FLAGS_n), 0);
+  o.k = NonDefault<int64_t>(absl::GetFlag(FLAGS_k), 0);
+  o.group_size = NonDefault(absl::GetFlag(FLAGS_group_size), -1);
+  return o;
+}
+
+int Fail(absl::string_view command, const absl::Status& status) {
+  std::fprintf(stderr, "qmmctl %s: %s\n", std::string(command).c_str(), status.ToString().c_str());
+  return 1;
+}
+
+int Usage(absl::string_view message) {
+  std::fprintf(stderr, "qmmctl: %s\n\n%s", std::string(message).c_str(), kUsage);
+  return 2;
+}
+
+int Main(const std::vector<char*>& args) {
+  if (args.size() < 2) return Usage("no command given");
+  const std::string command = args[1];
+  std::string rm_name = absl::GetFlag(FLAGS_name);
+  if (command == "rm" && args.size() == 3) {
+    rm_name = args[2];
+  } else if (args.size() > 2) {
+    return Usage(absl::StrCat("unexpected argument '", args[2], "'"));
+  }
+
+  // Parse the command's flags before connecting, so usage errors need no server.
+  absl::StatusOr<UploadOptions> upload;
+  absl::StatusOr<MatMulOptions> matmul;
+  if (command == "upload") {
+    upload = UploadFlags();
+    if (!upload.ok()) return Usage(upload.status().message());
+  } else if (command == "matmul") {
+    matmul = MatMulFlags();
+    if (!matmul.ok()) return Usage(matmul.status().message());
+  } else if (command == "rm") {
+    if (rm_name.empty()) return Usage("rm needs a weight name");
+  } else if (command != "info" && command != "ls") {
+    return Usage(absl::StrCat("unknown command '", command, "'"));
+  }
+
+  ClientOptions options;
+  options.server = absl::GetFlag(FLAGS_server);
+  options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  options.call_timeout = absl::GetFlag(FLAGS_timeout);
+  options.connect_timeout = absl::GetFlag(FLAGS_connect_timeout);
+  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
+  if (!client.ok()) return Fail(command, client.status());
+
+  absl::Status status;
+  if (command == "info") {
+    status = RunInfo(**client);
+  } else if (command == "ls") {
+    status = RunList(**client);
+  } else if (command == "rm") {
+    status = RunDelete(**client, rm_name);
+  } else if (command == "upload") {
+    status = RunUpload(**client, *upload);
+  } else {
+    absl::StatusOr<bool> passed = RunMatMul(**client, *matmul);
+    if (!passed.ok()) return Fail(command, passed.status());
+    return *passed ? 0 : 1;
+  }
+  return status.ok() ? 0 : Fail(command, status);
+}
+
+}  // namespace
+}  // namespace qmm::ctl
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(qmm::ctl::kUsage);
+  const std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  return qmm::ctl::Main(args);
+}

@@ -1,0 +1,151 @@
+// qmmctl upload: a weight from random values, a .npy or .safetensors tensor, or a file of
+// canonical packed bytes; quantized by the server, or here with --pack_locally.
+#include <cstdio>
+#include <span>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "client/file_io.h"
+#include "client/npy.h"
+#include "client/qmmctl/commands.h"
+#include "client/qmmctl/names.h"
+#include "client/qmmctl/progress.h"
+#include "client/random_data.h"
+#include "client/safetensors.h"
+#include "kernels/quantize.h"
+
+namespace qmm::ctl {
+namespace {
+
+// What will be sent before any local packing: bytes of float values or packed bytes.
+struct Payload {
+  UploadSpec::Encoding encoding = UploadSpec::Encoding::kFloat;
+  DType dtype = DType::kF32;  // kFloat only
+  int64_t n = 0;
+  int64_t k = 0;
+  std::vector<uint8_t> bytes;
+};
+
+std::vector<uint8_t> FloatBytes(const std::vector<float>& values) {
+  const auto* p = reinterpret_cast<const uint8_t*>(values.data());
+  return std::vector<uint8_t>(p, p + values.size() * sizeof(float));
+}
+
+// A 2-D float array as upload bytes: f32/f16/bf16 as they are, f64 narrowed to f32.
+absl::StatusOr<Payload> FromArray(NdArray array, absl::string_view what) {
+  if (array.shape.size() != 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " has ", array.shape.size(), " dimensions; a weight is 2-D [N, K]"));
+  }
+  Payload p;
+  p.n = array.shape[0];
+  p.k = array.shape[1];
+  if (std::optional<DType> wire = ToWireDType(array.type)) {
+    p.dtype = *wire;
+    p.bytes = std::move(array.data);
+  } else if (array.type == ElementType::kF64) {
+    p.bytes = FloatBytes(ToFloats(array));
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " holds ", std::string(ElementTypeName(array.type)),
+        "; a weight must be floating point (f16, bf16, f32, f64); use --packed for packed bytes"));
+  }
+  return p;
+}
+
+absl::StatusOr<Payload> LoadPayload(const UploadOptions& o) {
+  switch (o.source) {
+    case UploadOptions::Source::kRandom: {
+      if (o.n <= 0 || o.k <= 0) {
+        return absl::InvalidArgumentError("--random needs --n and --k (both at least 1)");
+      }
+      // Only a guard against allocating absurd amounts here; the server checks the shape.
+      if (o.n > kMaxDim || o.k > kMaxDim || o.n * o.k > kMaxElements) {
+        return absl::InvalidArgumentError(absl::StrCat("--n and --k must be at most ", kMaxDim,
+                                                       " and n * k at most ", kMaxElements));
+      }
+      return Payload{UploadSpec::Encoding::kFloat, DType::kF32, o.n, o.k,
+                     FloatBytes(RandomWeightValues(o.n, o.k, o.seed))};
+    }
+    case UploadOptions::Source::kNpy: {
+      absl::StatusOr<NdArray> array = ReadNpy(o.path);
+      if (!array.ok()) return array.status();
+      return FromArray(*std::move(array), o.path);
+    }
+    case UploadOptions::Source::kSafetensors: {
+      absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(o.path);
+      if (!file.ok()) return file.status();
+      absl::StatusOr<NdArray> array = file->Read(o.tensor);
+      if (!array.ok()) return array.status();
+      return FromArray(*std::move(array), absl::StrCat(o.path, ": tensor '", o.tensor, "'"));
+    }
+    case UploadOptions::Source::kPacked: {
+      if (o.n <= 0 || o.k <= 0) {
+        return absl::InvalidArgumentError("--packed needs --n and --k (both at least 1)");
+      }
+      absl::StatusOr<std::vector<uint8_t>> bytes = ReadFile(o.path);
+      if (!bytes.ok()) return bytes.status();
+      return Payload{UploadSpec::Encoding::kPacked, DType::kF32, o.n, o.k, *std::move(bytes)};
+    }
+  }
+  return absl::InvalidArgumentError("unknown upload source");
+}
+
+}  // namespace
+
+absl::Status RunUpload(Client& client, const UploadOptions& o) {
+  if (o.name.empty()) return absl::InvalidArgumentError("upload needs --name");
+  if (o.pack_locally && o.source == UploadOptions::Source::kPacked) {
+    return absl::InvalidArgumentError("--pack_locally takes float values, not --packed bytes");
+  }
+  absl::StatusOr<Payload> payload = LoadPayload(o);
+  if (!payload.ok()) return payload.status();
+  // A shape read from a file must be the one the flags name, when they name one.
+  if (o.source != UploadOptions::Source::kRandom && o.source != UploadOptions::Source::kPacked) {
+    if ((o.n > 0 && o.n != payload->n) || (o.k > 0 && o.k != payload->k)) {
+      return absl::InvalidArgumentError(absl::StrCat("the tensor is [", payload->n, ", ",
+                                                     payload->k, "], not --n=", o.n, " --k=", o.k));
+    }
+  }
+
+  UploadSpec spec;
+  spec.name = o.name;
+  spec.scheme = o.scheme;
+  spec.shape = {payload->n, payload->k,
+                o.group_size.value_or(o.scheme == Scheme::kW4A16 ? kW4GroupSize : 0)};
+  spec.encoding = payload->encoding;
+  spec.source_dtype = payload->dtype;
+  std::vector<uint8_t> bytes = std::move(payload->bytes);
+  if (o.pack_locally) {
+    absl::StatusOr<std::vector<uint8_t>> packed =
+        QuantizeWeight(spec.scheme, spec.shape, spec.source_dtype, bytes);
+    if (!packed.ok()) return packed.status();
+    bytes = *std::move(packed);
+    spec.encoding = UploadSpec::Encoding::kPacked;
+  }
+
+  UploadProgress progress;
+  if (static_cast<int64_t>(bytes.size()) > kProgressThresholdBytes) {
+    progress = MakeProgressPrinter(o.name, stderr);
+  }
+  const absl::Time start = absl::Now();
+  absl::StatusOr<v1::WeightInfo> info = client.Upload(spec, bytes, progress);
+  if (!info.ok()) return info.status();
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  const double mib = static_cast<double>(bytes.size()) / (1 << 20);
+  std::printf(
+      "uploaded %s: scheme=%s n=%lld k=%lld group_size=%d packed_bytes=%lld device_bytes=%lld "
+      "(%.1f MiB %s payload in %.2f s, %.0f MiB/s)\n",
+      info->name().c_str(), ProtoSchemeName(info->scheme()).c_str(),
+      static_cast<long long>(info->n()), static_cast<long long>(info->k()), info->group_size(),
+      static_cast<long long>(info->packed_bytes()), static_cast<long long>(info->device_bytes()),
+      mib,
+      spec.encoding == UploadSpec::Encoding::kPacked
+          ? "packed"
+          : std::string(DTypeName(spec.source_dtype)).c_str(),
+      seconds, seconds > 0 ? mib / seconds : 0.0);
+  return absl::OkStatus();
+}
+
+}  // namespace qmm::ctl

@@ -1,0 +1,39 @@
+#include "client/upload_request.h"
+
+#include <algorithm>
+
+#include "client/proto_enums.h"
+#include "client/sha256.h"
+
+namespace qmm::client_internal {
+
+v1::WeightHeader BuildUploadHeader(const UploadSpec& spec, std::span<const uint8_t> payload) {
+  v1::WeightHeader header;
+  header.set_name(spec.name);
+  header.set_n(spec.shape.n);
+  header.set_k(spec.shape.k);
+  header.set_scheme(SchemeToProto(spec.scheme));
+  header.set_group_size(spec.shape.group_size);
+  if (spec.encoding == UploadSpec::Encoding::kFloat) {
+    header.set_encoding(v1::SOURCE_ENCODING_FLOAT);
+    header.set_source_dtype(DTypeToProto(spec.source_dtype));
+  } else {
+    header.set_encoding(v1::SOURCE_ENCODING_PACKED);
+  }
+  header.set_total_bytes(static_cast<int64_t>(payload.size()));
+  const std::array<uint8_t, 32> digest = Sha256Digest(payload);
+  header.set_sha256(digest.data(), digest.size());
+  return header;
+}
+
+std::vector<std::span<const uint8_t>> SplitIntoChunks(std::span<const uint8_t> payload,
+                                                      size_t max_chunk_bytes) {
+  std::vector<std::span<const uint8_t>> chunks;
+  chunks.reserve((payload.size() + max_chunk_bytes - 1) / max_chunk_bytes);
+  for (size_t offset = 0; offset < payload.size(); offset += max_chunk_bytes) {
+    chunks.push_back(payload.subspan(offset, std::min(max_chunk_bytes, payload.size() - offset)));
+  }
+  return chunks;
+}
+
+}  // namespace qmm::client_internal

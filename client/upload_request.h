@@ -1,0 +1,45 @@
+// What an upload sends: the header message (with the payload's SHA-256) and the payload
+// split into chunks of at most 1 MiB, as proto/qmm/v1/qmm.proto prescribes.
+#ifndef QMM_CLIENT_UPLOAD_REQUEST_H_
+#define QMM_CLIENT_UPLOAD_REQUEST_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kernels/dtype.h"
+#include "kernels/format.h"
+#include "qmm/v1/qmm.pb.h"
+
+namespace qmm {
+
+// Describes one weight to upload. The payload is either float values [n, k] row-major of
+// `source_dtype`, which the server quantizes into `scheme`, or the scheme's canonical
+// packed form (see QuantizeWeight in kernels/quantize.h to produce it locally).
+struct UploadSpec {
+  enum class Encoding { kFloat, kPacked };
+
+  std::string name;
+  Scheme scheme = Scheme::kFp16;
+  WeightShape shape;  // n, k and (W4A16 only) group_size
+  Encoding encoding = Encoding::kFloat;
+  DType source_dtype = DType::kF32;  // kFloat only
+};
+
+namespace client_internal {
+
+inline constexpr size_t kMaxChunkBytes = size_t{1} << 20;
+
+v1::WeightHeader BuildUploadHeader(const UploadSpec& spec, std::span<const uint8_t> payload);
+
+// Consecutive views of at most `max_chunk_bytes` (> 0) covering `payload`; none for an
+// empty payload.
+std::vector<std::span<const uint8_t>> SplitIntoChunks(std::span<const uint8_t> payload,
+                                                      size_t max_chunk_bytes);
+
+}  // namespace client_internal
+}  // namespace qmm
+
+#endif  // QMM_CLIENT_UPLOAD_REQUEST_H_

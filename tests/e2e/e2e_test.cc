@@ -1,0 +1,263 @@
+// End to end: the real qmm-server process on loopback, driven by the real qmmctl.
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "client/nd_array.h"
+#include "client/npy.h"
+#include "client/random_data.h"
+#include "client/safetensors.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/e2e/subprocess.h"
+
+namespace qmm::e2e {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+constexpr char kServer[] = QMM_SERVER_PATH;
+constexpr char kQmmctl[] = QMMCTL_PATH;
+
+class EndToEndTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    scratch_ = testing::TempDir();
+    absl::StatusOr<ServerProcess> server = ServerProcess::Start(
+        kServer, {"--listen=127.0.0.1:0", "--backend=auto"}, scratch_, absl::Seconds(60));
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_.emplace(*std::move(server));
+  }
+
+  // Every test ends with a graceful stop: SIGTERM drains and exits 0.
+  void TearDown() override {
+    for (const std::string& path : written_) std::remove(path.c_str());
+    if (!server_) return;
+    absl::StatusOr<int> code = server_->Stop(SIGTERM, absl::Seconds(30));
+    ASSERT_TRUE(code.ok()) << code.status() << "\n" << server_->Log();
+    EXPECT_EQ(*code, 0) << server_->Log();
+  }
+
+  RunResult Qmmctl(std::vector<std::string> args) {
+    args.insert(args.begin(), "--server=" + server_->address());
+    absl::StatusOr<RunResult> result = RunProcess(kQmmctl, args, scratch_);
+    EXPECT_TRUE(result.ok()) << result.status();
+    return result.ok() ? *result : RunResult{};
+  }
+
+  // Runs qmmctl and expects exit code 0, printing its output otherwise.
+  std::string Ok(std::vector<std::string> args) {
+    const std::string command = absl::StrJoin(args, " ");
+    RunResult r = Qmmctl(std::move(args));
+    EXPECT_EQ(r.exit_code, 0) << "qmmctl " << command << "\n"
+                              << r.output << "\nserver log:\n"
+                              << server_->Log();
+    return r.output;
+  }
+
+  // A scratch file name, removed after the test.
+  std::string Path(std::string_view name) {
+    written_.push_back(absl::StrCat(scratch_, "/e2e_", getpid(), "_", std::string(name)));
+    return written_.back();
+  }
+
+  std::string scratch_;
+  std::optional<ServerProcess> server_;
+  std::vector<std::string> written_;
+};
+
+constexpr int64_t kN = 192;
+constexpr int64_t kK = 256;
+
+TEST_F(EndToEndTest, InfoAndEmptyList) {
+  const std::string info = Ok({"info"});
+  EXPECT_THAT(info, HasSubstr("backend:            " + server_->backend()));
+  EXPECT_THAT(info, HasSubstr("schemes:            fp16 bf16 w8a16 w4a16 w2a8"));
+  EXPECT_THAT(info, HasSubstr("weights:            0"));
+  const std::string ls = Ok({"ls"});
+  EXPECT_THAT(ls, HasSubstr("NAME"));
+  EXPECT_THAT(ls, Not(HasSubstr("fp16")));
+}
+
+// One weight per scheme and per upload path, each multiplied and checked against the
+// float64 reference of the random weight it came from (tolerance: DefaultTolerance in
+// client/qmmctl/verify.h, printed by qmmctl).
+TEST_F(EndToEndTest, EverySchemeAndUploadPathMatchesTheReference) {
+  struct Case {
+    std::string name;
+    std::vector<std::string> upload;  // beyond --name and the source
+    std::vector<std::string> source;
+    std::vector<std::string> matmul;  // beyond --weight and --verify_seed
+    uint64_t seed;
+  };
+  const std::string n = absl::StrCat("--n=", kN), k = absl::StrCat("--k=", kK);
+
+  // A .npy weight and a .safetensors weight, written from the same random values that
+  // --verify_seed regenerates.
+  const std::vector<float> npy_values = RandomWeightValues(kN, kK, 31);
+  const std::string npy_path = Path("weight.npy");
+  ASSERT_TRUE(WriteNpy(npy_path, FromFloats(DType::kF32, {kN, kK}, npy_values)).ok());
+  const std::vector<float> st_values = RandomWeightValues(kN, kK, 32);
+  const std::string st_path = Path("model.safetensors");
+  ASSERT_TRUE(
+      WriteSafetensors(st_path, {{"bias", FromFloats(DType::kF32, {kN}, std::vector<float>(kN, 1))},
+                                 {"layers.0.weight", FromFloats(DType::kF32, {kN, kK}, st_values)}})
+          .ok());
+  const std::string out_path = Path("y.npy");
+
+  const std::vector<Case> cases = {
+      {"fp16", {"--scheme=fp16"}, {"--random", n, k, "--seed=11"}, {"--repeat=5"}, 11},
+      {"bf16", {"--scheme=bf16"}, {"--random", n, k, "--seed=12"}, {"--dtype=bf16"}, 12},
+      {"w8a16", {"--scheme=w8a16"}, {"--random", n, k, "--seed=13"}, {"--out_dtype=fp16"}, 13},
+      {"w4a16-g128",
+       {"--scheme=w4a16", "--group_size=128"},
+       {"--random", n, k, "--seed=14"},
+       {"--repeat=4", "--stream", "--m=3"},
+       14},
+      {"w4a16-row",
+       {"--scheme=w4a16", "--group_size=0"},
+       {"--random", n, k, "--seed=15"},
+       {"--dtype=fp16", "--out_dtype=fp32"},
+       15},
+      {"w2a8", {"--scheme=w2a8"}, {"--random", n, k, "--seed=16"}, {"--m=5"}, 16},
+      {"w4a16-local",
+       {"--scheme=w4a16", "--pack_locally"},
+       {"--random", n, k, "--seed=17"},
+       {"--output=" + out_path, "--m=2"},
+       17},
+      {"w8a16-npy", {"--scheme=w8a16"}, {"--npy=" + npy_path}, {"--m=7"}, 31},
+      {"w2a8-safetensors",
+       {"--scheme=w2a8"},
+       {"--safetensors=" + st_path, "--tensor=layers.0.weight"},
+       {"--m=1", "--stream"},
+       32},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> args = {"upload", "--name=" + c.name};
+    args.insert(args.end(), c.upload.begin(), c.upload.end());
+    args.insert(args.end(), c.source.begin(), c.source.end());
+    EXPECT_THAT(Ok(args), HasSubstr("uploaded " + c.name + ": scheme="));
+  }
+
+  const std::string ls = Ok({"ls"});
+  for (const Case& c : cases) EXPECT_THAT(ls, HasSubstr(c.name + " ")) << ls;
+  EXPECT_THAT(Ok({"info"}), HasSubstr(absl::StrCat("weights:            ", cases.size())));
+
+  for (const Case& c : cases) {
+    std::vector<std::string> args = {"matmul", "--weight=" + c.name, "--random",
+                                     absl::StrCat("--verify_seed=", c.seed)};
+    args.insert(args.end(), c.matmul.begin(), c.matmul.end());
+    const std::string out = Ok(args);
+    EXPECT_THAT(out, HasSubstr("matmul " + c.name + ": x [")) << out;
+    EXPECT_THAT(out, HasSubstr("latency over")) << out;
+    EXPECT_THAT(out, HasSubstr(": PASS")) << out;
+  }
+
+  // The .npy written by --output holds the [m, N] result.
+  absl::StatusOr<NdArray> y = ReadNpy(out_path);
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ(y->shape, (std::vector<int64_t>{2, kN}));
+  EXPECT_EQ(y->type, ElementType::kF32);
+
+  // Activations from a .npy file, and the flags the weight was uploaded with, checked.
+  const std::string x_path = Path("x.npy");
+  ASSERT_TRUE(
+      WriteNpy(x_path, FromFloats(DType::kF16, {2, kK}, RandomActivationValues(2, kK, 5))).ok());
+  const std::string from_npy = Ok({"matmul", "--weight=w4a16-g128", "--npy=" + x_path,
+                                   "--verify_seed=14", "--scheme=w4a16", n, k, "--group_size=128"});
+  EXPECT_THAT(from_npy, HasSubstr("x [2, 256] fp16 -> y [2, 192] fp16"));
+  EXPECT_THAT(from_npy, HasSubstr(": PASS"));
+}
+
+TEST_F(EndToEndTest, VerificationFailsOnTheWrongWeight) {
+  Ok({"upload", "--name=w", "--scheme=w8a16", "--random", "--n=64", "--k=128", "--seed=1"});
+  const RunResult r = Qmmctl({"matmul", "--weight=w", "--random", "--verify_seed=2"});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr(": FAIL"));
+}
+
+TEST_F(EndToEndTest, ErrorsCarryTheirCodeAndMessage) {
+  RunResult r = Qmmctl({"matmul", "--weight=nope", "--random"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.output, HasSubstr("NOT_FOUND"));
+  EXPECT_THAT(r.output, HasSubstr("nope"));
+
+  r = Qmmctl({"rm", "nope"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.output, HasSubstr("NOT_FOUND"));
+
+  Ok({"upload", "--name=dup", "--scheme=fp16", "--random", "--n=8", "--k=64"});
+  r = Qmmctl({"upload", "--name=dup", "--scheme=fp16", "--random", "--n=8", "--k=64"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.output, HasSubstr("ALREADY_EXISTS"));
+
+  // K not a multiple of 128 for W4A16: the server's shape check.
+  r = Qmmctl({"upload", "--name=bad", "--scheme=w4a16", "--random", "--n=8", "--k=100"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.output, HasSubstr("INVALID_ARGUMENT"));
+
+  // Activations whose K does not match the weight's.
+  const std::string x_path = Path("bad_x.npy");
+  ASSERT_TRUE(
+      WriteNpy(x_path, FromFloats(DType::kF32, {1, 32}, RandomActivationValues(1, 32, 1))).ok());
+  r = Qmmctl({"matmul", "--weight=dup", "--npy=" + x_path});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.output, HasSubstr("INVALID_ARGUMENT"));
+
+  // A malformed file is reported before anything is sent.
+  const std::string junk = Path("junk.npy");
+  ASSERT_TRUE(WriteNpy(junk, FromFloats(DType::kF32, {3}, std::vector<float>{1, 2, 3})).ok());
+  r = Qmmctl({"upload", "--name=junk", "--scheme=fp16", "--npy=" + junk});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.output, HasSubstr("1 dimensions; a weight is 2-D"));
+
+  r = Qmmctl({"frobnicate"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("unknown command 'frobnicate'"));
+  r = Qmmctl({"upload", "--name=x", "--scheme=w4a16"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("exactly one of --random"));
+
+  // The server is still serving, and nothing failed left a weight behind.
+  const std::string ls = Ok({"ls"});
+  EXPECT_THAT(ls, HasSubstr("dup "));
+  EXPECT_THAT(ls, Not(HasSubstr("bad ")));
+  EXPECT_THAT(ls, Not(HasSubstr("junk ")));
+}
+
+TEST_F(EndToEndTest, RmRemovesTheWeight) {
+  Ok({"upload", "--name=gone", "--scheme=w2a8", "--random", "--n=16", "--k=128"});
+  EXPECT_THAT(Ok({"rm", "gone"}), HasSubstr("deleted gone"));
+  EXPECT_THAT(Ok({"ls"}), Not(HasSubstr("gone")));
+  const RunResult r = Qmmctl({"matmul", "--weight=gone", "--random"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.output, HasSubstr("NOT_FOUND"));
+}
+
+TEST(EndToEndNoServerTest, UnreachableServerIsUnavailable) {
+  absl::StatusOr<RunResult> r = RunProcess(
+      kQmmctl, {"--server=127.0.0.1:1", "--connect_timeout=1s", "info"}, testing::TempDir());
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->exit_code, 1);
+  EXPECT_THAT(r->output, HasSubstr("UNAVAILABLE: cannot connect to 127.0.0.1:1 within 1s"));
+}
+
+TEST(EndToEndNoServerTest, SigintAlsoStopsTheServerCleanly) {
+  absl::StatusOr<ServerProcess> server = ServerProcess::Start(
+      kServer, {"--listen=127.0.0.1:0", "--backend=cpu"}, testing::TempDir(), absl::Seconds(60));
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_EQ(server->backend(), "cpu");
+  absl::StatusOr<int> code = server->Stop(SIGINT, absl::Seconds(30));
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 0) << server->Log();
+}
+
+}  // namespace
+}  // namespace qmm::e2e
