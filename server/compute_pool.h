@@ -1,0 +1,55 @@
+// A fixed set of worker threads that run compute tasks, so that no gRPC thread ever runs
+// a kernel or a weight conversion.
+//
+// Each thread has a worker index in [0, size()) and runs one task at a time, which is the
+// guarantee Backend::MatMul relies on for per-worker resources. Tasks run in submission
+// order (a per-weight batching queue can sit in front and submit whole batches).
+//
+// Thread-safe. Destruction runs every task already queued, then joins the threads.
+#ifndef QMM_SERVER_COMPUTE_POOL_H_
+#define QMM_SERVER_COMPUTE_POOL_H_
+
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/functional/any_invocable.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+
+namespace qmm {
+
+class ComputePool {
+ public:
+  using Task = absl::AnyInvocable<void(int worker) &&>;
+
+  // num_workers >= 1; at most max_queued tasks wait at once. `name` appears in errors.
+  ComputePool(std::string name, int num_workers, int64_t max_queued);
+  ~ComputePool();
+
+  ComputePool(const ComputePool&) = delete;
+  ComputePool& operator=(const ComputePool&) = delete;
+
+  // Queues `task`. RESOURCE_EXHAUSTED (naming the limit) when the queue is full; the task
+  // is then dropped without running, and the caller answers its RPC itself.
+  absl::Status Submit(Task task);
+
+  int size() const { return static_cast<int>(threads_.size()); }
+
+ private:
+  void Loop(int worker);
+
+  const std::string name_;
+  const int64_t max_queued_;
+  absl::Mutex mu_;
+  std::deque<Task> queue_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace qmm
+
+#endif  // QMM_SERVER_COMPUTE_POOL_H_

@@ -1,0 +1,74 @@
+// qmm-server: parses flags into option structs and runs QmmServer until SIGINT/SIGTERM.
+#include <cstdint>
+#include <cstdio>
+#include <iostream>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_replace.h"
+#include "server/backend.h"
+#include "server/lifecycle.h"
+#include "server/server.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "host:port to listen on; port 0 picks one");
+ABSL_FLAG(std::string, backend, "auto", "auto (CUDA when a GPU is present, else CPU), cpu or cuda");
+ABSL_FLAG(int, device, 0, "CUDA device ordinal");
+ABSL_FLAG(int, workers, 2, "MatMul calls that run at once (CUDA: one stream each)");
+ABSL_FLAG(int, cpu_threads, 0, "CPU backend: kernel threads per call; 0 = all cores");
+ABSL_FLAG(int64_t, memory_limit_bytes, 0,
+          "weight memory budget; 0 = half the RAM (CPU) or 90% of free device memory (CUDA)");
+ABSL_FLAG(int64_t, max_message_bytes, int64_t{64} << 20, "largest gRPC message either way");
+ABSL_FLAG(int64_t, max_rows, 65536, "largest M of one MatMul request");
+
+namespace {
+
+int Fail(const absl::Status& status) {
+  std::cerr << "qmm-server: " << status << "\n";
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("Serves quantized matmuls over gRPC (qmm.v1.Qmm).");
+  absl::ParseCommandLine(argc, argv);
+  // Before any thread exists, so that every thread inherits the blocked mask.
+  if (absl::Status status = qmm::BlockTerminationSignals(); !status.ok()) return Fail(status);
+
+  qmm::BackendOptions backend_options;
+  const std::string backend_flag = absl::GetFlag(FLAGS_backend);
+  if (backend_flag == "auto") {
+    backend_options.kind = qmm::BackendOptions::Kind::kAuto;
+  } else if (backend_flag == "cpu") {
+    backend_options.kind = qmm::BackendOptions::Kind::kCpu;
+  } else if (backend_flag == "cuda") {
+    backend_options.kind = qmm::BackendOptions::Kind::kCuda;
+  } else {
+    return Fail(absl::InvalidArgumentError("--backend must be auto, cpu or cuda, not \"" +
+                                           backend_flag + "\""));
+  }
+  backend_options.device = absl::GetFlag(FLAGS_device);
+  backend_options.num_workers = absl::GetFlag(FLAGS_workers);
+  backend_options.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
+  absl::StatusOr<std::unique_ptr<qmm::Backend>> backend = qmm::CreateBackend(backend_options);
+  if (!backend.ok()) return Fail(backend.status());
+
+  qmm::ServerOptions options;
+  options.listen_address = absl::GetFlag(FLAGS_listen);
+  options.memory_limit_bytes = absl::GetFlag(FLAGS_memory_limit_bytes);
+  options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  options.max_rows = absl::GetFlag(FLAGS_max_rows);
+  qmm::QmmServer server(*std::move(backend), options);
+  absl::StatusOr<int> port = server.Start();
+  if (!port.ok()) return Fail(port.status());
+
+  // The one line scripts wait for; with --listen=HOST:0 it carries the real port.
+  const std::string host = options.listen_address.substr(0, options.listen_address.rfind(':'));
+  std::cout << "qmm-server listening on " << host << ":" << *port
+            << " backend=" << server.backend().name() << " device=\""
+            << absl::StrReplaceAll(server.backend().device_name(), {{"\"", "'"}}) << "\""
+            << std::endl;
+  return qmm::ServeUntilSignal(server);
+}
