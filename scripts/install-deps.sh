@@ -18,6 +18,8 @@ packages=(
   nlohmann-json3-dev
   libssl-dev
   libbenchmark-dev
+  prometheus-cpp-dev
+  prometheus
 )
 
 missing=()

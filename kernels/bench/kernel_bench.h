@@ -1,0 +1,47 @@
+// qmm-kernel-bench: times each scheme's CUDA kernel, cuBLAS fp16 on the same shape and a
+// large device-to-device copy, in one run, and reports the ratios.
+//
+// Method: CUDA events around every launch (after a warm-up), the median over the runs;
+// each run reads a different copy of the weights, with enough copies that together they
+// exceed l2_multiple times the L2 cache, so that every run streams its weights from HBM.
+// Weights and activations are random (never zeros).
+#ifndef QMM_KERNELS_BENCH_KERNEL_BENCH_H_
+#define QMM_KERNELS_BENCH_KERNEL_BENCH_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "kernels/dtype.h"
+#include "kernels/format.h"
+
+namespace qmm::bench {
+
+struct BenchShape {
+  int64_t k = 0;
+  int64_t n = 0;
+};
+
+struct BenchOptions {
+  int device = 0;
+  std::vector<Scheme> schemes;  // each must have a CUDA kernel
+  std::vector<BenchShape> shapes;
+  std::vector<int64_t> ms;
+  DType x_dtype = DType::kF16;
+  DType y_dtype = DType::kF16;
+  int warmup = 10;
+  int iters = 100;
+  double l2_multiple = 3.0;
+  std::string json_path;  // empty: no JSON
+  std::string command;    // recorded in the JSON
+  // W8A16 tuning override (0: the launcher's own choice).
+  int w8a16_splits = 0;
+};
+
+// Runs every (scheme, shape, M), prints a table to stdout and writes the JSON file.
+absl::Status RunKernelBench(const BenchOptions& options);
+
+}  // namespace qmm::bench
+
+#endif  // QMM_KERNELS_BENCH_KERNEL_BENCH_H_

@@ -1,0 +1,106 @@
+// qmm-kernel-bench: parses flags into BenchOptions and runs the benchmark
+// (kernel_bench.h says what it measures and how).
+#include <cstdint>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "kernels/bench/kernel_bench.h"
+#include "kernels/cuda/kernels.h"
+
+ABSL_FLAG(int, device, 0, "CUDA device ordinal");
+ABSL_FLAG(std::string, schemes, "",
+          "comma-separated schemes (FP16, BF16, W8A16, W4A16, W2A8); empty = every quantized "
+          "scheme with a CUDA kernel");
+ABSL_FLAG(std::string, shapes, "4096x4096,4096x14336,14336x4096,8192x8192,8192x28672",
+          "comma-separated KxN shapes (K = in_features, N = out_features)");
+ABSL_FLAG(std::string, m, "1,4,16,64,256", "comma-separated row counts M");
+ABSL_FLAG(std::string, x_dtype, "fp16", "activation dtype of the A16 kernels: fp16 or bf16");
+ABSL_FLAG(std::string, y_dtype, "fp16", "result dtype: fp32, fp16 or bf16");
+ABSL_FLAG(int, warmup, 10, "untimed launches before each measurement");
+ABSL_FLAG(int, iters, 100, "timed launches per measurement (the median is reported)");
+ABSL_FLAG(double, l2_multiple, 3.0, "rotate over weight copies totalling this many L2 sizes");
+ABSL_FLAG(std::string, json, "", "write every measurement to this JSON file");
+ABSL_FLAG(int, w8a16_splits, 0, "W8A16 tuning: force the split-K count (1, 2, 4, 8; 0 = auto)");
+
+namespace {
+
+int Fail(const std::string& message) {
+  std::cerr << "qmm-kernel-bench: " << message << "\n";
+  return 1;
+}
+
+bool ParseDType(const std::string& s, qmm::DType* out) {
+  for (qmm::DType d : {qmm::DType::kF32, qmm::DType::kF16, qmm::DType::kBF16}) {
+    if (s == qmm::DTypeName(d)) {
+      *out = d;
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Times qmm's CUDA kernels against cuBLAS fp16 and the device copy ceiling.");
+  const std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  if (args.size() > 1) return Fail(std::string("unexpected argument ") + args[1]);
+
+  qmm::bench::BenchOptions o;
+  o.command = absl::StrJoin(argv, argv + argc, " ");
+  o.device = absl::GetFlag(FLAGS_device);
+  const std::string schemes = absl::GetFlag(FLAGS_schemes);
+  if (schemes.empty()) {
+    for (qmm::Scheme s : qmm::kAllSchemes) {
+      const bool dense = s == qmm::Scheme::kFp16 || s == qmm::Scheme::kBf16;
+      if (!dense && qmm::cuda::FindKernel(s) != nullptr) o.schemes.push_back(s);
+    }
+  }
+  for (absl::string_view name : absl::StrSplit(schemes, ',', absl::SkipEmpty())) {
+    bool found = false;
+    for (qmm::Scheme s : qmm::kAllSchemes) {
+      if (name == std::string(qmm::SchemeName(s))) {
+        o.schemes.push_back(s);
+        found = true;
+      }
+    }
+    if (!found) return Fail("unknown scheme " + std::string(name));
+  }
+  for (absl::string_view shape :
+       absl::StrSplit(absl::GetFlag(FLAGS_shapes), ',', absl::SkipEmpty())) {
+    const std::vector<std::string> kn = absl::StrSplit(shape, 'x');
+    qmm::bench::BenchShape s;
+    if (kn.size() != 2 || !absl::SimpleAtoi(kn[0], &s.k) || !absl::SimpleAtoi(kn[1], &s.n)) {
+      return Fail("bad shape " + std::string(shape) + " (want KxN)");
+    }
+    o.shapes.push_back(s);
+  }
+  for (absl::string_view m : absl::StrSplit(absl::GetFlag(FLAGS_m), ',', absl::SkipEmpty())) {
+    int64_t v = 0;
+    if (!absl::SimpleAtoi(m, &v) || v < 1) return Fail("bad M " + std::string(m));
+    o.ms.push_back(v);
+  }
+  if (o.shapes.empty() || o.ms.empty()) return Fail("no shapes or no M given");
+  if (!ParseDType(absl::GetFlag(FLAGS_x_dtype), &o.x_dtype) || o.x_dtype == qmm::DType::kF32) {
+    return Fail("--x_dtype must be fp16 or bf16");
+  }
+  if (!ParseDType(absl::GetFlag(FLAGS_y_dtype), &o.y_dtype)) {
+    return Fail("--y_dtype must be fp32, fp16 or bf16");
+  }
+  o.warmup = absl::GetFlag(FLAGS_warmup);
+  o.iters = absl::GetFlag(FLAGS_iters);
+  if (o.warmup < 0 || o.iters < 1) return Fail("--warmup must be >= 0 and --iters >= 1");
+  o.l2_multiple = absl::GetFlag(FLAGS_l2_multiple);
+  o.json_path = absl::GetFlag(FLAGS_json);
+  o.w8a16_splits = absl::GetFlag(FLAGS_w8a16_splits);
+  if (absl::Status s = qmm::bench::RunKernelBench(o); !s.ok()) return Fail(s.ToString());
+  return 0;
+}

@@ -1,0 +1,36 @@
+// The registry: one row per scheme that has a CUDA kernel.
+#include "kernels/cuda/kernels.h"
+
+#include "kernels/cuda/dense.h"
+#include "kernels/cuda/w2a8.h"
+#include "kernels/cuda/w4a16.h"
+#include "kernels/cuda/w8a16.h"
+// W4A16 / W2A8: their kernels add their header here.
+
+namespace qmm::cuda {
+namespace {
+
+struct Entry {
+  Scheme scheme;
+  KernelOps ops;
+};
+
+constexpr Entry kEntries[] = {
+    {Scheme::kFp16, {RepackDense, DenseWorkspaceBytes, LaunchDenseFp16}},
+    {Scheme::kBf16, {RepackDense, DenseWorkspaceBytes, LaunchDenseBf16}},
+    {Scheme::kW8A16, {RepackW8A16, W8A16WorkspaceBytes, LaunchW8A16}},
+    {Scheme::kW4A16, {RepackW4A16, W4A16WorkspaceBytes, LaunchW4A16}},
+    {Scheme::kW2A8, {RepackW2A8, W2A8WorkspaceBytes, LaunchW2A8}},
+    // W4A16 / W2A8 entries are added by their kernels, one line each.
+};
+
+}  // namespace
+
+const KernelOps* FindKernel(Scheme scheme) {
+  for (const Entry& entry : kEntries) {
+    if (entry.scheme == scheme) return &entry.ops;
+  }
+  return nullptr;
+}
+
+}  // namespace qmm::cuda

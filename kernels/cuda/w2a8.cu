@@ -1,0 +1,187 @@
+// The W2A8 launcher: picks the token tiling and the split of the weight units over warps,
+// then enqueues the prologue and the matmul (w2a8.h).
+#include <algorithm>
+#include <atomic>
+
+#include "kernels/cuda/device_info.h"
+#include "kernels/cuda/w2a8.h"
+#include "kernels/cuda/w2a8_gemm.cuh"
+#include "kernels/cuda/w2a8_layout.h"
+#include "kernels/cuda/w2a8_prologue.cuh"
+
+namespace qmm::cuda {
+namespace {
+
+using w2a8::GemmParams;
+using w2a8::Geometry;
+using w2a8::Workspace;
+
+// Weight units in flight per warp: more for one token tile (pure streaming), fewer where
+// the accumulators of more tiles take the registers.
+constexpr int kDepthOneTile = 4;
+constexpr int kDepthTwoTiles = 3;
+constexpr int kDepthEightTiles = 2;
+// A stream-K range shorter than this spends more on its flush than on its units.
+constexpr int64_t kMinUnitsPerRange = 2;
+// Row, token and unit indices are ints on the device; far above any batch qmm forms.
+constexpr int64_t kMaxRows = int64_t{1} << 24;
+
+using w2a8::Split;
+using GemmKernel = void (*)(GemmParams);
+
+// Resident CTAs per SM of `kKernel`, read once per process (every device is assumed to be
+// of one kind, as on the machines qmm serves from).
+template <GemmKernel kKernel>
+int CtasPerSm() {
+  static std::atomic<int> cached{0};
+  int ctas = cached.load(std::memory_order_relaxed);
+  if (ctas == 0) {
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, kKernel, w2a8::kGemmThreads, 0) !=
+            cudaSuccess ||
+        ctas < 1) {
+      ctas = 1;
+    }
+    cached.store(ctas, std::memory_order_relaxed);
+  }
+  return ctas;
+}
+
+struct Variant {
+  GemmKernel kernel;
+  int (*ctas_per_sm)();
+  int tiles;  // n8 token tiles per warp
+  Split split;
+};
+
+template <int kTiles, Split kSplit, int kDepth>
+constexpr Variant MakeVariant() {
+  return {w2a8::W2A8GemmKernel<kTiles, kSplit, kDepth>,
+          CtasPerSm<w2a8::W2A8GemmKernel<kTiles, kSplit, kDepth>>, kTiles, kSplit};
+}
+
+// By M: up to 8 tokens, up to 16, and 64 per token group (larger M: several groups).
+constexpr Variant kVariants[] = {MakeVariant<1, Split::kStreamK, kDepthOneTile>(),
+                                 MakeVariant<2, Split::kStreamK, kDepthTwoTiles>(),
+                                 MakeVariant<8, Split::kRowGroups, kDepthEightTiles>()};
+
+struct Plan {
+  Variant variant;
+  int64_t token_groups;  // gridDim.y
+  int64_t ctas;          // gridDim.x
+  int64_t ranges;        // kStreamK: unit runs per token group
+  int64_t k_splits;      // kRowGroups: CTAs per row group quad
+  bool atomics;          // some row group's K is split (acc and counters must be zero)
+};
+
+Plan MakePlan(const Geometry& geo, int64_t m, int sms, const W2A8Options& options) {
+  Plan plan{};
+  plan.variant = kVariants[m <= 8 ? 0 : m <= 16 ? 1 : 2];
+  const int64_t group_tokens = int64_t{plan.variant.tiles} * w2a8::kTokensPerTile;
+  plan.token_groups = (m + group_tokens - 1) / group_tokens;
+  // CTAs that fill the GPU once, over all token groups.
+  const int64_t slots =
+      std::max<int64_t>(1, int64_t{sms} * plan.variant.ctas_per_sm() / plan.token_groups);
+  if (plan.variant.split == Split::kStreamK) {
+    // Few tokens: a flush is a few atomics, so balance the bytes exactly.
+    plan.ranges = options.ranges > 0
+                      ? std::min(options.ranges, geo.units())
+                      : std::clamp(slots * w2a8::kGemmWarps, int64_t{1},
+                                   std::max<int64_t>(1, geo.units() / kMinUnitsPerRange));
+    plan.ctas = (plan.ranges + w2a8::kGemmWarps - 1) / w2a8::kGemmWarps;
+    // Range i starts at unit units * i / ranges, so with one range per row group every
+    // range is exactly one row group and no warp needs another's partial sums.
+    plan.atomics = plan.ranges != geo.row_groups || geo.k_blocks > w2a8::kMaxSegmentBlocks;
+  } else {
+    // Many tokens: a split K costs an atomic per token and row, so split only as far as
+    // it takes to fill the GPU.
+    const int64_t quads = (geo.row_groups + w2a8::kGemmWarps - 1) / w2a8::kGemmWarps;
+    plan.k_splits = std::clamp(options.k_splits > 0 ? options.k_splits : slots / quads, int64_t{1},
+                               geo.k_blocks);
+    plan.ctas = quads * plan.k_splits;
+    plan.atomics = plan.k_splits > 1 || geo.k_blocks > w2a8::kMaxSegmentBlocks;
+  }
+  return plan;
+}
+
+}  // namespace
+
+size_t W2A8WorkspaceBytes(const WeightShape& shape, int64_t m) {
+  return static_cast<size_t>(Workspace(Geometry(shape.n, shape.k), m).total);
+}
+
+cudaError_t LaunchW2A8(const GemmArgs& args) { return LaunchW2A8(args, W2A8Options{}); }
+
+cudaError_t LaunchW2A8(const GemmArgs& args, const W2A8Options& options) {
+  if (args.m < 1 || args.m > kMaxRows || args.weight == nullptr || args.x == nullptr ||
+      args.y == nullptr || args.workspace == nullptr || args.shape.n < 1 ||
+      args.shape.n > kMaxDim || args.shape.k < w2a8::kKPerBlock || args.shape.k > kMaxDim ||
+      args.shape.k % w2a8::kKPerBlock != 0 ||
+      (args.x_dtype != DType::kF16 && args.x_dtype != DType::kBF16) ||
+      (args.y_dtype != DType::kF32 && args.y_dtype != DType::kF16 &&
+       args.y_dtype != DType::kBF16)) {
+    return cudaErrorInvalidValue;
+  }
+  DeviceInfo info;
+  if (cudaError_t err = CurrentDeviceInfo(&info); err != cudaSuccess) return err;
+  const Geometry geo(args.shape.n, args.shape.k);
+  const Workspace ws(geo, args.m);
+  const Plan plan = MakePlan(geo, args.m, info.sms, options);
+  auto* base = static_cast<uint8_t*>(args.workspace);
+
+  w2a8::PrologueParams pro{};
+  pro.x = args.x;
+  pro.m = args.m;
+  pro.k = geo.k;
+  pro.xq = reinterpret_cast<int8_t*>(base + ws.xq);
+  pro.x_scale = reinterpret_cast<float*>(base + ws.x_scale);
+  pro.x_sum = reinterpret_cast<int32_t*>(base + ws.x_sum);
+  pro.zero = reinterpret_cast<uint4*>(base + ws.acc);
+  pro.zero_vectors = plan.atomics ? (ws.zero_end - ws.acc) / 16 : 0;
+  // About four 16-byte stores per thread for the zeroing blocks.
+  constexpr int64_t kZeroPerBlock = w2a8::kPrologueThreads * 4;
+  const int64_t zero_blocks =
+      std::min<int64_t>((pro.zero_vectors + kZeroPerBlock - 1) / kZeroPerBlock, 1024);
+  const dim3 pro_grid(static_cast<unsigned>(args.m + zero_blocks));
+  if (args.x_dtype == DType::kBF16) {
+    w2a8::W2A8PrologueKernel<true><<<pro_grid, w2a8::kPrologueThreads, 0, args.stream>>>(pro);
+  } else {
+    w2a8::W2A8PrologueKernel<false><<<pro_grid, w2a8::kPrologueThreads, 0, args.stream>>>(pro);
+  }
+  if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+
+  GemmParams gp{};
+  gp.codes = static_cast<const uint4*>(args.weight);
+  gp.w_scale =
+      reinterpret_cast<const float*>(static_cast<const uint8_t*>(args.weight) + geo.code_bytes());
+  gp.xq = pro.xq;
+  gp.x_scale = pro.x_scale;
+  gp.x_sum = pro.x_sum;
+  gp.acc = reinterpret_cast<int32_t*>(base + ws.acc);
+  gp.counters = reinterpret_cast<uint32_t*>(base + ws.counters);
+  gp.y = args.y;
+  gp.y_dtype = args.y_dtype;
+  // Every count fits in int: m <= kMaxRows, N and K <= kMaxDim (so units <= 2^28).
+  gp.m = static_cast<int>(args.m);
+  gp.n = static_cast<int>(geo.n);
+  gp.k = static_cast<int>(geo.k);
+  gp.row_groups = static_cast<int>(geo.row_groups);
+  gp.k_blocks = static_cast<int>(geo.k_blocks);
+  gp.padded_rows = static_cast<int>(geo.padded_rows());
+  gp.units = static_cast<int>(geo.units());
+  gp.ranges = static_cast<int>(plan.ranges);
+  gp.k_splits = static_cast<int>(plan.k_splits);
+
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(plan.ctas), static_cast<unsigned>(plan.token_groups));
+  config.blockDim = dim3(w2a8::kGemmThreads);
+  config.stream = args.stream;
+  // sm_90+: let the matmul start (and prefetch weights) while the prologue runs.
+  cudaLaunchAttribute pdl{};
+  pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  pdl.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &pdl;
+  config.numAttrs = info.cc_major >= 9 ? 1 : 0;
+  return cudaLaunchKernelEx(&config, plan.variant.kernel, gp);
+}
+
+}  // namespace qmm::cuda

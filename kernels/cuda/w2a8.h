@@ -1,0 +1,57 @@
+// W2A8: ternary weights (2-bit codes c = t + 1) times int8 activations, int32 accumulation
+// on tensor cores (mma.m16n8k32 u8 x s8 with the weights in the M slot, so 1..8 tokens
+// fill one n8 tile), both scales applied at the end. The device layout is in
+// w2a8_layout.h.
+//
+// One launch is two kernels on the stream: a prologue that quantizes each activation row
+// to int8 (the proto's rule, bit-identical to QuantizeRowsInt8), sums it and zeroes the
+// split-K workspace, and the matmul, which on sm_90 starts early through programmatic
+// dependent launch and streams its first weight bytes while the prologue still runs.
+// Up to 16 tokens, the matmul splits the (row group, k block) units evenly over every
+// warp the GPU holds at once (stream-K). Beyond, each warp takes 64 tokens and the four
+// warps of a CTA four neighbouring row groups, so that activations loaded once serve
+// four warps from L1, and CTAs split K only as far as it takes to fill the GPU. Warps
+// sharing a row group add their int32 partial sums with atomics and the last one to
+// finish applies the scales; a warp that covers a whole row group writes its result
+// directly.
+#ifndef QMM_KERNELS_CUDA_W2A8_H_
+#define QMM_KERNELS_CUDA_W2A8_H_
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/cuda/gemm_args.h"
+#include "kernels/format.h"
+
+namespace qmm::cuda {
+
+// Canonical packed W2A8 (scheme kW2A8, from ViewPacked) -> device layout bytes.
+std::vector<uint8_t> RepackW2A8(const PackedWeight& packed);
+
+// The workspace of one launch of m rows: 4*m*N bytes of partial sums plus the quantized
+// activations (m*K bytes) and small per-row and per-row-group arrays.
+size_t W2A8WorkspaceBytes(const WeightShape& shape, int64_t m);
+
+// Enqueues y = x * W^T. x_dtype kF16 or kBF16, y_dtype kF32, kF16 or kBF16, m >= 1,
+// args.x 16-byte aligned and args.workspace W2A8WorkspaceBytes(shape, m) bytes (both
+// 256-byte aligned as cudaMalloc returns them). Never synchronizes.
+cudaError_t LaunchW2A8(const GemmArgs& args);
+
+// Tuning knobs for tests and benchmarks; a default-constructed value is what LaunchW2A8
+// uses.
+struct W2A8Options {
+  // M <= 16: runs of units, one per warp, that split the weight (clamped to the number
+  // of units). 0 picks one from the shape and the device.
+  int64_t ranges = 0;
+  // M > 16: CTAs that split the K of each four row groups (clamped to K / 128). 0 picks
+  // one from the shape and the device.
+  int64_t k_splits = 0;
+};
+cudaError_t LaunchW2A8(const GemmArgs& args, const W2A8Options& options);
+
+}  // namespace qmm::cuda
+
+#endif  // QMM_KERNELS_CUDA_W2A8_H_

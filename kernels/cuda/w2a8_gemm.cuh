@@ -1,0 +1,283 @@
+// The W2A8 matmul kernel (the second kernel of a launch; see w2a8.h for the scheme and
+// w2a8_layout.h for the byte order it reads).
+#ifndef QMM_KERNELS_CUDA_W2A8_GEMM_CUH_
+#define QMM_KERNELS_CUDA_W2A8_GEMM_CUH_
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/dtype_device.cuh"
+#include "kernels/cuda/w2a8_layout.h"
+#include "kernels/cuda/w2a8_ptx.cuh"
+#include "kernels/dtype.h"
+
+namespace qmm::cuda::w2a8 {
+
+inline constexpr int kGemmWarps = 4;
+inline constexpr int kGemmThreads = kGemmWarps * 32;
+// Longest run of k blocks a warp sums in registers before it flushes: keeps the field
+// accumulators (codes scaled by up to 64) inside int32 for any K.
+inline constexpr int kMaxSegmentBlocks = 2048;
+
+// How the weight units are shared out over warps.
+enum class Split {
+  // Few tokens (one or two n8 tiles per warp): the units, in storage order, are cut into
+  // `ranges` equal runs, one per warp, so every warp streams the same number of bytes.
+  kStreamK,
+  // Many tokens (eight tiles per warp): the four warps of a CTA take four consecutive row
+  // groups over the same k blocks, so the activation bytes one warp loads serve the
+  // other three from L1; `k_splits` CTAs share each group's K.
+  kRowGroups,
+};
+
+struct GemmParams {
+  const uint4* codes;    // device layout, unit order
+  const float* w_scale;  // [padded_rows]
+  const int8_t* xq;      // [m, k]
+  const float* x_scale;  // [m]
+  const int32_t* x_sum;  // [m]
+  int32_t* acc;          // [m, padded_rows], zeroed when a row group's K is split
+  uint32_t* counters;    // [token groups, row_groups], zeroed likewise
+  void* y;               // [m, n] of y_dtype
+  DType y_dtype;
+  int m;
+  int n;
+  int k;
+  int row_groups;
+  int k_blocks;
+  int padded_rows;
+  int units;     // row_groups * k_blocks
+  int ranges;    // kStreamK: unit runs per token group
+  int k_splits;  // kRowGroups: CTAs per row group quad
+};
+
+// Resident CTAs each variant is compiled for: the register caps (128, 168, 255) under
+// which its accumulators and weights in flight fit without spilling.
+constexpr int MinCtasPerSm(int tiles) { return tiles == 1 ? 4 : tiles == 2 ? 3 : 2; }
+
+// One warp: a run of units times kTiles n8 tiles of tokens (token group blockIdx.y).
+// kDepth units of weights are in flight per warp while it computes.
+template <int kTiles, Split kSplit, int kDepth>
+__global__ void __launch_bounds__(kGemmThreads, MinCtasPerSm(kTiles))
+    W2A8GemmKernel(const GemmParams p) {
+  // Up to two tiles, each MMA j keeps its own accumulator, so that decoding a field is
+  // one AND (codes scaled by 4^j); with eight tiles that would not fit in registers, and
+  // each field is shifted down instead.
+  constexpr bool kFieldAcc = kTiles <= 2;
+  constexpr int kFields = kFieldAcc ? 4 : 1;
+  constexpr int kGroupTokens = kTiles * kTokensPerTile;
+  constexpr int kUnitVectors = kUnitBytes / 16;          // 64 16-byte vectors per unit
+  constexpr int kBlockVectors = kBytesPerRowBlock / 16;  // 32, one per lane
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int g = lane / 4;
+  const int t = lane % 4;
+  // Unit, row and token indices fit in int (N, K <= 2^20, so units <= 2^28).
+  int u_begin, u_end;
+  if constexpr (kSplit == Split::kStreamK) {
+    const int range = blockIdx.x * kGemmWarps + warp;
+    if (range >= p.ranges) return;
+    u_begin = static_cast<int>(int64_t{p.units} * range / p.ranges);
+    u_end = static_cast<int>(int64_t{p.units} * (range + 1) / p.ranges);
+  } else {
+    const int split = blockIdx.x % p.k_splits;
+    const int row_group = blockIdx.x / p.k_splits * kGemmWarps + warp;
+    if (row_group >= p.row_groups) return;
+    u_begin = row_group * p.k_blocks + p.k_blocks * split / p.k_splits;
+    u_end = row_group * p.k_blocks + p.k_blocks * (split + 1) / p.k_splits;
+  }
+  if (u_begin >= u_end) return;
+  const int token_group = blockIdx.y;
+  const int tok0 = token_group * kGroupTokens;
+  const int tok_end = min(p.m, tok0 + kGroupTokens);
+
+  const uint4* wp = p.codes + lane;
+  auto unit_ptr = [&](int u, int r) { return wp + int64_t{u} * kUnitVectors + r * kBlockVectors; };
+  uint4 buf[kDepth][kBlocksPerGroup] = {};
+#pragma unroll
+  for (int d = 0; d < kDepth; ++d) {
+    if (u_begin + d < u_end) {
+#pragma unroll
+      for (int r = 0; r < kBlocksPerGroup; ++r) buf[d][r] = LoadOnce(unit_ptr(u_begin + d, r));
+    }
+  }
+  // Everything below reads what the prologue wrote (or zeroed).
+  WaitForPrerequisiteGrid();
+
+  // This lane's activations (B fragment column g) in token tile 0; tile tt is 8 rows on.
+  const int8_t* x_lane = p.xq + int64_t{tok0 + g} * p.k + t * 16;
+
+  // acc[r][tt][f]: D fragments; with kFieldAcc, f = j holds the sums over field j scaled
+  // by 4^j.
+  int32_t acc[kBlocksPerGroup][kTiles][kFields][4] = {};
+  int group = u_begin / p.k_blocks;
+  int kb = u_begin - group * p.k_blocks;
+  int seg_begin = u_begin;
+  auto segment_end = [&](int begin) {
+    return min(min((group + 1) * p.k_blocks, u_end), begin + kMaxSegmentBlocks);
+  };
+  int seg_end = segment_end(seg_begin);
+  // Refills slot d with the unit kDepth ahead of u.
+  auto prefetch = [&](int u, int d) {
+    if (u + kDepth < u_end) {
+#pragma unroll
+      for (int r = 0; r < kBlocksPerGroup; ++r) buf[d][r] = LoadOnce(unit_ptr(u + kDepth, r));
+    }
+  };
+  // Activations of tile tt for k block kb: 16 bytes at k 16t and at 64 + 16t (zeros for
+  // tokens past m).
+  auto load_b = [&](int tt, uint32_t(&lo)[4], uint32_t(&hi)[4]) {
+    uint4 v0 = make_uint4(0, 0, 0, 0), v1 = v0;
+    if (tok0 + tt * kTokensPerTile + g < tok_end) {
+      const int8_t* src = x_lane + int64_t{tt} * kTokensPerTile * p.k + kb * kKPerBlock;
+      v0 = __ldg(reinterpret_cast<const uint4*>(src));
+      v1 = __ldg(reinterpret_cast<const uint4*>(src + 64));
+    }
+    lo[0] = v0.x, lo[1] = v0.y, lo[2] = v0.z, lo[3] = v0.w;
+    hi[0] = v1.x, hi[1] = v1.y, hi[2] = v1.z, hi[3] = v1.w;
+  };
+
+  for (int base = u_begin; base < u_end; base += kDepth) {
+#pragma unroll
+    for (int d = 0; d < kDepth; ++d) {
+      const int u = base + d;
+      if (u >= u_end) break;
+      if constexpr (kTiles <= 2) {
+        // B for every tile first, then each A fragment decoded right before its MMAs.
+        uint32_t b_lo[kTiles][4], b_hi[kTiles][4];
+#pragma unroll
+        for (int tt = 0; tt < kTiles; ++tt) load_b(tt, b_lo[tt], b_hi[tt]);
+        uint4 cur[kBlocksPerGroup];
+#pragma unroll
+        for (int r = 0; r < kBlocksPerGroup; ++r) cur[r] = buf[d][r];
+        prefetch(u, d);
+#pragma unroll
+        for (int r = 0; r < kBlocksPerGroup; ++r) {
+          const uint32_t words[4] = {cur[r].x, cur[r].y, cur[r].z, cur[r].w};
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            const uint32_t mask = 0x03030303u << (2 * j);
+            const uint32_t a[4] = {words[0] & mask, words[1] & mask, words[2] & mask,
+                                   words[3] & mask};
+#pragma unroll
+            for (int tt = 0; tt < kTiles; ++tt) {
+              MmaU8S8(acc[r][tt][j], a, b_lo[tt][j], b_hi[tt][j]);
+            }
+          }
+        }
+      } else {
+        // Every A fragment decoded once, then the tiles one by one.
+        uint32_t a[kBlocksPerGroup][4][4];
+#pragma unroll
+        for (int r = 0; r < kBlocksPerGroup; ++r) {
+          const uint32_t words[4] = {buf[d][r].x, buf[d][r].y, buf[d][r].z, buf[d][r].w};
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) a[r][j][i] = (words[i] >> (2 * j)) & 0x03030303u;
+          }
+        }
+        prefetch(u, d);
+#pragma unroll
+        for (int tt = 0; tt < kTiles; ++tt) {
+          uint32_t b_lo[4], b_hi[4];
+          load_b(tt, b_lo, b_hi);
+#pragma unroll
+          for (int r = 0; r < kBlocksPerGroup; ++r) {
+#pragma unroll
+            for (int j = 0; j < 4; ++j) MmaU8S8(acc[r][tt][0], a[r][j], b_lo[j], b_hi[j]);
+          }
+        }
+      }
+      ++kb;
+      if (u + 1 == seg_end) {
+        // sum over the segment's k of c * xq for this lane's rows and tokens (c = t + 1).
+        int32_t sum[kBlocksPerGroup][kTiles][4];
+#pragma unroll
+        for (int r = 0; r < kBlocksPerGroup; ++r) {
+#pragma unroll
+          for (int tt = 0; tt < kTiles; ++tt) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              sum[r][tt][i] = acc[r][tt][0][i];
+              if constexpr (kFieldAcc) {
+                sum[r][tt][i] +=
+                    (acc[r][tt][1][i] >> 2) + (acc[r][tt][2][i] >> 4) + (acc[r][tt][3][i] >> 6);
+              }
+#pragma unroll
+              for (int f = 0; f < kFields; ++f) acc[r][tt][f][i] = 0;
+            }
+          }
+        }
+        const int seg_blocks = seg_end - seg_begin;
+        if (seg_blocks == p.k_blocks) {
+          // This warp alone covers the row group: scale and store straight away.
+#pragma unroll
+          for (int r = 0; r < kBlocksPerGroup; ++r) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              const int row = group * kRowsPerGroup + r * kRowsPerBlock + g + 8 * (i / 2);
+              if (row >= p.n) continue;
+              const float s = p.w_scale[row];
+#pragma unroll
+              for (int tt = 0; tt < kTiles; ++tt) {
+                const int token = tok0 + tt * kTokensPerTile + 2 * t + i % 2;
+                if (token >= tok_end) continue;
+                const int32_t dot = sum[r][tt][i] - p.x_sum[token];
+                StoreAs(p.y_dtype, p.y, int64_t{token} * p.n + row,
+                        p.x_scale[token] * s * static_cast<float>(dot));
+              }
+            }
+          }
+        } else {
+#pragma unroll
+          for (int r = 0; r < kBlocksPerGroup; ++r) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              const int row = group * kRowsPerGroup + r * kRowsPerBlock + g + 8 * (i / 2);
+#pragma unroll
+              for (int tt = 0; tt < kTiles; ++tt) {
+                const int token = tok0 + tt * kTokensPerTile + 2 * t + i % 2;
+                if (token < tok_end) {
+                  atomicAdd(p.acc + int64_t{token} * p.padded_rows + row, sum[r][tt][i]);
+                }
+              }
+            }
+          }
+          // Classic last-block-done: every lane's adds are visible device-wide before lane
+          // 0 counts this segment in; the warp that completes the row group reads them all.
+          __threadfence();
+          __syncwarp();
+          uint32_t before = 0;
+          uint32_t* counter = p.counters + int64_t{token_group} * p.row_groups + group;
+          if (lane == 0) before = atomicAdd(counter, static_cast<uint32_t>(seg_blocks));
+          before = __shfl_sync(0xffffffffu, before, 0);
+          if (before + seg_blocks == p.k_blocks) {
+            __threadfence();
+            const int row = group * kRowsPerGroup + lane;
+            if (row < p.n) {
+              const float s = p.w_scale[row];
+              for (int token = tok0; token < tok_end; ++token) {
+                const int32_t dot =
+                    __ldcg(p.acc + int64_t{token} * p.padded_rows + row) - p.x_sum[token];
+                StoreAs(p.y_dtype, p.y, int64_t{token} * p.n + row,
+                        p.x_scale[token] * s * static_cast<float>(dot));
+              }
+            }
+          }
+        }
+        if (kb == p.k_blocks) {
+          ++group;
+          kb = 0;
+        }
+        seg_begin = seg_end;
+        seg_end = segment_end(seg_begin);
+      }
+    }
+  }
+}
+
+}  // namespace qmm::cuda::w2a8
+
+#endif  // QMM_KERNELS_CUDA_W2A8_GEMM_CUH_

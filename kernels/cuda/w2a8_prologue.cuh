@@ -1,0 +1,122 @@
+// The first kernel of a W2A8 launch: per-row int8 quantization of the activations with
+// the row sums the w + 1 trick needs, and the zeroing of the split-K workspace.
+#ifndef QMM_KERNELS_CUDA_W2A8_PROLOGUE_CUH_
+#define QMM_KERNELS_CUDA_W2A8_PROLOGUE_CUH_
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/w2a8_ptx.cuh"
+
+namespace qmm::cuda::w2a8 {
+
+inline constexpr int kPrologueThreads = 256;
+
+struct PrologueParams {
+  const void* x;  // [m, k] fp16 or bf16
+  int64_t m;
+  int64_t k;       // a multiple of 128
+  int8_t* xq;      // [m, k]
+  float* x_scale;  // [m]
+  int32_t* x_sum;  // [m]
+  uint4* zero;     // zero_vectors 16-byte words to clear
+  int64_t zero_vectors;
+};
+
+__device__ __forceinline__ float HalfBitsToF32(uint32_t bits, bool bf16) {
+  return bf16 ? __uint_as_float(bits << 16) : __half2float(__ushort_as_half(bits & 0xffff));
+}
+
+// Blocks [0, m) quantize one row each; blocks from m on zero the workspace. The matmul
+// may be launched as soon as every block has started: it touches nothing written here
+// before its griddepcontrol.wait.
+template <bool kBf16>
+__global__ void __launch_bounds__(kPrologueThreads) W2A8PrologueKernel(const PrologueParams p) {
+  AllowDependentLaunch();
+  if (blockIdx.x >= p.m) {
+    const int64_t stride = static_cast<int64_t>(gridDim.x - p.m) * kPrologueThreads;
+    for (int64_t i = (blockIdx.x - p.m) * kPrologueThreads + threadIdx.x; i < p.zero_vectors;
+         i += stride) {
+      p.zero[i] = make_uint4(0, 0, 0, 0);
+    }
+    return;
+  }
+  __shared__ float warp_max[kPrologueThreads / 32];
+  __shared__ int32_t warp_sum[kPrologueThreads / 32];
+  const int64_t row = blockIdx.x;
+  // 8 values per 16-byte vector; a row of up to kCached vectors per thread is read once.
+  const uint4* xr = static_cast<const uint4*>(p.x) + row * (p.k / 8);
+  const int64_t vectors = p.k / 8;
+  constexpr int kCached = 4;
+  constexpr int64_t kStep = int64_t{kPrologueThreads} * kCached;
+  uint4 cache[kCached];
+  auto load = [&](int64_t base, int i) {
+    const int64_t v = base + i * kPrologueThreads + threadIdx.x;
+    return v < vectors ? __ldg(xr + v) : make_uint4(0, 0, 0, 0);
+  };
+  float max_abs = 0.0f;
+  for (int64_t base = 0; base < vectors; base += kStep) {
+#pragma unroll
+    for (int i = 0; i < kCached; ++i) cache[i] = load(base, i);
+#pragma unroll
+    for (int i = 0; i < kCached; ++i) {
+      const uint32_t words[4] = {cache[i].x, cache[i].y, cache[i].z, cache[i].w};
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        max_abs = fmaxf(max_abs, fabsf(HalfBitsToF32(words[e / 2] >> (16 * (e % 2)), kBf16)));
+      }
+    }
+  }
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    max_abs = fmaxf(max_abs, __shfl_xor_sync(0xffffffffu, max_abs, offset));
+  }
+  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = max_abs;
+  __syncthreads();
+  max_abs = warp_max[0];
+#pragma unroll
+  for (int w = 1; w < kPrologueThreads / 32; ++w) max_abs = fmaxf(max_abs, warp_max[w]);
+  // IEEE division, as QuantizeRowsInt8, so both give the same scale and the same q.
+  const float s = __fdiv_rn(max_abs, 127.0f);
+  int32_t sum = 0;
+  uint2* qr = reinterpret_cast<uint2*>(p.xq + row * p.k);
+  for (int64_t base = 0; base < vectors; base += kStep) {
+    // A row longer than one step was not kept; read it again (from L2).
+    if (vectors > kStep) {
+#pragma unroll
+      for (int i = 0; i < kCached; ++i) cache[i] = load(base, i);
+    }
+#pragma unroll
+    for (int i = 0; i < kCached; ++i) {
+      const int64_t v = base + i * kPrologueThreads + threadIdx.x;
+      if (v >= vectors) continue;
+      const uint32_t words[4] = {cache[i].x, cache[i].y, cache[i].z, cache[i].w};
+      uint32_t packed[2] = {0, 0};
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const float f = HalfBitsToF32(words[e / 2] >> (16 * (e % 2)), kBf16);
+        const int q =
+            s == 0.0f ? 0
+                      : static_cast<int>(fminf(fmaxf(roundf(__fdiv_rn(f, s)), -127.0f), 127.0f));
+        sum += q;
+        packed[e / 4] |= (static_cast<uint32_t>(q) & 0xff) << (8 * (e % 4));
+      }
+      qr[v] = make_uint2(packed[0], packed[1]);
+    }
+  }
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+  if (threadIdx.x % 32 == 0) warp_sum[threadIdx.x / 32] = sum;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < kPrologueThreads / 32; ++w) sum += warp_sum[w];
+    p.x_scale[row] = s;
+    p.x_sum[row] = sum;
+  }
+}
+
+}  // namespace qmm::cuda::w2a8
+
+#endif  // QMM_KERNELS_CUDA_W2A8_PROLOGUE_CUH_

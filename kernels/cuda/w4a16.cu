@@ -1,0 +1,170 @@
+// W4A16 launch: picks the kernel and tile for M and the K split for the shape (contract
+// in w4a16.h, layout in w4a16_layout.h, kernels in w4a16_direct.cuh / w4a16_staged.cuh).
+#include <atomic>
+#include <climits>
+
+#include "kernels/cuda/w4a16.h"
+#include "kernels/cuda/w4a16_direct.cuh"
+#include "kernels/cuda/w4a16_layout.h"
+#include "kernels/cuda/w4a16_staged.cuh"
+
+namespace qmm::cuda {
+namespace {
+
+using w4a16::kChunkK;
+using w4a16::kGroupChunkBytes;
+using w4a16::kGroupScaleBytes;
+using w4a16::kMaxSplits;
+using w4a16::kThreads;
+using w4a16::Params;
+
+// Work on the busiest SM, in chunks, for each split count; the least wins. Each extra split
+// costs a little reduction. For one token tile (pure streaming) one CTA per SM keeps too
+// few bytes in flight where more could fit; with more tokens per CTA the longer per-CTA
+// runs measured faster.
+int ChooseSplits(int64_t base_ctas, int chunks, int sms, int occupancy, bool streaming) {
+  int best = 1;
+  double best_cost = 0;
+  for (int s = 1; s <= kMaxSplits && (s == 1 || s <= chunks); s *= 2) {
+    const int64_t per_sm = (base_ctas * s + sms - 1) / sms;
+    double cost = static_cast<double>(per_sm) * ((chunks + s - 1) / s);
+    if (streaming && per_sm < 2 && occupancy >= 2) cost *= 1.5;
+    cost *= 1 + 0.03 * (s - 1);
+    if (s == 1 || cost < best_cost) {
+      best = s;
+      best_cost = cost;
+    }
+  }
+  return best;
+}
+
+// Launches `kKernel` with tiles of 8T tokens x 128R rows and `kSmem` bytes of dynamic
+// shared memory.
+template <auto kKernel, int T, int R, int kSmem>
+cudaError_t Launch(const GemmArgs& args, const W4A16Options& options) {
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  int sms = 0;
+  int major = 0;
+  if ((err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess ||
+      (err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device)) !=
+          cudaSuccess) {
+    return err;
+  }
+  // More than 48 KB of shared memory needs an opt-in, once per device; the occupancy it
+  // yields is the same on every device of one kind.
+  static std::atomic<uint64_t> configured{0};
+  static std::atomic<int> occupancy{0};
+  if (device >= 64 || (configured.load() >> device & 1) == 0) {
+    err = cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+    if (err != cudaSuccess) return err;
+    int occ = 0;
+    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kKernel, kThreads, kSmem);
+    if (err != cudaSuccess) return err;
+    occupancy.store(occ);
+    if (device < 64) configured.fetch_or(uint64_t{1} << device);
+  }
+
+  const WeightShape& shape = args.shape;
+  const int64_t token_tiles = (args.m + T * 8 - 1) / (T * 8);
+  const int64_t groups = w4a16::NumGroups(shape);
+  const int64_t row_tiles = (groups + R - 1) / R;
+  const int chunks = static_cast<int>(w4a16::NumChunks(shape));
+  if (token_tiles > INT_MAX || row_tiles > 65535) return cudaErrorInvalidValue;
+  int splits = options.splits;
+  if (splits == 0) {
+    splits = major >= 9 ? ChooseSplits(token_tiles * row_tiles, chunks, sms, occupancy.load(),
+                                       /*streaming=*/T == 1)
+                        : 1;
+  }
+  if (splits > 1 && major < 9) return cudaErrorInvalidValue;
+
+  Params p;
+  p.w = static_cast<const uint8_t*>(args.weight);
+  p.s = p.w + w4a16::WeightRegionBytes(shape);
+  p.x = args.x;
+  p.y = args.y;
+  p.m = args.m;
+  p.n = shape.n;
+  p.k = shape.k;
+  p.groups = groups;
+  p.w_group_stride = chunks * int64_t{kGroupChunkBytes};
+  p.w_chunk_stride = kGroupChunkBytes;
+  p.s_group_stride = w4a16::ScaleGroups(shape) * kGroupScaleBytes;
+  p.s_chunk_stride = shape.group_size == 0 ? 0 : kGroupScaleBytes;
+  p.chunks = chunks;
+  p.splits = splits;
+  p.y_dtype = args.y_dtype;
+
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(token_tiles), static_cast<unsigned>(row_tiles),
+                        static_cast<unsigned>(splits));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = kSmem;
+  config.stream = args.stream;
+  cudaLaunchAttribute cluster = {};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = 1;
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = static_cast<unsigned>(splits);
+  if (splits > 1) {
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+  }
+  return cudaLaunchKernelEx(&config, kKernel, p);
+}
+
+template <int T, bool kBf16>
+cudaError_t LaunchDirect(const GemmArgs& args, const W4A16Options& options) {
+  return Launch<w4a16::DirectKernel<T, kBf16>, T, 1, 0>(args, options);
+}
+
+template <int T, int R, bool kBf16>
+cudaError_t LaunchStaged(const GemmArgs& args, const W4A16Options& options) {
+  return Launch<w4a16::StagedKernel<T, R, kBf16>, T, R, w4a16::StagedTile<T, R>::kSmemBytes>(
+      args, options);
+}
+
+// Below this many bytes of weights the launch and pipeline fill dominate.
+constexpr int64_t kSmallWeightBytes = int64_t{16} << 20;
+
+template <bool kBf16>
+cudaError_t LaunchForM(const GemmArgs& args, const W4A16Options& options) {
+  // Choices measured on the H200 (qmm-kernel-bench shapes): up to 8 tokens, small weights
+  // stream through registers and larger ones through 2-group shared-memory stages; up to
+  // 16 tokens one group per CTA; beyond, 32 tokens x 256 rows per CTA keeps the
+  // shared-memory traffic per mma low, and further token tiles run side by side and
+  // re-read each weight tile mostly from L2.
+  if (args.m <= 8) {
+    return w4a16::DeviceBytes(args.shape) < kSmallWeightBytes
+               ? LaunchDirect<1, kBf16>(args, options)
+               : LaunchStaged<1, 2, kBf16>(args, options);
+  }
+  if (args.m <= 16) return LaunchStaged<2, 1, kBf16>(args, options);
+  return LaunchStaged<4, 2, kBf16>(args, options);
+}
+
+}  // namespace
+
+cudaError_t LaunchW4A16(const GemmArgs& args, const W4A16Options& options) {
+  const WeightShape& shape = args.shape;
+  const bool dtypes_ok =
+      (args.x_dtype == DType::kF16 || args.x_dtype == DType::kBF16) &&
+      (args.y_dtype == DType::kF32 || args.y_dtype == DType::kF16 || args.y_dtype == DType::kBF16);
+  const bool shape_ok = shape.n >= 1 && shape.k >= kChunkK && shape.k % kChunkK == 0 &&
+                        (shape.group_size == 0 || shape.group_size == kChunkK);
+  const bool splits_ok = options.splits == 0 || options.splits == 1 || options.splits == 2 ||
+                         options.splits == 4 || options.splits == kMaxSplits;
+  if (!dtypes_ok || !shape_ok || !splits_ok || args.m < 1 || args.weight == nullptr ||
+      args.x == nullptr || args.y == nullptr || reinterpret_cast<uintptr_t>(args.x) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(args.weight) % 16 != 0) {
+    return cudaErrorInvalidValue;
+  }
+  return args.x_dtype == DType::kBF16 ? LaunchForM<true>(args, options)
+                                      : LaunchForM<false>(args, options);
+}
+
+cudaError_t LaunchW4A16(const GemmArgs& args) { return LaunchW4A16(args, W4A16Options{}); }
+
+}  // namespace qmm::cuda

@@ -1,0 +1,47 @@
+// W4A16: int4 weights (symmetric, fp16 scales per 128 k or per row) times fp16/bf16
+// activations, fp32 accumulation, on tensor cores (mma.m16n8k16 with the weights in the M
+// slot, so 1..8 tokens fill one n8 tile; the scale is applied to each 128-k partial sum in
+// fp32). The device layout is in w4a16_layout.h; two kernels read it: one streaming the
+// weights through registers (few tokens, small weights, w4a16_direct.cuh) and one through
+// a shared-memory pipeline fed by bulk copies (w4a16_staged.cuh).
+//
+// Split-K across the CTAs of a thread-block cluster (reduced through distributed shared
+// memory) keeps every SM streaming on small-M shapes without a workspace or a second
+// launch; before sm_90 every CTA covers all of K.
+#ifndef QMM_KERNELS_CUDA_W4A16_H_
+#define QMM_KERNELS_CUDA_W4A16_H_
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/cuda/gemm_args.h"
+#include "kernels/format.h"
+
+namespace qmm::cuda {
+
+// Canonical packed W4A16 (scheme kW4A16, from ViewPacked) -> device layout bytes.
+std::vector<uint8_t> RepackW4A16(const PackedWeight& packed);
+
+// Always 0: the split-K reduction stays in shared memory.
+size_t W4A16WorkspaceBytes(const WeightShape& shape, int64_t m);
+
+// Enqueues y = x * W^T. args.x must be 16-byte aligned (cudaMalloc'd buffers are), x_dtype
+// kF16 or kBF16, y_dtype kF32, kF16 or kBF16, m >= 1. Never synchronizes.
+cudaError_t LaunchW4A16(const GemmArgs& args);
+
+// Tuning knobs for tests and benchmarks; a default-constructed value is what
+// LaunchW4A16 uses.
+struct W4A16Options {
+  // CTAs that split K (1, 2, 4 or 8; 0 picks one from the shape and the device). More
+  // than 1 needs sm_90 (cluster launch); the launch fails with cudaErrorInvalidValue
+  // before that.
+  int splits = 0;
+};
+cudaError_t LaunchW4A16(const GemmArgs& args, const W4A16Options& options);
+
+}  // namespace qmm::cuda
+
+#endif  // QMM_KERNELS_CUDA_W4A16_H_

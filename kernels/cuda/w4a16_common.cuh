@@ -1,0 +1,142 @@
+// Pieces shared by the two W4A16 kernels (w4a16_staged.cuh, w4a16_direct.cuh): launch
+// parameters, the per-step tensor-core math and the split-K epilogue.
+#ifndef QMM_KERNELS_CUDA_W4A16_COMMON_CUH_
+#define QMM_KERNELS_CUDA_W4A16_COMMON_CUH_
+
+#include <cooperative_groups.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/w4a16_layout.h"
+#include "kernels/cuda/w4a16_ptx.cuh"
+#include "kernels/dtype.h"
+
+namespace qmm::cuda::w4a16 {
+
+inline constexpr int kWarps = 8;  // one strip of a 128-row group per warp (and R per warp)
+inline constexpr int kThreads = kWarps * 32;
+inline constexpr int kMaxSplits = 8;  // the portable cluster size
+
+struct Params {
+  const uint8_t* w;  // weight words
+  const uint8_t* s;  // scales
+  const void* x;
+  void* y;
+  int64_t m;
+  int64_t n;
+  int64_t k;
+  int64_t groups;
+  // Byte strides of one group's chunk and its scales (w4a16_layout.h); the chunk stride
+  // of the scales is 0 for per-row scales.
+  int64_t w_group_stride;
+  int64_t w_chunk_stride;
+  int64_t s_group_stride;
+  int64_t s_chunk_stride;
+  int32_t chunks;  // K / 128
+  int32_t splits;  // CTAs of one cluster, each owning a contiguous range of chunks
+  DType y_dtype;
+};
+
+// This CTA's range of chunks.
+__device__ inline int ChunkBegin(const Params& p, int split) { return split * p.chunks / p.splits; }
+
+template <int kIndex>
+__device__ inline uint32_t Word(const uint4& v) {
+  if constexpr (kIndex == 0) return v.x;
+  if constexpr (kIndex == 1) return v.y;
+  if constexpr (kIndex == 2) return v.z;
+  return v.w;
+}
+
+// One k16 step of one strip against T tiles of 8 tokens: `w` is the step's layout word,
+// xb[tile] holds k = 16t + 8h .. +7 of token g, and step 2h + kHalf reads its words
+// 2 kHalf and 2 kHalf + 1.
+template <int T, int kHalf, bool kBf16>
+__device__ inline void MmaStep(uint32_t w, const uint4 (&xb)[T], float (&part)[T][4]) {
+  uint32_t a[4];
+  Dequant<kBf16>(w, a);
+#pragma unroll
+  for (int tile = 0; tile < T; ++tile) {
+    Mma<kBf16>(part[tile], a, Word<2 * kHalf>(xb[tile]), Word<2 * kHalf + 1>(xb[tile]));
+  }
+}
+
+// acc += part * scale: `pair` is the strip's (s[row g], s[row g + 8]) for this chunk. The
+// integer products stay exact in fp32 until here.
+template <int T>
+__device__ inline void ApplyScale(uint32_t pair, const float (&part)[T][4], float (&acc)[T][4]) {
+  const __half2 s = *reinterpret_cast<const __half2*>(&pair);
+  const float s_lo = __low2float(s);
+  const float s_hi = __high2float(s);
+#pragma unroll
+  for (int tile = 0; tile < T; ++tile) {
+    acc[tile][0] = fmaf(part[tile][0], s_lo, acc[tile][0]);
+    acc[tile][1] = fmaf(part[tile][1], s_lo, acc[tile][1]);
+    acc[tile][2] = fmaf(part[tile][2], s_hi, acc[tile][2]);
+    acc[tile][3] = fmaf(part[tile][3], s_hi, acc[tile][3]);
+  }
+}
+
+__device__ inline void StoreY(const Params& p, int64_t tok, int64_t n, float v) {
+  if (tok >= p.m || n >= p.n) return;
+  const int64_t i = tok * p.n + n;
+  switch (p.y_dtype) {
+    case DType::kF32:
+      static_cast<float*>(p.y)[i] = v;
+      break;
+    case DType::kF16:
+      static_cast<__half*>(p.y)[i] = __float2half_rn(v);
+      break;
+    case DType::kBF16:
+      static_cast<__nv_bfloat16*>(p.y)[i] = __float2bfloat16_rn(v);
+      break;
+  }
+}
+
+// Sums the partial tiles of the cluster's CTAs and writes y; every thread of every CTA of
+// the cluster calls it once `red` ([strip][tile][lane] float4, kStrips = 8R strips from
+// group0) holds this CTA's partial sums. Each CTA writes its 1/splits slice of the tile.
+template <int T, int kStrips>
+__device__ inline void ReduceAndStore(const Params& p, float4* red, int64_t tok0, int64_t group0,
+                                      int split) {
+  constexpr int kElems = kStrips * T * 32;
+#if __CUDA_ARCH__ >= 900
+  cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+  cluster.sync();
+#else
+  __syncthreads();  // the host launches one split only before sm_90
+#endif
+  const int per = kElems / p.splits;
+  for (int e = split * per + static_cast<int>(threadIdx.x); e < (split + 1) * per; e += kThreads) {
+    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int q = 0; q < p.splits; ++q) {
+#if __CUDA_ARCH__ >= 900
+      const float4 u = cluster.map_shared_rank(red, q)[e];
+#else
+      const float4 u = red[e];
+#endif
+      v.x += u.x;
+      v.y += u.y;
+      v.z += u.z;
+      v.w += u.w;
+    }
+    // e = (strip * T + tile) * 32 + lane: rows g and g + 8, tokens 2t and 2t + 1.
+    const int ln = e % 32;
+    const int64_t n = (group0 * kGroupStrips + e / (T * 32)) * kStripRows + ln / 4;
+    const int64_t tok = tok0 + (e / 32) % T * 8 + (ln % 4) * 2;
+    StoreY(p, tok, n, v.x);
+    StoreY(p, tok + 1, n, v.y);
+    StoreY(p, tok, n + 8, v.z);
+    StoreY(p, tok + 1, n + 8, v.w);
+  }
+#if __CUDA_ARCH__ >= 900
+  // Keep this CTA's shared memory alive until the whole cluster has read it.
+  cluster.sync();
+#endif
+}
+
+}  // namespace qmm::cuda::w4a16
+
+#endif  // QMM_KERNELS_CUDA_W4A16_COMMON_CUH_

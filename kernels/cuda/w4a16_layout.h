@@ -1,0 +1,62 @@
+// The W4A16 kernel's device layout, shared by the host repack and the kernel.
+//
+// Rows of W are taken 16 at a time ("strips") so that one strip fills the M slot of
+// mma.m16n8k16 and the tokens take its N slot; 8 strips make a "group" of 128 rows (N is
+// padded with zero rows to a multiple of 128). K is taken 64 at a time ("blocks"): one
+// 16-byte load per lane of a warp holds one strip's block, i.e. the A fragments of four
+// k16 MMA steps; two blocks make a "chunk" of 128 k, one pipeline stage and one scale
+// group. A group's chunk (8 KB) and its scales (256 bytes) are contiguous, so one bulk
+// copy each fills a stage.
+//
+// Inside a block the k order is permuted (the same permutation on x, so the product is
+// unchanged) so that lane (g = lane / 4, t = lane % 4) owns the contiguous k range
+// [16t, 16t + 16): its B fragments for all four steps are then two 16-byte loads of x.
+// Step s of lane (g, t) covers k = 16t + 4s + {0, 1, 2, 3}; the mma's logical columns
+// {2t, 2t+1} map to the first two and {2t+8, 2t+9} to the last two.
+//
+// Bytes, in order:
+//   weights: [group][chunk][strip][block][lane][step s] uint32 words,
+//     NumGroups * K/128 * 8 KB. Word (lane (g, t), step s) holds offset-binary nibbles
+//     u = q + 8 so that the LOP3 magic-number dequant yields the four A registers in order:
+//       nibble 0, 4: row g,     k = 16t+4s+0, +1   (A register 0)
+//       nibble 1, 5: row g + 8, k = 16t+4s+0, +1   (A register 1)
+//       nibble 2, 6: row g,     k = 16t+4s+2, +3   (A register 2)
+//       nibble 3, 7: row g + 8, k = 16t+4s+2, +3   (A register 3)
+//   scales:  [group][scale group][strip][g] pairs of fp16 (s[row g], s[row g + 8]),
+//     NumGroups * ScaleGroups * 256 bytes; ScaleGroups is K/128 for group_size 128 and 1
+//     for per-row scales. Padding rows have scale 0 and u = 8 (q = 0).
+#ifndef QMM_KERNELS_CUDA_W4A16_LAYOUT_H_
+#define QMM_KERNELS_CUDA_W4A16_LAYOUT_H_
+
+#include <cstdint>
+
+#include "kernels/format.h"
+
+namespace qmm::cuda::w4a16 {
+
+inline constexpr int kStripRows = 16;
+inline constexpr int kGroupStrips = 8;
+inline constexpr int kGroupRows = kStripRows * kGroupStrips;
+inline constexpr int kBlockK = 64;
+inline constexpr int kBlockBytes = 512;  // 32 lanes x 16 bytes
+inline constexpr int kChunkK = 128;
+inline constexpr int kChunkBlocks = kChunkK / kBlockK;
+static_assert(kChunkK == kW4GroupSize, "a pipeline stage must hold exactly one scale group");
+inline constexpr int kStripChunkBytes = kChunkBlocks * kBlockBytes;       // 1 KB
+inline constexpr int kGroupChunkBytes = kGroupStrips * kStripChunkBytes;  // 8 KB
+inline constexpr int kStripScaleBytes = 32;                               // 16 fp16 scales
+inline constexpr int kGroupScaleBytes = kGroupStrips * kStripScaleBytes;  // 256 bytes
+
+constexpr int64_t NumGroups(const WeightShape& s) { return (s.n + kGroupRows - 1) / kGroupRows; }
+constexpr int64_t NumChunks(const WeightShape& s) { return s.k / kChunkK; }
+constexpr int64_t ScaleGroups(const WeightShape& s) { return s.group_size == 0 ? 1 : NumChunks(s); }
+constexpr int64_t WeightRegionBytes(const WeightShape& s) {
+  return NumGroups(s) * NumChunks(s) * kGroupChunkBytes;
+}
+constexpr int64_t DeviceBytes(const WeightShape& s) {
+  return WeightRegionBytes(s) + NumGroups(s) * ScaleGroups(s) * kGroupScaleBytes;
+}
+
+}  // namespace qmm::cuda::w4a16
+
+#endif  // QMM_KERNELS_CUDA_W4A16_LAYOUT_H_

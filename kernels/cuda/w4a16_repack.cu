@@ -1,0 +1,90 @@
+// Host side of W4A16: canonical packed form -> the device layout of w4a16_layout.h.
+#include <cstring>
+
+#include "kernels/cuda/w4a16.h"
+#include "kernels/cuda/w4a16_layout.h"
+
+namespace qmm::cuda {
+namespace {
+
+using w4a16::kBlockBytes;
+using w4a16::kBlockK;
+using w4a16::kChunkBlocks;
+using w4a16::kChunkK;
+using w4a16::kGroupChunkBytes;
+using w4a16::kGroupScaleBytes;
+using w4a16::kGroupStrips;
+using w4a16::kStripChunkBytes;
+using w4a16::kStripRows;
+using w4a16::kStripScaleBytes;
+
+// Offset-binary nibble u = q + 8 of w[n][k] (flipping the sign bit of the 4-bit two's
+// complement adds 8); 8 (q = 0) for padding rows.
+uint32_t OffsetNibble(const PackedWeight& w, int64_t n, int64_t k) {
+  if (n >= w.shape.n) return 8;
+  const uint8_t byte = w.values()[n * (w.shape.k / 2) + k / 2];
+  return ((k % 2 == 0 ? byte : byte >> 4) & 0xf) ^ 0x8;
+}
+
+// The four words (steps) of one lane of one strip's block.
+void PackLane(const PackedWeight& w, int64_t row0, int64_t k_block, int lane, uint8_t* dst) {
+  const int64_t g = lane / 4;
+  const int64_t t = lane % 4;
+  for (int step = 0; step < 4; ++step) {
+    const int64_t k0 = k_block + 16 * t + 4 * step;
+    auto nib = [&](int64_t row, int64_t dk) { return OffsetNibble(w, row0 + row, k0 + dk); };
+    const uint32_t word = nib(g, 0) | nib(g + 8, 0) << 4 | nib(g, 2) << 8 | nib(g + 8, 2) << 12 |
+                          nib(g, 1) << 16 | nib(g + 8, 1) << 20 | nib(g, 3) << 24 |
+                          nib(g + 8, 3) << 28;
+    std::memcpy(dst + step * 4, &word, 4);
+  }
+}
+
+}  // namespace
+
+std::vector<uint8_t> RepackW4A16(const PackedWeight& packed) {
+  const WeightShape& shape = packed.shape;
+  const int64_t groups = w4a16::NumGroups(shape);
+  const int64_t chunks = w4a16::NumChunks(shape);
+  std::vector<uint8_t> out(w4a16::DeviceBytes(shape), 0);
+
+  for (int64_t group = 0; group < groups; ++group) {
+    for (int64_t chunk = 0; chunk < chunks; ++chunk) {
+      uint8_t* base = out.data() + (group * chunks + chunk) * kGroupChunkBytes;
+      for (int strip = 0; strip < kGroupStrips; ++strip) {
+        const int64_t row0 = (group * kGroupStrips + strip) * kStripRows;
+        for (int block = 0; block < kChunkBlocks; ++block) {
+          uint8_t* dst = base + strip * kStripChunkBytes + block * kBlockBytes;
+          for (int lane = 0; lane < 32; ++lane) {
+            PackLane(packed, row0, chunk * kChunkK + block * kBlockK, lane, dst + lane * 16);
+          }
+        }
+      }
+    }
+  }
+
+  // Scales: fp16 bit patterns copied as they are, paired (row g, row g + 8).
+  const int64_t scale_groups = w4a16::ScaleGroups(shape);
+  const int64_t src_groups = shape.GroupsPerRow();
+  const uint8_t* scales = packed.scales();
+  uint8_t* sbase = out.data() + w4a16::WeightRegionBytes(shape);
+  for (int64_t group = 0; group < groups; ++group) {
+    for (int64_t sg = 0; sg < scale_groups; ++sg) {
+      uint8_t* dst = sbase + (group * scale_groups + sg) * kGroupScaleBytes;
+      for (int strip = 0; strip < kGroupStrips; ++strip) {
+        for (int64_t i = 0; i < kStripRows; ++i) {
+          const int64_t row = (group * kGroupStrips + strip) * kStripRows + i;
+          if (row >= shape.n) continue;
+          // Row i of the strip is the low (i < 8) or high half of pair i % 8.
+          std::memcpy(dst + strip * kStripScaleBytes + (i % 8) * 4 + (i / 8) * 2,
+                      scales + (row * src_groups + sg) * 2, 2);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+size_t W4A16WorkspaceBytes(const WeightShape& /*shape*/, int64_t /*m*/) { return 0; }
+
+}  // namespace qmm::cuda

@@ -1,0 +1,470 @@
+// Device side of W8A16 (see w8a16.h for the layout and the plan).
+#include <cooperative_groups.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+
+#include "kernels/cuda/device_info.h"
+#include "kernels/cuda/dtype_device.cuh"
+#include "kernels/cuda/w8a16.h"
+
+namespace qmm::cuda {
+namespace {
+
+constexpr int kChunkK = 32;        // k per chunk: two m16n8k16 steps
+constexpr int kChunkVectors = 32;  // uint4 per (row tile, chunk): one per lane
+constexpr int kMaxSplits = 8;      // portable cluster size
+
+struct Params {
+  const uint4* w;       // [rt_count][chunks][32]
+  const float* scales;  // [rt_count * 16]
+  const void* x;        // [m][k]
+  void* y;              // [m][n]
+  int64_t m;
+  int32_t n;
+  int32_t k;
+  int32_t rt_count;
+  int32_t chunks;
+  int32_t splits;
+  int32_t groups;
+  int32_t chunks_per_split;
+  DType y_dtype;
+};
+
+// Weights are read exactly once: cp.async.cg bypasses L1 (which keeps the activations
+// that every warp of the CTA re-reads) and lands in the issuing lane's own ring slot.
+__device__ __forceinline__ void CpAsync16(const void* smem, const void* gmem) {
+  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(gmem) : "memory");
+}
+// Activations are re-read by every warp of the CTA: .ca keeps them in L1.
+__device__ __forceinline__ void CpAsync16Cached(const void* smem, const void* gmem) {
+  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void CpAsyncCommit() {
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+template <int kPending>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
+}
+
+// Two biased int8 of w (bytes 0-1 with kSelector 0x4140, bytes 2-3 with 0x4342) ->
+// fp16x2: prmt puts each byte under the fp16 exponent of 1024, so the half is
+// 1024 + q + 128; one subtraction of 1152 leaves q, exactly.
+template <uint32_t kSelector>
+__device__ __forceinline__ uint32_t PairF16(uint32_t w) {
+  const uint32_t biased = __byte_perm(w, 0x64646464u, kSelector);
+  uint32_t out;
+  asm("sub.f16x2 %0, %1, %2;" : "=r"(out) : "r"(biased), "r"(0x64806480u));
+  return out;
+}
+
+// The same for bf16, whose 8-bit significand cannot hold 128 + 255 exactly: go through
+// fp32 2^23 + q + 128 and convert the exact small integers.
+template <int kByte>
+__device__ __forceinline__ uint32_t PairBf16(uint32_t w) {
+  constexpr float kBias = 8388608.0f + 128.0f;
+  const float f0 = __uint_as_float(__byte_perm(w, 0x4B000000u, 0x7540 | kByte)) - kBias;
+  const float f1 = __uint_as_float(__byte_perm(w, 0x4B000000u, 0x7540 | (kByte + 1))) - kBias;
+  const __nv_bfloat162 h = __floats2bfloat162_rn(f0, f1);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// One lane's 16 weight bytes -> its A fragments for the chunk's two k16 steps.
+template <typename T>
+__device__ __forceinline__ void Dequant(const uint4& w, uint32_t (&a)[2][4]) {
+  if constexpr (std::is_same_v<T, __half>) {
+    a[0][0] = PairF16<0x4140>(w.x);
+    a[0][1] = PairF16<0x4140>(w.y);
+    a[0][2] = PairF16<0x4342>(w.x);
+    a[0][3] = PairF16<0x4342>(w.y);
+    a[1][0] = PairF16<0x4140>(w.z);
+    a[1][1] = PairF16<0x4140>(w.w);
+    a[1][2] = PairF16<0x4342>(w.z);
+    a[1][3] = PairF16<0x4342>(w.w);
+  } else {
+    a[0][0] = PairBf16<0>(w.x);
+    a[0][1] = PairBf16<0>(w.y);
+    a[0][2] = PairBf16<2>(w.x);
+    a[0][3] = PairBf16<2>(w.y);
+    a[1][0] = PairBf16<0>(w.z);
+    a[1][1] = PairBf16<0>(w.w);
+    a[1][2] = PairBf16<2>(w.z);
+    a[1][3] = PairBf16<2>(w.w);
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void Mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                    uint32_t b1) {
+  if constexpr (std::is_same_v<T, __half>) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// One CTA: kWN warps side by side along N, each owning kR row tiles (16 rows each) for
+// the CTA's kNT token tiles (8 tokens each) over the CTA's K range. Each warp streams its
+// weights and its activation fragments through a private ring of kStages shared-memory
+// slots of kU chunks (cp.async; kStages - 1 groups in flight while one is multiplied),
+// so that no load latency is ever exposed and registers hold only accumulators. Every
+// lane reads back only the 16-byte vectors it copied itself: the ring needs no barrier.
+template <int kNT, int kR, int kWN, int kU, int kStages>
+struct Tile {
+  static constexpr int kThreads = 32 * kWN;
+  static constexpr int kTokens = 8 * kNT;
+  static constexpr int kRows = 16 * kR * kWN;
+  static constexpr int kRowTiles = kR * kWN;
+  static constexpr int kGroupChunks = kU;
+  static constexpr int kRingStages = kStages;
+  // Per chunk a warp holds kR weight vectors and kNT activation vectors per lane.
+  static constexpr int kSlotsPerChunk = kR + kNT;
+  static constexpr size_t kRingBytes =
+      size_t{kWN} * kStages * kU * kSlotsPerChunk * kChunkVectors * 16;
+  // Partial-sum tile for the cluster reduction, [kTokens][kRows + 4], in the ring's
+  // memory once the ring is drained: the pad makes the accumulator stores (8 rows x 4
+  // token pairs per warp) hit 32 distinct banks.
+  static constexpr int kPartStride = kRows + 4;
+  static constexpr size_t kPartBytes = sizeof(float) * kTokens * kPartStride;
+  static constexpr size_t kSmemBytes = kRingBytes > kPartBytes ? kRingBytes : kPartBytes;
+};
+
+template <typename T, typename TileT, bool kSplit>
+__global__ void __launch_bounds__(TileT::kThreads) W8A16Kernel(const Params p) {
+  constexpr int kNT = TileT::kTokens / 8;
+  constexpr int kU = TileT::kGroupChunks;
+  constexpr int kStages = TileT::kRingStages;
+  constexpr int kR = TileT::kRowTiles / (TileT::kThreads / 32);
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int g = lane >> 2;
+  const int t4 = lane & 3;
+
+  int bid = blockIdx.x;
+  int split = 0;
+  if constexpr (kSplit) {
+    split = bid % p.splits;
+    bid /= p.splits;
+  }
+  const int group = bid % p.groups;
+  const int rowblock = bid / p.groups;
+  const int c0 = split * p.chunks_per_split;
+  const int c1 = min(p.chunks, c0 + p.chunks_per_split);
+
+  const uint4* wp[kR];
+#pragma unroll
+  for (int r = 0; r < kR; ++r) {
+    // Tiles past the last one (a partial row block) re-read the last tile: valid memory,
+    // results never stored.
+    const int rt = min(rowblock * TileT::kRowTiles + warp * kR + r, p.rt_count - 1);
+    wp[r] = p.w + static_cast<int64_t>(rt) * p.chunks * kChunkVectors + lane;
+  }
+  const uint4* xp[kNT];
+#pragma unroll
+  for (int t = 0; t < kNT; ++t) {
+    // Tokens past M read the last row likewise.
+    const int64_t token = min(static_cast<int64_t>(group) * TileT::kTokens + 8 * t + g, p.m - 1);
+    xp[t] = reinterpret_cast<const uint4*>(static_cast<const T*>(p.x) + token * p.k) + t4;
+  }
+
+  float acc[kR][kNT][4];
+#pragma unroll
+  for (int r = 0; r < kR; ++r)
+#pragma unroll
+    for (int t = 0; t < kNT; ++t)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[r][t][i] = 0.0f;
+
+  extern __shared__ uint4 smem[];
+  // This lane's slots: ring[stage][u][slot], slot r < kR a weight vector and slot kR + t
+  // an activation vector, at a stride of one warp-chunk (32 vectors).
+  constexpr int kSlots = TileT::kSlotsPerChunk;
+  uint4* const ring = smem + warp * (kStages * kU * kSlots * kChunkVectors) + lane;
+  auto slot = [&](int stage, int u, int s) {
+    return ring + ((stage * kU + u) * kSlots + s) * kChunkVectors;
+  };
+  auto issue = [&](int c, int stage) {
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      if (c + u < c1) {
+#pragma unroll
+        for (int r = 0; r < kR; ++r) CpAsync16(slot(stage, u, r), wp[r] + (c + u) * kChunkVectors);
+#pragma unroll
+        for (int t = 0; t < kNT; ++t) {
+          CpAsync16Cached(slot(stage, u, kR + t), xp[t] + (c + u) * (kChunkK / 8));
+        }
+      }
+    }
+    // Empty groups too, so that group g is always the g-th commit.
+    CpAsyncCommit();
+  };
+
+#pragma unroll
+  for (int stage = 0; stage < kStages; ++stage) issue(c0 + stage * kU, stage);
+  int stage = 0;
+#pragma unroll 1
+  for (int c = c0; c < c1; c += kU) {
+    CpAsyncWait<kStages - 1>();  // this group has landed
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      if (c + u < c1) {
+        uint4 xv[kNT];
+#pragma unroll
+        for (int t = 0; t < kNT; ++t) xv[t] = *slot(stage, u, kR + t);
+#pragma unroll
+        for (int r = 0; r < kR; ++r) {
+          uint32_t a[2][4];
+          Dequant<T>(*slot(stage, u, r), a);
+#pragma unroll
+          for (int t = 0; t < kNT; ++t) {
+            Mma<T>(acc[r][t], a[0], xv[t].x, xv[t].y);
+            Mma<T>(acc[r][t], a[1], xv[t].z, xv[t].w);
+          }
+        }
+      }
+    }
+    // The stage was just read into registers that the MMAs above consumed: refill it.
+    issue(c + kStages * kU, stage);
+    stage = stage + 1 == kStages ? 0 : stage + 1;
+  }
+  CpAsyncWait<0>();
+
+  // Accumulator element i of tile (r, t): row g (+8 for i >= 2), token 2*t4 + (i & 1).
+  const int row_base = rowblock * TileT::kRows;
+  const int64_t token_base = static_cast<int64_t>(group) * TileT::kTokens;
+  if constexpr (!kSplit) {
+#pragma unroll
+    for (int r = 0; r < kR; ++r) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = row_base + (warp * kR + r) * 16 + g + 8 * half;
+        if (row >= p.n) continue;
+        const float scale = p.scales[row];
+#pragma unroll
+        for (int t = 0; t < kNT; ++t) {
+#pragma unroll
+          for (int j = 0; j < 2; ++j) {
+            const int64_t token = token_base + 8 * t + 2 * t4 + j;
+            if (token < p.m)
+              StoreAs(p.y_dtype, p.y, token * p.n + row, acc[r][t][2 * half + j] * scale);
+          }
+        }
+      }
+    }
+  } else {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    // The partial tile overlays the rings: every warp must be done with its own first.
+    __syncthreads();
+    float* const part = reinterpret_cast<float*>(smem);
+#pragma unroll
+    for (int r = 0; r < kR; ++r)
+#pragma unroll
+      for (int t = 0; t < kNT; ++t)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int row = (warp * kR + r) * 16 + g + 8 * (i >> 1);
+          const int token = 8 * t + 2 * t4 + (i & 1);
+          part[token * TileT::kPartStride + row] = acc[r][t][i];
+        }
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();
+    // Each CTA of the cluster sums 1/splits of the tile over every CTA's partials, in rank
+    // order (deterministic), and stores it: consecutive threads, consecutive rows.
+    constexpr int kElements = TileT::kTokens * TileT::kRows;
+    const int per = (kElements + p.splits - 1) / p.splits;
+    const int end = min(kElements, (split + 1) * per);
+    for (int e = split * per + threadIdx.x; e < end; e += TileT::kThreads) {
+      const int token = e / TileT::kRows;
+      const int row = e % TileT::kRows;
+      float sum = 0.0f;
+      for (int s = 0; s < p.splits; ++s) {
+        sum += cluster.map_shared_rank(part, s)[token * TileT::kPartStride + row];
+      }
+      const int n = row_base + row;
+      const int64_t m = token_base + token;
+      if (n < p.n && m < p.m) StoreAs(p.y_dtype, p.y, m * p.n + n, sum * p.scales[n]);
+    }
+    // No CTA may exit while another still reads its shared memory.
+    cluster.sync();
+#else
+    __trap();  // split launches are refused before sm_90
+#endif
+  }
+}
+
+// Per-device state of one kernel instantiation: its occupancy, read once.
+constexpr int kMaxDevices = 64;
+struct InstanceCache {
+  std::array<std::atomic<int>, kMaxDevices> blocks_per_sm{};  // 0: not prepared yet
+};
+
+double WaveEfficiency(int64_t ctas, int64_t slots) {
+  const int64_t waves = (ctas + slots - 1) / slots;
+  return static_cast<double>(ctas) / static_cast<double>(waves * slots);
+}
+
+// The split count for a launch of `ctas` CTAs (before splitting) with `slots` resident
+// CTAs per GPU. Each CTA keeps at least two load groups of K. Memory-bound tiles want as
+// many CTAs streaming as fit in one wave (a second, partial wave leaves most SMs idle at
+// the end, measured on the H200). Compute-bound tiles want whole waves: each doubling
+// must raise the wave efficiency noticeably.
+int ChooseSplits(int64_t ctas, int64_t slots, int chunks, int group_chunks, bool memory_bound) {
+  int best = 1;
+  double best_eff = WaveEfficiency(ctas, slots);
+  for (int s = 2; s <= kMaxSplits; s *= 2) {
+    if (chunks < s * 2 * group_chunks) break;
+    if (memory_bound) {
+      if (ctas * s > slots) break;
+      best = s;
+      continue;
+    }
+    const double eff = WaveEfficiency(ctas * s, slots);
+    if (eff > best_eff + 0.05) {
+      best = s;
+      best_eff = eff;
+    }
+  }
+  return best;
+}
+
+template <typename T, typename TileT>
+cudaError_t LaunchTile(const GemmArgs& args, const W8A16Options& options,
+                       const DeviceInfo& device) {
+  auto* plain = &W8A16Kernel<T, TileT, false>;
+  auto* split_kernel = &W8A16Kernel<T, TileT, true>;
+  static InstanceCache cache;
+
+  // Once per device: raise the dynamic shared-memory limit (the rings take more than the
+  // default 48 KB), then ask how many CTAs fit on an SM.
+  const int dev = device.ordinal;
+  int blocks_per_sm = dev < kMaxDevices ? cache.blocks_per_sm[dev].load() : 0;
+  if (blocks_per_sm == 0) {
+    for (auto* kernel : {plain, split_kernel}) {
+      if (cudaError_t err =
+              cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   static_cast<int>(TileT::kSmemBytes));
+          err != cudaSuccess) {
+        return err;
+      }
+    }
+    if (cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &blocks_per_sm, plain, TileT::kThreads, TileT::kSmemBytes);
+        err != cudaSuccess) {
+      return err;
+    }
+    blocks_per_sm = std::max(blocks_per_sm, 1);
+    if (dev < kMaxDevices) cache.blocks_per_sm[dev].store(blocks_per_sm);
+  }
+
+  Params p{};
+  p.w = static_cast<const uint4*>(args.weight);
+  p.n = static_cast<int32_t>(args.shape.n);
+  p.k = static_cast<int32_t>(args.shape.k);
+  p.rt_count = static_cast<int32_t>((args.shape.n + 15) / 16);
+  p.chunks = static_cast<int32_t>(args.shape.k / kChunkK);
+  p.scales = reinterpret_cast<const float*>(static_cast<const uint8_t*>(args.weight) +
+                                            int64_t{p.rt_count} * 16 * args.shape.k);
+  p.y_dtype = args.y_dtype;
+  const int64_t rowblocks = (p.rt_count + TileT::kRowTiles - 1) / TileT::kRowTiles;
+  const int64_t all_groups = (args.m + TileT::kTokens - 1) / TileT::kTokens;
+
+  int splits = options.splits;
+  if (splits == 0) {
+    splits = device.clusters()
+                 ? ChooseSplits(rowblocks * all_groups, int64_t{device.sms} * blocks_per_sm,
+                                p.chunks, TileT::kGroupChunks, TileT::kTokens <= 32)
+                 : 1;
+  }
+  if (splits != 1 && splits != 2 && splits != 4 && splits != 8) return cudaErrorInvalidValue;
+  if (splits > 1 && !device.clusters()) return cudaErrorInvalidValue;
+  p.splits = splits;
+  // Whole load groups per split, so only the last split has a partial group.
+  constexpr int kU = TileT::kGroupChunks;
+  p.chunks_per_split = ((p.chunks + splits - 1) / splits + kU - 1) / kU * kU;
+
+  // Token groups per launch: the grid's x extent must stay below 2^31.
+  const int64_t max_groups = std::max<int64_t>(1, (int64_t{1} << 30) / (rowblocks * splits));
+  const size_t x_row_bytes = static_cast<size_t>(args.shape.k) * DTypeSize(args.x_dtype);
+  const size_t y_row_bytes = static_cast<size_t>(args.shape.n) * DTypeSize(args.y_dtype);
+  for (int64_t g0 = 0; g0 < all_groups; g0 += max_groups) {
+    const int64_t groups = std::min(max_groups, all_groups - g0);
+    const int64_t token0 = g0 * TileT::kTokens;
+    p.x = static_cast<const uint8_t*>(args.x) + token0 * x_row_bytes;
+    p.y = static_cast<uint8_t*>(args.y) + token0 * y_row_bytes;
+    p.m = std::min<int64_t>(args.m - token0, groups * TileT::kTokens);
+    p.groups = static_cast<int32_t>(groups);
+    const unsigned ctas = static_cast<unsigned>(rowblocks * groups * splits);
+    if (splits == 1) {
+      plain<<<ctas, TileT::kThreads, TileT::kSmemBytes, args.stream>>>(p);
+    } else {
+      cudaLaunchConfig_t config{};
+      config.gridDim = dim3(ctas);
+      config.blockDim = dim3(TileT::kThreads);
+      config.dynamicSmemBytes = TileT::kSmemBytes;
+      config.stream = args.stream;
+      cudaLaunchAttribute attribute{};
+      attribute.id = cudaLaunchAttributeClusterDimension;
+      attribute.val.clusterDim.x = static_cast<unsigned>(splits);
+      attribute.val.clusterDim.y = 1;
+      attribute.val.clusterDim.z = 1;
+      config.attrs = &attribute;
+      config.numAttrs = 1;
+      if (cudaError_t err = cudaLaunchKernelEx(&config, split_kernel, p); err != cudaSuccess) {
+        return err;
+      }
+    }
+    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+  }
+  return cudaSuccess;
+}
+
+template <typename T>
+cudaError_t LaunchFor(const GemmArgs& args, const W8A16Options& options, const DeviceInfo& device) {
+  // Token tile by M. Each config takes 96 KB of ring per CTA (two CTAs per SM). Up to 32
+  // tokens: 4 warps x 2 row tiles, 32-48 KB of weights in flight per CTA. From 33 tokens
+  // on: 64-token tiles with 4 row tiles per warp, so that each activation fragment feeds
+  // 4 MMAs (the MMA and shared-memory rates, not HBM, set the pace there).
+  if (args.m <= 8) return LaunchTile<T, Tile<1, 2, 4, 4, 4>>(args, options, device);
+  if (args.m <= 16) return LaunchTile<T, Tile<2, 2, 4, 2, 6>>(args, options, device);
+  if (args.m <= 32) return LaunchTile<T, Tile<4, 2, 4, 2, 4>>(args, options, device);
+  return LaunchTile<T, Tile<8, 4, 4, 1, 4>>(args, options, device);
+}
+
+}  // namespace
+
+cudaError_t LaunchW8A16(const GemmArgs& args, const W8A16Options& options) {
+  if (args.m < 1 || args.shape.k % 64 != 0 || args.shape.n < 1 || args.weight == nullptr ||
+      args.x == nullptr || args.y == nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  if (args.y_dtype != DType::kF32 && args.y_dtype != DType::kF16 && args.y_dtype != DType::kBF16) {
+    return cudaErrorInvalidValue;
+  }
+  DeviceInfo device;
+  if (cudaError_t err = CurrentDeviceInfo(&device); err != cudaSuccess) return err;
+  switch (args.x_dtype) {
+    case DType::kF16:
+      return LaunchFor<__half>(args, options, device);
+    case DType::kBF16:
+      return LaunchFor<__nv_bfloat16>(args, options, device);
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
+cudaError_t LaunchW8A16(const GemmArgs& args) { return LaunchW8A16(args, W8A16Options{}); }
+
+}  // namespace qmm::cuda

@@ -1,0 +1,68 @@
+// W8A16: int8 weights with one fp32 scale per output row, times fp16 or bf16 activations,
+// fp32 accumulation, on tensor cores (mma.sync m16n8k16).
+//
+// The weights sit in the MMA's M slot (16 output rows per tile) and the tokens in its N
+// slot (8 per tile), so M = 1..8 costs one n8 tile, not a padded 16 or 64. Every weight
+// byte is read from HBM once per 64 tokens (once in all for M <= 64) with 16-byte copies
+// (cp.async through a per-warp shared-memory ring, several groups in flight) that give a
+// lane its whole A fragment for two k16 steps, and is converted in registers:
+// stored biased (q + 128), one prmt + one sub.f16x2 give two fp16 values, or fp32 magic
+// numbers for bf16. The row scale is applied once to the fp32 sums.
+//
+// Device layout (RepackW8A16), with RT = ceil(N / 16) row tiles and C = K / 32 chunks:
+//   values: [RT][C][32 lanes][16 bytes]; lane L = 4g + t holds, for rows r0 = 16*rt + g
+//           and r1 = r0 + 8 and k0 = 32*c + 8*t, the words
+//             (r0, k0..k0+3), (r1, k0..k0+3), (r0, k0+4..k0+7), (r1, k0+4..k0+7),
+//           each byte q + 128 (rows >= N hold q = 0). The MMA's k order inside a chunk is
+//           permuted so that the same lane's activations are x[token][k0..k0+7], one
+//           16-byte copy; the permutation is the same for both operands, so the sum over
+//           k is unchanged.
+//   scales: RT * 16 fp32 (0 for rows >= N).
+//
+// Launch picks the token tile from M (8, 16, 32 or 64 tokens per CTA; M > 64 runs 64-token
+// groups side by side, whose weight re-reads can hit L2) and, on sm_90, splits K over the
+// CTAs of a thread-block cluster, reduced through distributed shared memory, so that
+// every SM streams even when N is small. No workspace, one launch. H200 timings and what
+// is still missing: docs/PERFORMANCE.md.
+//
+// Shape constraints: none beyond ValidateShape (K % 64 == 0, any N, any M >= 1). x must
+// be 16-byte aligned (cudaMalloc'd buffers are).
+#ifndef QMM_KERNELS_CUDA_W8A16_H_
+#define QMM_KERNELS_CUDA_W8A16_H_
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/cuda/gemm_args.h"
+#include "kernels/format.h"
+
+namespace qmm::cuda {
+
+// Bytes of the device layout for `shape`.
+int64_t W8A16DeviceBytes(const WeightShape& shape);
+
+// Canonical packed W8A16 (from ViewPacked) -> device layout bytes.
+std::vector<uint8_t> RepackW8A16(const PackedWeight& packed);
+
+// Always 0: the split-K reduction stays in shared memory.
+size_t W8A16WorkspaceBytes(const WeightShape& shape, int64_t m);
+
+// Enqueues y = x * W^T. x_dtype kF16 or kBF16; y_dtype kF32, kF16 or kBF16. Never
+// synchronizes.
+cudaError_t LaunchW8A16(const GemmArgs& args);
+
+// Tuning knobs for tests and benchmarks; a default-constructed value is what
+// LaunchW8A16(args) uses.
+struct W8A16Options {
+  // CTAs that split K: 1, 2, 4 or 8, or 0 to pick from the shape and the device. More
+  // than 1 needs sm_90 (cluster launch): cudaErrorInvalidValue before that.
+  int splits = 0;
+};
+cudaError_t LaunchW8A16(const GemmArgs& args, const W8A16Options& options);
+
+}  // namespace qmm::cuda
+
+#endif  // QMM_KERNELS_CUDA_W8A16_H_

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# On the GPU machine, from the repository root, after build.sh carried .dev-cuda there:
+# the GPU tests, the CUDA end-to-end check and qmm-kernel-bench. Logs and JSON go to
+# $OUT; a summary is printed last.
+#   usage: .dev-cuda/run.sh [tests] [e2e] [bench] [tune]   (default: tests e2e bench)
+set -uo pipefail
+dev=${DEV:-$PWD/.dev-cuda}
+out=${OUT:-/tmp/qmm-device-out}
+mkdir -p "$out"
+export LD_LIBRARY_PATH=$dev/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+steps=("$@")
+[[ ${#steps[@]} -eq 0 ]] && steps=(tests e2e bench)
+summary=()
+
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.draw,temperature.gpu \
+  --format=csv >"$out/gpu.txt" 2>&1
+cat "$out/gpu.txt"
+if ldd "$dev"/bin/* | grep "not found"; then echo "missing libraries"; fi
+
+for step in "${steps[@]}"; do
+  case $step in
+    tests)
+      for t in kernels_gpu_test cuda_backend_gpu_test; do
+        start=$SECONDS
+        timeout 300 "$dev/bin/$t" --gtest_brief=1 >"$out/$t.log" 2>&1
+        rc=$?
+        tail -25 "$out/$t.log"
+        summary+=("$t: exit $rc ($((SECONDS - start)) s)")
+      done
+      ;;
+    e2e)
+      timeout 180 "$dev/e2e-cuda.sh" "$dev/bin" >"$out/e2e.log" 2>&1
+      rc=$?
+      tail -30 "$out/e2e.log"
+      summary+=("e2e-cuda: exit $rc")
+      ;;
+    bench)
+      timeout 300 "$dev/bin/qmm-kernel-bench" --json="$out/bench-h200.json" 2>&1 | tee "$out/bench.txt"
+      summary+=("qmm-kernel-bench: exit ${PIPESTATUS[0]}")
+      ;;
+    tune)
+      # W8A16 split-K counts (0 = the launcher's choice) on the shapes that carry the targets.
+      for splits in 0 1 2 4 8; do
+        timeout 120 "$dev/bin/qmm-kernel-bench" --schemes=W8A16 \
+          --shapes=8192x8192,8192x28672,4096x14336,14336x4096 --m=1,16,64,256 --iters=50 \
+          --w8a16_splits=$splits 2>&1 | grep -E "^W8A16" | sed "s/^/splits=$splits /" |
+          tee -a "$out/tune.txt"
+      done
+      ;;
+  esac
+done
+printf '%s\n' "${summary[@]}"

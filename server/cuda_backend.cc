@@ -1,0 +1,472 @@
+#include "server/cuda_backend.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "kernels/cuda/convert.h"
+#include "kernels/cuda/kernels.h"
+#include "kernels/dtype.h"
+
+namespace qmm {
+namespace {
+
+constexpr float kF16Max = 65504.0f;
+// cuBLAS's recommended workspace on Hopper; given explicitly so that it is allocated once
+// per worker, up front, and counted.
+constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
+
+// Errors after which the context is unusable: every later call fails the same way.
+bool IsSticky(cudaError_t err) {
+  switch (err) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorECCUncorrectable:
+    case cudaErrorNvlinkUncorrectable:
+    case cudaErrorAssert:
+    case cudaErrorContextIsDestroyed:
+    case cudaErrorDevicesUnavailable:
+    case cudaErrorNoDevice:
+    case cudaErrorInitializationError:
+    case cudaErrorCudartUnloading:
+    case cudaErrorUnknown:
+      return true;
+    default:
+      return false;
+  }
+}
+
+std::string CudaMessage(cudaError_t err) {
+  return absl::StrCat(cudaGetErrorName(err), " (", cudaGetErrorString(err), ")");
+}
+
+// A device or pinned host buffer that only grows; the caller guarantees that no queued
+// work still uses it when it grows (each MatMul synchronizes its stream before returning).
+class GrowBuffer {
+ public:
+  enum class Kind { kDevice, kPinnedHost };
+  explicit GrowBuffer(Kind kind) : kind_(kind) {}
+  ~GrowBuffer() { Free(); }
+  GrowBuffer(const GrowBuffer&) = delete;
+  GrowBuffer& operator=(const GrowBuffer&) = delete;
+
+  cudaError_t Reserve(size_t bytes) {
+    if (bytes <= capacity_) return cudaSuccess;
+    Free();
+    // Half again what is asked, so that slowly rising batch sizes reallocate rarely.
+    const size_t want = std::max(bytes, capacity_ + capacity_ / 2);
+    cudaError_t err = Allocate(want);
+    if (err == cudaErrorMemoryAllocation && want > bytes) {
+      cudaGetLastError();
+      err = Allocate(bytes);
+    }
+    return err;
+  }
+  void* get() const { return ptr_; }
+  size_t capacity() const { return capacity_; }
+
+ private:
+  cudaError_t Allocate(size_t bytes) {
+    const cudaError_t err = kind_ == Kind::kDevice
+                                ? cudaMalloc(&ptr_, bytes)
+                                : cudaHostAlloc(&ptr_, bytes, cudaHostAllocDefault);
+    if (err == cudaSuccess) {
+      capacity_ = bytes;
+    } else {
+      ptr_ = nullptr;
+    }
+    return err;
+  }
+  void Free() {
+    if (ptr_ != nullptr) kind_ == Kind::kDevice ? cudaFree(ptr_) : cudaFreeHost(ptr_);
+    ptr_ = nullptr;
+    capacity_ = 0;
+  }
+
+  const Kind kind_;
+  void* ptr_ = nullptr;
+  size_t capacity_ = 0;
+};
+
+class CudaWeight : public BackendWeight {
+ public:
+  CudaWeight(const PackedWeight& packed, const cuda::KernelOps* ops, int device, void* ptr,
+             int64_t bytes)
+      : scheme_(packed.scheme),
+        shape_(packed.shape),
+        ops_(ops),
+        device_(device),
+        ptr_(ptr),
+        bytes_(bytes) {}
+  ~CudaWeight() override {
+    cudaSetDevice(device_);
+    cudaFree(ptr_);
+  }
+
+  Scheme scheme() const override { return scheme_; }
+  const WeightShape& shape() const override { return shape_; }
+  int64_t device_bytes() const override { return bytes_; }
+  const cuda::KernelOps& ops() const { return *ops_; }
+  const void* data() const { return ptr_; }
+
+ private:
+  const Scheme scheme_;
+  const WeightShape shape_;
+  const cuda::KernelOps* const ops_;
+  const int device_;
+  void* const ptr_;
+  const int64_t bytes_;
+};
+
+// What one worker owns; used by one MatMul at a time (the Backend contract).
+struct Worker {
+  cudaStream_t stream = nullptr;
+  cublasHandle_t cublas = nullptr;
+  cudaEvent_t start = nullptr;
+  cudaEvent_t stop = nullptr;
+  void* cublas_workspace = nullptr;
+  GrowBuffer host_x{GrowBuffer::Kind::kPinnedHost};
+  GrowBuffer host_y{GrowBuffer::Kind::kPinnedHost};
+  GrowBuffer wire_x{GrowBuffer::Kind::kDevice};    // x as it came
+  GrowBuffer kernel_x{GrowBuffer::Kind::kDevice};  // x in the kernel's dtype
+  GrowBuffer kernel_y{GrowBuffer::Kind::kDevice};  // fp32 y when x was scaled
+  GrowBuffer y{GrowBuffer::Kind::kDevice};         // y in the caller's dtype
+  GrowBuffer workspace{GrowBuffer::Kind::kDevice};
+
+  ~Worker() {
+    if (cublas != nullptr) cublasDestroy(cublas);
+    if (start != nullptr) cudaEventDestroy(start);
+    if (stop != nullptr) cudaEventDestroy(stop);
+    if (stream != nullptr) cudaStreamDestroy(stream);
+    cudaFree(cublas_workspace);
+  }
+};
+
+// The dtype the kernel of `scheme` gets for activations that arrive as `wire`.
+DType KernelXDtype(Scheme scheme, DType wire) {
+  if (scheme == Scheme::kFp16) return DType::kF16;
+  if (scheme == Scheme::kBf16) return DType::kBF16;
+  return wire == DType::kBF16 ? DType::kBF16 : DType::kF16;
+}
+
+// Copies `count` elements of `dtype` from src to dst and returns max|x| over them as fp32
+// (NaN ignored).
+float CopyWithMaxAbs(DType dtype, const void* src, size_t count, void* dst) {
+  std::memcpy(dst, src, count * DTypeSize(dtype));
+  float max_abs = 0.0f;
+  if (dtype == DType::kF32) {
+    const float* v = static_cast<const float*>(dst);
+    for (size_t i = 0; i < count; ++i) max_abs = std::fmax(max_abs, std::fabs(v[i]));
+  } else {
+    const uint16_t* v = static_cast<const uint16_t*>(dst);
+    for (size_t i = 0; i < count; ++i) {
+      const float f = dtype == DType::kBF16 ? Bf16ToFloat(v[i]) : HalfToFloat(v[i]);
+      max_abs = std::fmax(max_abs, std::fabs(f));
+    }
+  }
+  return max_abs;
+}
+
+// The power of two that brings max_abs within fp16 range (1 when it already is, or when
+// max_abs is infinite: scaling cannot save that).
+float RangeScale(float max_abs) {
+  if (!(max_abs > kF16Max) || std::isinf(max_abs)) return 1.0f;
+  int e = static_cast<int>(std::ceil(std::log2(max_abs / kF16Max)));
+  while (std::ldexp(max_abs, -e) > kF16Max) ++e;
+  return std::ldexp(1.0f, -e);
+}
+
+class CudaBackend : public Backend {
+ public:
+  CudaBackend(int device, std::string device_name, int num_workers)
+      : device_(device), device_name_(std::move(device_name)), workers_(num_workers) {}
+
+  ~CudaBackend() override {
+    cudaSetDevice(device_);
+    if (upload_stream_ != nullptr) cudaStreamDestroy(upload_stream_);
+  }
+
+  absl::Status Init() {
+    if (absl::Status s = Check(cudaSetDevice(device_), "cudaSetDevice"); !s.ok()) return s;
+    if (absl::Status s = Check(cudaStreamCreateWithFlags(&upload_stream_, cudaStreamNonBlocking),
+                               "cudaStreamCreate");
+        !s.ok()) {
+      return s;
+    }
+    for (Worker& w : workers_) {
+      // Non-blocking: uploads and other workers never serialize against these streams.
+      if (absl::Status s = Check(cudaStreamCreateWithFlags(&w.stream, cudaStreamNonBlocking),
+                                 "cudaStreamCreate");
+          !s.ok()) {
+        return s;
+      }
+      if (absl::Status s = Check(cudaEventCreate(&w.start), "cudaEventCreate"); !s.ok()) return s;
+      if (absl::Status s = Check(cudaEventCreate(&w.stop), "cudaEventCreate"); !s.ok()) return s;
+      if (absl::Status s = Check(cudaMalloc(&w.cublas_workspace, kCublasWorkspaceBytes),
+                                 "cudaMalloc (cuBLAS workspace)");
+          !s.ok()) {
+        return s;
+      }
+      // cublasSetStream resets the workspace, so the workspace comes second.
+      if (cublasCreate(&w.cublas) != CUBLAS_STATUS_SUCCESS ||
+          cublasSetStream(w.cublas, w.stream) != CUBLAS_STATUS_SUCCESS ||
+          cublasSetWorkspace(w.cublas, w.cublas_workspace, kCublasWorkspaceBytes) !=
+              CUBLAS_STATUS_SUCCESS) {
+        return absl::InternalError("cannot create a cuBLAS handle");
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  std::string_view name() const override { return "cuda"; }
+  std::string device_name() const override { return device_name_; }
+  int num_workers() const override { return static_cast<int>(workers_.size()); }
+
+  int64_t memory_total_bytes() const override { return MemInfo().second; }
+  int64_t memory_free_bytes() const override { return MemInfo().first; }
+
+  absl::Status CheckShape(Scheme scheme, const WeightShape&) const override {
+    if (cuda::FindKernel(scheme) == nullptr) {
+      return absl::UnimplementedError(absl::StrCat("scheme ", std::string(SchemeName(scheme)),
+                                                   " has no CUDA kernel in this build; "
+                                                   "serve it with --backend=cpu"));
+    }
+    // Every kernel takes every shape ValidateShape() accepts (kernels/cuda/gemm_args.h).
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::unique_ptr<BackendWeight>> Load(const PackedWeight& packed) override {
+    if (absl::Status s = CheckShape(packed.scheme, packed.shape); !s.ok()) return s;
+    if (!healthy()) return LostError();
+    const cuda::KernelOps* ops = cuda::FindKernel(packed.scheme);
+    const std::vector<uint8_t> layout = ops->repack(packed);
+    if (absl::Status s = Check(cudaSetDevice(device_), "cudaSetDevice"); !s.ok()) return s;
+    void* ptr = nullptr;
+    if (const cudaError_t err = cudaMalloc(&ptr, layout.size()); err != cudaSuccess) {
+      cudaGetLastError();  // an allocation failure is not sticky; clear it
+      if (err == cudaErrorMemoryAllocation) {
+        const auto [free_bytes, total_bytes] = MemInfo();
+        return absl::ResourceExhaustedError(
+            absl::StrCat("device memory: cannot allocate ", layout.size(), " bytes for the ",
+                         std::string(SchemeName(packed.scheme)), " weight (", free_bytes, " of ",
+                         total_bytes, " bytes free)"));
+      }
+      return Check(err, "cudaMalloc");
+    }
+    cudaError_t err =
+        cudaMemcpyAsync(ptr, layout.data(), layout.size(), cudaMemcpyHostToDevice, upload_stream_);
+    if (err == cudaSuccess) err = cudaStreamSynchronize(upload_stream_);
+    if (err != cudaSuccess) {
+      cudaFree(ptr);
+      return Check(err, "weight upload");
+    }
+    return std::make_unique<CudaWeight>(packed, ops, device_, ptr,
+                                        static_cast<int64_t>(layout.size()));
+  }
+
+  absl::StatusOr<int64_t> MatMul(int worker, const MatMulCall& call) override {
+    if (worker < 0 || worker >= num_workers()) {
+      return absl::InternalError(
+          absl::StrCat("worker ", worker, " is out of range [0, ", num_workers(), ")"));
+    }
+    if (!healthy()) return LostError();
+    if (absl::Status s = Check(cudaSetDevice(device_), "cudaSetDevice"); !s.ok()) return s;
+    Worker& w = workers_[worker];
+    absl::StatusOr<int64_t> result = Run(w, call);
+    if (!result.ok()) {
+      // Nothing queued may outlive the call: the buffers can be reallocated by the next.
+      cudaStreamSynchronize(w.stream);
+      cudaGetLastError();
+    }
+    return result;
+  }
+
+  bool healthy() const override { return healthy_.load(std::memory_order_relaxed); }
+
+ private:
+  absl::StatusOr<int64_t> Run(Worker& w, const MatMulCall& call) {
+    const auto& weight = static_cast<const CudaWeight&>(*call.weight);
+    const WeightShape& shape = weight.shape();
+    const int64_t m = call.m;
+    const size_t x_count = static_cast<size_t>(m * shape.k);
+    const size_t y_count = static_cast<size_t>(m * shape.n);
+    const DType kernel_x_dtype = KernelXDtype(weight.scheme(), call.x_dtype);
+
+    // Stage x; measure its range only where fp16 might not hold it.
+    const size_t wire_x_bytes = x_count * DTypeSize(call.x_dtype);
+    if (absl::Status s = Reserve(w.host_x, wire_x_bytes, "x staging"); !s.ok()) return s;
+    float scale = 1.0f;
+    if (kernel_x_dtype == DType::kF16 && call.x_dtype != DType::kF16) {
+      scale = RangeScale(CopyWithMaxAbs(call.x_dtype, call.x, x_count, w.host_x.get()));
+    } else {
+      std::memcpy(w.host_x.get(), call.x, wire_x_bytes);
+    }
+    if (absl::Status s = Reserve(w.wire_x, wire_x_bytes, "x"); !s.ok()) return s;
+    if (absl::Status s = Check(cudaMemcpyAsync(w.wire_x.get(), w.host_x.get(), wire_x_bytes,
+                                               cudaMemcpyHostToDevice, w.stream),
+                               "x upload");
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = Check(cudaEventRecord(w.start, w.stream), "cudaEventRecord"); !s.ok()) {
+      return s;
+    }
+
+    const void* kernel_x = w.wire_x.get();
+    if (kernel_x_dtype != call.x_dtype || scale != 1.0f) {
+      if (absl::Status s = Reserve(w.kernel_x, x_count * DTypeSize(kernel_x_dtype), "x"); !s.ok()) {
+        return s;
+      }
+      if (absl::Status s = Check(cuda::LaunchConvert(call.x_dtype, w.wire_x.get(), kernel_x_dtype,
+                                                     w.kernel_x.get(), x_count, scale, w.stream),
+                                 "activation conversion");
+          !s.ok()) {
+        return s;
+      }
+      kernel_x = w.kernel_x.get();
+    }
+
+    const size_t y_bytes = y_count * DTypeSize(call.y_dtype);
+    if (absl::Status s = Reserve(w.y, y_bytes, "y"); !s.ok()) return s;
+    const bool rescale = scale != 1.0f;
+    if (rescale) {
+      if (absl::Status s = Reserve(w.kernel_y, y_count * sizeof(float), "y"); !s.ok()) return s;
+    }
+    const cuda::KernelOps& ops = weight.ops();
+    const size_t workspace_bytes = ops.workspace_bytes(shape, m);
+    if (absl::Status s = Reserve(w.workspace, workspace_bytes, "kernel workspace"); !s.ok()) {
+      return s;
+    }
+
+    cuda::GemmArgs args;
+    args.weight = weight.data();
+    args.shape = shape;
+    args.x_dtype = kernel_x_dtype;
+    args.x = kernel_x;
+    args.m = m;
+    args.y_dtype = rescale ? DType::kF32 : call.y_dtype;
+    args.y = rescale ? w.kernel_y.get() : w.y.get();
+    args.workspace = workspace_bytes > 0 ? w.workspace.get() : nullptr;
+    args.stream = w.stream;
+    args.cublas = w.cublas;
+    if (absl::Status s = Check(ops.launch(args),
+                               absl::StrCat(std::string(SchemeName(weight.scheme())), " kernel"));
+        !s.ok()) {
+      return s;
+    }
+    if (rescale) {
+      if (absl::Status s = Check(cuda::LaunchConvert(DType::kF32, w.kernel_y.get(), call.y_dtype,
+                                                     w.y.get(), y_count, 1.0f / scale, w.stream),
+                                 "result conversion");
+          !s.ok()) {
+        return s;
+      }
+    }
+    if (absl::Status s = Check(cudaEventRecord(w.stop, w.stream), "cudaEventRecord"); !s.ok()) {
+      return s;
+    }
+
+    if (absl::Status s = Reserve(w.host_y, y_bytes, "y staging"); !s.ok()) return s;
+    if (absl::Status s = Check(
+            cudaMemcpyAsync(w.host_y.get(), w.y.get(), y_bytes, cudaMemcpyDeviceToHost, w.stream),
+            "y download");
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = Check(cudaStreamSynchronize(w.stream), "MatMul"); !s.ok()) return s;
+    std::memcpy(call.y, w.host_y.get(), y_bytes);
+    float ms = 0.0f;
+    if (absl::Status s = Check(cudaEventElapsedTime(&ms, w.start, w.stop), "cudaEventElapsedTime");
+        !s.ok()) {
+      return s;
+    }
+    return static_cast<int64_t>(std::llround(static_cast<double>(ms) * 1e6));
+  }
+
+  absl::Status Reserve(GrowBuffer& buffer, size_t bytes, absl::string_view what) {
+    const cudaError_t err = buffer.Reserve(bytes);
+    if (err == cudaErrorMemoryAllocation) {
+      cudaGetLastError();
+      return absl::ResourceExhaustedError(
+          absl::StrCat("cannot allocate ", bytes, " bytes for the ", what, " buffer"));
+    }
+    return Check(err, absl::StrCat(what, " buffer"));
+  }
+
+  // OK for cudaSuccess; otherwise INTERNAL naming `what`, and a sticky error marks the
+  // backend unhealthy.
+  absl::Status Check(cudaError_t err, absl::string_view what) const {
+    if (err == cudaSuccess) return absl::OkStatus();
+    if (IsSticky(err)) healthy_.store(false, std::memory_order_relaxed);
+    return absl::InternalError(
+        absl::StrCat(what, " failed on CUDA device ", device_, ": ", CudaMessage(err)));
+  }
+
+  absl::Status LostError() const {
+    return absl::InternalError(
+        absl::StrCat("CUDA device ", device_, " is unusable after an earlier device fault"));
+  }
+
+  // (free, total) bytes of the device; zeros when the driver cannot say.
+  std::pair<int64_t, int64_t> MemInfo() const {
+    size_t free_bytes = 0, total_bytes = 0;
+    if (cudaSetDevice(device_) != cudaSuccess ||
+        cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
+      cudaGetLastError();
+      return {0, 0};
+    }
+    return {static_cast<int64_t>(free_bytes), static_cast<int64_t>(total_bytes)};
+  }
+
+  const int device_;
+  const std::string device_name_;
+  std::vector<Worker> workers_;
+  cudaStream_t upload_stream_ = nullptr;
+  mutable std::atomic<bool> healthy_{true};
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const BackendOptions& options) {
+  int count = 0;
+  if (const cudaError_t err = cudaGetDeviceCount(&count); err != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    return absl::FailedPreconditionError(
+        absl::StrCat("no CUDA device is usable: ",
+                     err != cudaSuccess ? CudaMessage(err) : std::string("none found")));
+  }
+  if (options.device < 0 || options.device >= count) {
+    return absl::FailedPreconditionError(absl::StrCat("device = ", options.device,
+                                                      " is out of range: this machine has ", count,
+                                                      " CUDA device", count == 1 ? "" : "s"));
+  }
+  if (options.num_workers < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("workers = ", options.num_workers, " must be at least 1"));
+  }
+  cudaDeviceProp prop{};
+  if (const cudaError_t err = cudaGetDeviceProperties(&prop, options.device); err != cudaSuccess) {
+    return absl::InternalError(
+        absl::StrCat("cannot read CUDA device ", options.device, ": ", CudaMessage(err)));
+  }
+  auto backend = std::make_unique<CudaBackend>(options.device, prop.name, options.num_workers);
+  if (absl::Status s = backend->Init(); !s.ok()) return s;
+  return backend;
+}
+
+}  // namespace qmm

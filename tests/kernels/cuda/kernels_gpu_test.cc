@@ -1,0 +1,424 @@
+// Every CUDA kernel in the registry against the CPU kernels (CpuMatMul) on fresh random
+// data, plus the conversion and activation-quantization kernels against their host
+// twins. Outputs (and workspaces) are poisoned with NaN bytes before every launch.
+//
+// Tolerance of a matmul result element (the CPU gets the same 16-bit-rounded
+// activations, so what remains is summation order and a kernel's own weight rounding):
+//   |y - y_cpu| <= c * rms(y_cpu) + u * |y_cpu|
+// with c = 2e-3 for fp16 activations and 1e-2 for bf16 (whose kernels may round the
+// dequantized weights to the 8-bit bf16 significand), and u the unit roundoff of the
+// output dtype (0 for fp32, 2^-11 for fp16, 2^-8 for bf16). NaN or Inf never passes.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/activation_quant.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cuda/act_quant.h"
+#include "kernels/cuda/convert.h"
+#include "kernels/cuda/device_info.h"
+#include "kernels/cuda/kernels.h"
+#include "kernels/cuda/w8a16.h"
+#include "kernels/dtype.h"
+#include "kernels/format.h"
+#include "kernels/quantize.h"
+
+namespace qmm::cuda {
+namespace {
+
+constexpr int64_t kMs[] = {1, 2, 3, 7, 16, 33, 64, 65, 256};
+
+#define ASSERT_CUDA(expr) ASSERT_EQ((expr), cudaSuccess) << cudaGetErrorString(expr)
+
+// Device memory freed on scope exit.
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(size_t bytes) : bytes_(bytes) {
+    if (bytes > 0 && cudaMalloc(&ptr_, bytes) != cudaSuccess) ptr_ = nullptr;
+  }
+  ~DeviceBuffer() { cudaFree(ptr_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  void* get() const { return ptr_; }
+  size_t bytes() const { return bytes_; }
+  bool ok() const { return bytes_ == 0 || ptr_ != nullptr; }
+  // 0xFF bytes: NaN in fp32, fp16 and bf16 alike.
+  cudaError_t Poison() { return bytes_ == 0 ? cudaSuccess : cudaMemset(ptr_, 0xFF, bytes_); }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_;
+};
+
+uint64_t FreshSeed() {
+  std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32) | rd();
+}
+
+std::vector<float> RandomNormal(std::mt19937_64& rng, size_t count, float sigma) {
+  std::normal_distribution<float> dist(0.0f, sigma);
+  std::vector<float> v(count);
+  for (float& f : v) f = dist(rng);
+  return v;
+}
+
+// fp32 values rounded to `dtype` and back, and the raw `dtype` bytes.
+struct Rounded {
+  std::vector<float> values;
+  std::vector<uint8_t> bytes;
+};
+Rounded RoundTo(DType dtype, const std::vector<float>& v) {
+  Rounded r;
+  r.bytes.resize(v.size() * DTypeSize(dtype));
+  FromFloat(dtype, v.data(), v.size(), r.bytes.data());
+  r.values.resize(v.size());
+  ToFloat(dtype, r.bytes.data(), v.size(), r.values.data());
+  return r;
+}
+
+struct Weight {
+  Scheme scheme;
+  WeightShape shape;
+  std::vector<uint8_t> packed_bytes;
+  PackedWeight packed() const { return PackedWeight{scheme, shape, packed_bytes}; }
+};
+
+Weight RandomWeight(Scheme scheme, const WeightShape& shape, std::mt19937_64& rng) {
+  const std::vector<float> w = RandomNormal(rng, shape.n * shape.k, 0.05f);
+  absl::StatusOr<std::vector<uint8_t>> packed = QuantizeWeight(
+      scheme, shape, DType::kF32,
+      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(w.data()), w.size() * 4));
+  EXPECT_TRUE(packed.ok()) << packed.status();
+  return Weight{scheme, shape, packed.ok() ? *std::move(packed) : std::vector<uint8_t>{}};
+}
+
+double OutputRoundoff(DType y_dtype) {
+  switch (y_dtype) {
+    case DType::kF32:
+      return 0.0;
+    case DType::kF16:
+      return std::ldexp(1.0, -11);
+    case DType::kBF16:
+      return std::ldexp(1.0, -8);
+  }
+  return 0.0;
+}
+
+// A device copy of one weight in its kernel's layout, and a cuBLAS handle for dense ones.
+class GpuWeight {
+ public:
+  GpuWeight(const KernelOps& ops, const Weight& w) : ops_(ops), weight_(w) {
+    const std::vector<uint8_t> layout = ops.repack(w.packed());
+    buffer_ = std::make_unique<DeviceBuffer>(layout.size());
+    if (buffer_->ok()) {
+      ok_ = cudaMemcpy(buffer_->get(), layout.data(), layout.size(), cudaMemcpyHostToDevice) ==
+            cudaSuccess;
+    }
+    ok_ = ok_ && cudaStreamCreate(&stream_) == cudaSuccess &&
+          cublasCreate(&cublas_) == CUBLAS_STATUS_SUCCESS &&
+          cublasSetStream(cublas_, stream_) == CUBLAS_STATUS_SUCCESS;
+  }
+  ~GpuWeight() {
+    if (cublas_ != nullptr) cublasDestroy(cublas_);
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+  bool ok() const { return ok_; }
+
+  // Runs the kernel on x (already in x_dtype) and checks it against CpuMatMul on the
+  // same rounded values. `launch` overrides the registry's launcher (tuning variants).
+  void Check(DType x_dtype, DType y_dtype, int64_t m, std::mt19937_64& rng,
+             cudaError_t (*launch)(const GemmArgs&) = nullptr) {
+    const WeightShape& shape = weight_.shape;
+    SCOPED_TRACE(::testing::Message()
+                 << SchemeName(weight_.scheme) << " n=" << shape.n << " k=" << shape.k
+                 << " g=" << shape.group_size << " m=" << m << " x=" << DTypeName(x_dtype)
+                 << " y=" << DTypeName(y_dtype));
+    const Rounded x = RoundTo(x_dtype, RandomNormal(rng, m * shape.k, 1.0f));
+    std::vector<float> expected(m * shape.n);
+    CpuMatMul(weight_.packed(), x.values.data(), m, expected.data(), 0);
+
+    DeviceBuffer dx(x.bytes.size());
+    DeviceBuffer dy(m * shape.n * DTypeSize(y_dtype));
+    DeviceBuffer dws(ops_.workspace_bytes(shape, m));
+    ASSERT_TRUE(dx.ok() && dy.ok() && dws.ok());
+    ASSERT_CUDA(cudaMemcpy(dx.get(), x.bytes.data(), x.bytes.size(), cudaMemcpyHostToDevice));
+    ASSERT_CUDA(dy.Poison());
+    ASSERT_CUDA(dws.Poison());
+
+    GemmArgs args;
+    args.weight = buffer_->get();
+    args.shape = shape;
+    args.x_dtype = x_dtype;
+    args.x = dx.get();
+    args.m = m;
+    args.y_dtype = y_dtype;
+    args.y = dy.get();
+    args.workspace = dws.get();
+    args.stream = stream_;
+    args.cublas = cublas_;
+    ASSERT_CUDA((launch != nullptr ? launch : ops_.launch)(args));
+    ASSERT_CUDA(cudaStreamSynchronize(stream_));
+
+    std::vector<uint8_t> y_bytes(dy.bytes());
+    ASSERT_CUDA(cudaMemcpy(y_bytes.data(), dy.get(), y_bytes.size(), cudaMemcpyDeviceToHost));
+    std::vector<float> got(m * shape.n);
+    ToFloat(y_dtype, y_bytes.data(), got.size(), got.data());
+
+    double sum_sq = 0.0;
+    for (float v : expected) sum_sq += static_cast<double>(v) * v;
+    const double rms = std::sqrt(sum_sq / expected.size());
+    ASSERT_GT(rms, 0.0) << "random data must not give an all-zero product";
+    const double c = x_dtype == DType::kF16 ? 2e-3 : 1e-2;
+    const double u = OutputRoundoff(y_dtype);
+    int bad = 0;
+    double worst = 0.0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const double err = std::fabs(static_cast<double>(got[i]) - expected[i]);
+      const double tol = c * rms + u * std::fabs(expected[i]);
+      worst = std::max(worst, std::isfinite(got[i]) ? err / (c * rms) : INFINITY);
+      if (!std::isfinite(got[i]) || err > tol) {
+        if (++bad <= 5) {
+          ADD_FAILURE() << "y[" << i / shape.n << "][" << i % shape.n << "] = " << got[i]
+                        << ", CPU " << expected[i] << ", tolerance " << tol;
+        }
+      }
+    }
+    EXPECT_EQ(bad, 0) << "of " << got.size() << " elements; worst error / (c * rms) = " << worst;
+  }
+
+ private:
+  const KernelOps& ops_;
+  const Weight& weight_;
+  std::unique_ptr<DeviceBuffer> buffer_;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  bool ok_ = false;
+};
+
+// Activation dtypes a scheme's kernel takes: dense cuBLAS needs the weight's own.
+std::vector<DType> XDtypes(Scheme scheme) {
+  if (scheme == Scheme::kFp16) return {DType::kF16};
+  if (scheme == Scheme::kBf16) return {DType::kBF16};
+  return {DType::kF16, DType::kBF16};
+}
+
+// Smallest legal, non-power-of-two N (odd chunk counts), and a 4096-class layer.
+std::vector<WeightShape> TestShapes(Scheme scheme) {
+  const int64_t a = KAlignment(scheme);
+  std::vector<int32_t> groups = {0};
+  if (scheme == Scheme::kW4A16) groups = {kW4GroupSize, 0};
+  std::vector<WeightShape> shapes;
+  for (int32_t g : groups) {
+    shapes.push_back({1, a, g});
+    shapes.push_back({200, 3 * std::max<int64_t>(a, 128), g});
+    shapes.push_back({1000, 1024, g});
+    shapes.push_back({4096, 4096, g});
+  }
+  return shapes;
+}
+
+class RegistryTest : public ::testing::TestWithParam<Scheme> {};
+
+TEST_P(RegistryTest, MatchesCpuKernel) {
+  const Scheme scheme = GetParam();
+  const KernelOps* ops = FindKernel(scheme);
+  if (ops == nullptr) GTEST_SKIP() << SchemeName(scheme) << " has no CUDA kernel yet";
+  const uint64_t seed = FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  for (const WeightShape& shape : TestShapes(scheme)) {
+    ASSERT_TRUE(ValidateShape(scheme, shape).ok());
+    const Weight w = RandomWeight(scheme, shape, rng);
+    GpuWeight gpu(*ops, w);
+    ASSERT_TRUE(gpu.ok());
+    for (DType x_dtype : XDtypes(scheme)) {
+      for (int64_t m : kMs) {
+        gpu.Check(x_dtype, DType::kF32, m, rng);
+        if (m == 3 || m == 65) {
+          gpu.Check(x_dtype, DType::kF16, m, rng);
+          gpu.Check(x_dtype, DType::kBF16, m, rng);
+        }
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllSchemes, RegistryTest, ::testing::ValuesIn(kAllSchemes),
+                         [](const ::testing::TestParamInfo<Scheme>& info) {
+                           return std::string(SchemeName(info.param));
+                         });
+
+TEST(RegistryEntriesTest, CoversDenseAndW8A16) {
+  EXPECT_NE(FindKernel(Scheme::kFp16), nullptr);
+  EXPECT_NE(FindKernel(Scheme::kBf16), nullptr);
+  EXPECT_NE(FindKernel(Scheme::kW8A16), nullptr);
+}
+
+// Every split count of W8A16, not only the ones the heuristic picks.
+template <int kSplits>
+cudaError_t LaunchW8A16With(const GemmArgs& args) {
+  W8A16Options options;
+  options.splits = kSplits;
+  return LaunchW8A16(args, options);
+}
+
+TEST(W8A16Test, EverySplitMatchesCpu) {
+  DeviceInfo device;
+  ASSERT_CUDA(CurrentDeviceInfo(&device));
+  const uint64_t seed = FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  const KernelOps* ops = FindKernel(Scheme::kW8A16);
+  ASSERT_NE(ops, nullptr);
+  using Launch = cudaError_t (*)(const GemmArgs&);
+  std::vector<std::pair<int, Launch>> variants = {{1, &LaunchW8A16With<1>}};
+  if (device.clusters()) {
+    variants.push_back({2, &LaunchW8A16With<2>});
+    variants.push_back({4, &LaunchW8A16With<4>});
+    variants.push_back({8, &LaunchW8A16With<8>});
+  }
+  for (const WeightShape& shape : {WeightShape{1000, 4096, 0}, WeightShape{300, 1088, 0}}) {
+    const Weight w = RandomWeight(Scheme::kW8A16, shape, rng);
+    GpuWeight gpu(*ops, w);
+    ASSERT_TRUE(gpu.ok());
+    for (const auto& [splits, launch] : variants) {
+      SCOPED_TRACE(::testing::Message() << "splits " << splits);
+      for (int64_t m : {1, 9, 17, 40, 100}) {
+        for (DType x_dtype : {DType::kF16, DType::kBF16})
+          gpu.Check(x_dtype, DType::kF32, m, rng, launch);
+      }
+    }
+  }
+}
+
+TEST(W8A16Test, RejectsBadArguments) {
+  GemmArgs args;
+  args.shape = {16, 64, 0};
+  args.m = 1;
+  int dummy = 0;
+  args.weight = args.x = args.y = &dummy;
+  args.x_dtype = DType::kF32;  // the backend converts fp32 first
+  EXPECT_EQ(LaunchW8A16(args), cudaErrorInvalidValue);
+  args.x_dtype = DType::kF16;
+  args.m = 0;
+  EXPECT_EQ(LaunchW8A16(args), cudaErrorInvalidValue);
+  args.m = 1;
+  W8A16Options options;
+  options.splits = 3;
+  EXPECT_EQ(LaunchW8A16(args, options), cudaErrorInvalidValue);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+TEST(DenseTest, RejectsActivationsOfTheOtherDtype) {
+  GemmArgs args;
+  args.shape = {8, 8, 0};
+  args.m = 1;
+  args.x_dtype = DType::kBF16;
+  EXPECT_EQ(FindKernel(Scheme::kFp16)->launch(args), cudaErrorInvalidValue);
+  args.x_dtype = DType::kF16;
+  EXPECT_EQ(FindKernel(Scheme::kBf16)->launch(args), cudaErrorInvalidValue);
+}
+
+TEST(W8A16Test, LayoutSizeIsPaddedToRowTiles) {
+  EXPECT_EQ(W8A16DeviceBytes({1, 64, 0}), 16 * 64 + 16 * 4);
+  EXPECT_EQ(W8A16DeviceBytes({200, 128, 0}), 208 * 128 + 208 * 4);
+}
+
+// Host reference of one conversion element: the rounding of kernels/dtype.h.
+std::vector<uint8_t> HostConvert(DType from, const std::vector<uint8_t>& src, DType to,
+                                 size_t count, float scale) {
+  std::vector<float> f(count);
+  ToFloat(from, src.data(), count, f.data());
+  for (float& v : f) v *= scale;
+  std::vector<uint8_t> out(count * DTypeSize(to));
+  FromFloat(to, f.data(), count, out.data());
+  return out;
+}
+
+TEST(ConvertTest, MatchesHostRoundingBitForBit) {
+  std::mt19937_64 rng(FreshSeed());
+  constexpr size_t kCount = 100003;  // not a multiple of any block size
+  std::vector<float> values = RandomNormal(rng, kCount, 3e4f);
+  // Edge values: fp16 overflow and max, subnormals, signed zero, Inf, NaN.
+  const float edges[] = {65504.0f, 65519.0f, 65520.0f, -1e9f,     6e-8f,
+                         1e-40f,   -0.0f,    INFINITY, -INFINITY, NAN};
+  std::copy(std::begin(edges), std::end(edges), values.begin());
+  const DType dtypes[] = {DType::kF32, DType::kF16, DType::kBF16};
+  cudaStream_t stream = nullptr;
+  for (DType from : dtypes) {
+    const Rounded src = RoundTo(from, values);
+    DeviceBuffer dsrc(src.bytes.size());
+    ASSERT_TRUE(dsrc.ok());
+    ASSERT_CUDA(cudaMemcpy(dsrc.get(), src.bytes.data(), src.bytes.size(), cudaMemcpyHostToDevice));
+    for (DType to : dtypes) {
+      for (float scale : {1.0f, 0.125f, 1024.0f}) {
+        SCOPED_TRACE(::testing::Message()
+                     << DTypeName(from) << " -> " << DTypeName(to) << " scale " << scale);
+        DeviceBuffer ddst(kCount * DTypeSize(to));
+        ASSERT_TRUE(ddst.ok());
+        ASSERT_CUDA(ddst.Poison());
+        ASSERT_CUDA(LaunchConvert(from, dsrc.get(), to, ddst.get(), kCount, scale, stream));
+        ASSERT_CUDA(cudaStreamSynchronize(stream));
+        std::vector<uint8_t> got(ddst.bytes());
+        ASSERT_CUDA(cudaMemcpy(got.data(), ddst.get(), got.size(), cudaMemcpyDeviceToHost));
+        const std::vector<uint8_t> want = HostConvert(from, src.bytes, to, kCount, scale);
+        const size_t size = DTypeSize(to);
+        int bad = 0;
+        for (size_t i = 0; i < kCount && bad < 5; ++i) {
+          float g = 0.0f, w = 0.0f;
+          ToFloat(to, got.data() + i * size, 1, &g);
+          ToFloat(to, want.data() + i * size, 1, &w);
+          const bool same = std::memcmp(got.data() + i * size, want.data() + i * size, size) == 0 ||
+                            (std::isnan(g) && std::isnan(w));
+          if (!same) {
+            ++bad;
+            ADD_FAILURE() << "element " << i << " (" << values[i] << "): got " << g << ", want "
+                          << w;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(ActQuantTest, MatchesHostRuleBitForBit) {
+  std::mt19937_64 rng(FreshSeed());
+  for (const auto& [m, k] : {std::pair<int64_t, int64_t>{1, 7}, {5, 128}, {33, 4096}, {3, 1000}}) {
+    std::vector<float> values = RandomNormal(rng, m * k, 2.0f);
+    std::fill(values.begin(), values.begin() + k, 0.0f);  // a zero row: scale 0, q 0
+    for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+      SCOPED_TRACE(::testing::Message() << "m=" << m << " k=" << k << " " << DTypeName(dtype));
+      const Rounded x = RoundTo(dtype, values);
+      std::vector<int8_t> want_q(m * k);
+      std::vector<float> want_s(m);
+      QuantizeRowsInt8(x.values.data(), m, k, want_q.data(), want_s.data());
+
+      DeviceBuffer dx(x.bytes.size()), dq(m * k), ds(m * sizeof(float));
+      ASSERT_TRUE(dx.ok() && dq.ok() && ds.ok());
+      ASSERT_CUDA(cudaMemcpy(dx.get(), x.bytes.data(), x.bytes.size(), cudaMemcpyHostToDevice));
+      ASSERT_CUDA(dq.Poison());
+      ASSERT_CUDA(ds.Poison());
+      ASSERT_CUDA(LaunchQuantizeRowsInt8(dtype, dx.get(), m, k, static_cast<int8_t*>(dq.get()),
+                                         static_cast<float*>(ds.get()), nullptr));
+      ASSERT_CUDA(cudaDeviceSynchronize());
+      std::vector<int8_t> got_q(m * k);
+      std::vector<float> got_s(m);
+      ASSERT_CUDA(cudaMemcpy(got_q.data(), dq.get(), got_q.size(), cudaMemcpyDeviceToHost));
+      ASSERT_CUDA(cudaMemcpy(got_s.data(), ds.get(), m * sizeof(float), cudaMemcpyDeviceToHost));
+      EXPECT_EQ(std::memcmp(got_s.data(), want_s.data(), m * sizeof(float)), 0);
+      EXPECT_EQ(got_q, want_q);
+      EXPECT_EQ(got_s[0], 0.0f);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace qmm::cuda
