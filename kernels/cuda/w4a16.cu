@@ -1,9 +1,12 @@
 // W4A16 launch: picks the kernel and tile for M and the K split for the shape (contract
 // in w4a16.h, layout in w4a16_layout.h, kernels in w4a16_direct.cuh / w4a16_staged.cuh).
+#include <algorithm>
 #include <atomic>
 #include <climits>
 
+#include "kernels/cuda/device_info.h"
 #include "kernels/cuda/w4a16.h"
+#include "kernels/cuda/w4a16_decode.cuh"
 #include "kernels/cuda/w4a16_direct.cuh"
 #include "kernels/cuda/w4a16_layout.h"
 #include "kernels/cuda/w4a16_staged.cuh"
@@ -129,13 +132,107 @@ cudaError_t LaunchStaged(const GemmArgs& args, const W4A16Options& options) {
 // Below this many bytes of weights the launch and pipeline fill dominate.
 constexpr int64_t kSmallWeightBytes = int64_t{16} << 20;
 
+// Warps per row set (S) for the decode kernel. Cost: the strips on the busiest SM (CTAs
+// take row sets in turn, so SM b % sms holds CTAs b, b + sms, ...), 10% more when the
+// row sets outnumber the CTAs that fit at once (the last turn leaves CTAs idle and fewer
+// bytes in flight); ties go to more warps per set, which shortens each warp's run.
+int ChooseStripWarps(int64_t sets, int chunks, int sms, int64_t slots) {
+  int best = 1;
+  double best_cost = -1;
+  for (int s = w4a16::kWarps; s >= 1; s /= 2) {
+    if (s > chunks && s > 1) continue;
+    const int per_cta = w4a16::kWarps / s;
+    const int64_t units = (sets + per_cta - 1) / per_cta;
+    double cost = static_cast<double>((units + sms - 1) / sms * std::min<int64_t>(per_cta, sets));
+    if (units > slots) cost *= 1.1;
+    if (best_cost < 0 || cost < best_cost) {
+      best = s;
+      best_cost = cost;
+    }
+  }
+  return best;
+}
+
+// CTAs of the decode kernel for up to 8T tokens, R strips per warp, that fit on the
+// device at once (the occupancy is the same on every device of one kind).
+template <int T, int R, bool kBf16>
+cudaError_t DecodeSlots(const DeviceInfo& device, int64_t* slots) {
+  static std::atomic<int> occupancy{0};
+  int occ = occupancy.load();
+  if (occ == 0) {
+    const cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &occ, w4a16::DecodeKernel<T, R, kBf16>, kThreads, 0);
+    if (err != cudaSuccess) return err;
+    occ = std::max(occ, 1);
+    occupancy.store(occ);
+  }
+  *slots = int64_t{device.sms} * occ;
+  return cudaSuccess;
+}
+
+// Row sets (R strips each) of the decode kernel.
+int64_t DecodeSets(const WeightShape& shape, int r) {
+  return ((shape.n + w4a16::kStripRows - 1) / w4a16::kStripRows + r - 1) / r;
+}
+
+// The decode kernel (w4a16_decode.cuh) for up to 8T tokens, R strips per warp.
+template <int T, int R, bool kBf16>
+cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& device) {
+  int64_t slots = 0;
+  const cudaError_t err = DecodeSlots<T, R, kBf16>(device, &slots);
+  if (err != cudaSuccess) return err;
+  const WeightShape& shape = args.shape;
+  const int chunks = static_cast<int>(w4a16::NumChunks(shape));
+  const int64_t sets = DecodeSets(shape, R);
+  const int split = ChooseStripWarps(sets, chunks, device.sms, slots);
+  const int64_t per_cta = w4a16::kWarps / split;
+  const int64_t units = (sets + per_cta - 1) / per_cta;
+  const int64_t ctas = std::min(units, slots);
+
+  Params p;
+  p.w = static_cast<const uint8_t*>(args.weight);
+  p.s = p.w + w4a16::WeightRegionBytes(shape);
+  p.x = args.x;
+  p.y = args.y;
+  p.m = args.m;
+  p.n = shape.n;
+  p.k = shape.k;
+  p.groups = w4a16::NumGroups(shape);
+  p.w_group_stride = chunks * int64_t{kGroupChunkBytes};
+  p.w_chunk_stride = kGroupChunkBytes;
+  p.s_group_stride = w4a16::ScaleGroups(shape) * kGroupScaleBytes;
+  p.s_chunk_stride = shape.group_size == 0 ? 0 : kGroupScaleBytes;
+  p.chunks = chunks;
+  p.splits = split;
+  p.y_dtype = args.y_dtype;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(ctas));
+  config.blockDim = dim3(kThreads);
+  config.stream = args.stream;
+  return cudaLaunchKernelEx(&config, w4a16::DecodeKernel<T, R, kBf16>, p);
+}
+
 template <bool kBf16>
 cudaError_t LaunchForM(const GemmArgs& args, const W4A16Options& options) {
-  // Choices measured on the H200 (qmm-kernel-bench shapes): up to 8 tokens, small weights
-  // stream through registers and larger ones through 2-group shared-memory stages; up to
-  // 16 tokens one group per CTA; beyond, 32 tokens x 256 rows per CTA keeps the
-  // shared-memory traffic per mma low, and further token tiles run side by side and
-  // re-read each weight tile mostly from L2.
+  // Choices measured on the H200 (qmm-kernel-bench shapes). Up to 16 tokens the decode
+  // kernel, except for up to 8 tokens on more strips than its CTAs cover at once (N >=
+  // 14336 there): the last turn of its persistent grid leaves SMs with few bytes in
+  // flight, and the cluster kernels were faster (36 against 40-42 us on 8192 x 28672).
+  // A forced split count (tuning) takes the cluster kernels at every M. Those: up to 8
+  // tokens, small weights stream through registers and larger ones through 2-group
+  // shared-memory stages; up to 16 tokens one group per CTA; beyond, 32 tokens x 256 rows
+  // per CTA keeps the shared-memory traffic per mma low, and further token tiles run side
+  // by side and re-read each weight tile mostly from L2.
+  if (options.splits == 0 && args.m <= 16) {
+    DeviceInfo device;
+    cudaError_t err = CurrentDeviceInfo(&device);
+    if (err != cudaSuccess) return err;
+    if (args.m > 8) return LaunchDecode<2, 2, kBf16>(args, device);
+    int64_t slots = 0;
+    err = DecodeSlots<1, 1, kBf16>(device, &slots);
+    if (err != cudaSuccess) return err;
+    if (DecodeSets(args.shape, 1) <= slots) return LaunchDecode<1, 1, kBf16>(args, device);
+  }
   if (args.m <= 8) {
     return w4a16::DeviceBytes(args.shape) < kSmallWeightBytes
                ? LaunchDirect<1, kBf16>(args, options)

@@ -1,13 +1,15 @@
 // W4A16: int4 weights (symmetric, fp16 scales per 128 k or per row) times fp16/bf16
 // activations, fp32 accumulation, on tensor cores (mma.m16n8k16 with the weights in the M
-// slot, so 1..8 tokens fill one n8 tile; the scale is applied to each 128-k partial sum in
-// fp32). The device layout is in w4a16_layout.h; two kernels read it: one streaming the
-// weights through registers (few tokens, small weights, w4a16_direct.cuh) and one through
-// a shared-memory pipeline fed by bulk copies (w4a16_staged.cuh).
-//
-// Split-K across the CTAs of a thread-block cluster (reduced through distributed shared
-// memory) keeps every SM streaming on small-M shapes without a workspace or a second
-// launch; before sm_90 every CTA covers all of K.
+// slot, so 1..8 tokens fill one n8 tile; the scale is applied to each 128-k partial sum
+// in fp32). The device layout is in w4a16_layout.h; three kernels read it. Up to 16
+// tokens the decode kernel (w4a16_decode.cuh): a persistent one-wave grid whose warps
+// stream the weights straight into registers, split K inside each CTA and reduce through
+// shared memory, on any sm_80+ device (up to 8 tokens only when its CTAs cover all rows
+// at once). Otherwise (or with a forced split count) one of two cluster kernels: one
+// streaming the weights through registers (w4a16_direct.cuh) and one through a
+// shared-memory pipeline fed by bulk copies (w4a16_staged.cuh), both splitting K across
+// the CTAs of a thread-block cluster (reduced through distributed shared memory) on
+// sm_90; before sm_90 every CTA covers all of K. No workspace, one launch.
 #ifndef QMM_KERNELS_CUDA_W4A16_H_
 #define QMM_KERNELS_CUDA_W4A16_H_
 
@@ -35,7 +37,8 @@ cudaError_t LaunchW4A16(const GemmArgs& args);
 // Tuning knobs for tests and benchmarks; a default-constructed value is what
 // LaunchW4A16 uses.
 struct W4A16Options {
-  // CTAs that split K (1, 2, 4 or 8; 0 picks one from the shape and the device). More
+  // CTAs that split K (1, 2, 4 or 8; 0 picks the kernel and the split from M, the shape
+  // and the device). A nonzero value forces the cluster kernels, also for M <= 16. More
   // than 1 needs sm_90 (cluster launch); the launch fails with cudaErrorInvalidValue
   // before that.
   int splits = 0;

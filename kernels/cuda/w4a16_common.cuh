@@ -35,7 +35,9 @@ struct Params {
   int64_t s_group_stride;
   int64_t s_chunk_stride;
   int32_t chunks;  // K / 128
-  int32_t splits;  // CTAs of one cluster, each owning a contiguous range of chunks
+  // CTAs of one cluster, each owning a contiguous range of chunks; in the decode kernel,
+  // the warps of one CTA that share a row set likewise.
+  int32_t splits;
   DType y_dtype;
 };
 

@@ -9,15 +9,6 @@
 
 namespace qmm::cuda::w4a16 {
 
-// 16 bytes that are read once: skip L1.
-__device__ inline uint4 LoadStream(const uint8_t* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-
 // Grid: x = token tiles, y = groups of 128 rows (one strip per warp), z = K splits (one
 // cluster). T tiles of 8 tokens; lanes whose token is past M read no x and use zeros.
 template <int T, bool kBf16>

@@ -10,9 +10,14 @@
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/dtype_device.cuh"
 #include "kernels/cuda/w8a16.h"
+#include "kernels/cuda/w8a16_decode.cuh"
+#include "kernels/cuda/w8a16_ptx.cuh"
 
 namespace qmm::cuda {
 namespace {
+
+using w8a16::Dequant;
+using w8a16::Mma;
 
 constexpr int kChunkK = 32;        // k per chunk: two m16n8k16 steps
 constexpr int kChunkVectors = 32;  // uint4 per (row tile, chunk): one per lane
@@ -51,68 +56,6 @@ __device__ __forceinline__ void CpAsyncCommit() {
 template <int kPending>
 __device__ __forceinline__ void CpAsyncWait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
-}
-
-// Two biased int8 of w (bytes 0-1 with kSelector 0x4140, bytes 2-3 with 0x4342) ->
-// fp16x2: prmt puts each byte under the fp16 exponent of 1024, so the half is
-// 1024 + q + 128; one subtraction of 1152 leaves q, exactly.
-template <uint32_t kSelector>
-__device__ __forceinline__ uint32_t PairF16(uint32_t w) {
-  const uint32_t biased = __byte_perm(w, 0x64646464u, kSelector);
-  uint32_t out;
-  asm("sub.f16x2 %0, %1, %2;" : "=r"(out) : "r"(biased), "r"(0x64806480u));
-  return out;
-}
-
-// The same for bf16, whose 8-bit significand cannot hold 128 + 255 exactly: go through
-// fp32 2^23 + q + 128 and convert the exact small integers.
-template <int kByte>
-__device__ __forceinline__ uint32_t PairBf16(uint32_t w) {
-  constexpr float kBias = 8388608.0f + 128.0f;
-  const float f0 = __uint_as_float(__byte_perm(w, 0x4B000000u, 0x7540 | kByte)) - kBias;
-  const float f1 = __uint_as_float(__byte_perm(w, 0x4B000000u, 0x7540 | (kByte + 1))) - kBias;
-  const __nv_bfloat162 h = __floats2bfloat162_rn(f0, f1);
-  return *reinterpret_cast<const uint32_t*>(&h);
-}
-
-// One lane's 16 weight bytes -> its A fragments for the chunk's two k16 steps.
-template <typename T>
-__device__ __forceinline__ void Dequant(const uint4& w, uint32_t (&a)[2][4]) {
-  if constexpr (std::is_same_v<T, __half>) {
-    a[0][0] = PairF16<0x4140>(w.x);
-    a[0][1] = PairF16<0x4140>(w.y);
-    a[0][2] = PairF16<0x4342>(w.x);
-    a[0][3] = PairF16<0x4342>(w.y);
-    a[1][0] = PairF16<0x4140>(w.z);
-    a[1][1] = PairF16<0x4140>(w.w);
-    a[1][2] = PairF16<0x4342>(w.z);
-    a[1][3] = PairF16<0x4342>(w.w);
-  } else {
-    a[0][0] = PairBf16<0>(w.x);
-    a[0][1] = PairBf16<0>(w.y);
-    a[0][2] = PairBf16<2>(w.x);
-    a[0][3] = PairBf16<2>(w.y);
-    a[1][0] = PairBf16<0>(w.z);
-    a[1][1] = PairBf16<0>(w.w);
-    a[1][2] = PairBf16<2>(w.z);
-    a[1][3] = PairBf16<2>(w.w);
-  }
-}
-
-template <typename T>
-__device__ __forceinline__ void Mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                    uint32_t b1) {
-  if constexpr (std::is_same_v<T, __half>) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
 }
 
 // One CTA: kWN warps side by side along N, each owning kR row tiles (16 rows each) for
@@ -431,12 +374,96 @@ cudaError_t LaunchTile(const GemmArgs& args, const W8A16Options& options,
   return cudaSuccess;
 }
 
+// Warps per row set (S) for the decode kernel, whose row sets all fit on the device at
+// once: the fewest row tiles on the busiest SM (CTAs take row sets in turn, so SM b % sms
+// holds CTAs b, b + sms, ...); ties go to more warps per set, which shortens each warp's
+// run.
+int ChooseSetWarps(int64_t sets, int chunks, int sms) {
+  int best = 1;
+  int64_t best_cost = -1;
+  for (int s = w8a16::kDecodeWarps; s >= 1; s /= 2) {
+    if (s > chunks && s > 1) continue;
+    const int per_cta = w8a16::kDecodeWarps / s;
+    const int64_t units = (sets + per_cta - 1) / per_cta;
+    const int64_t cost = (units + sms - 1) / sms * std::min<int64_t>(per_cta, sets);
+    if (best_cost < 0 || cost < best_cost) {
+      best = s;
+      best_cost = cost;
+    }
+  }
+  return best;
+}
+
+// CTAs of the decode kernel for up to 8NT tokens, R row tiles per warp, that fit on the
+// device at once (the occupancy is the same on every device of one kind).
+template <typename T, int NT, int R>
+cudaError_t DecodeSlots(const DeviceInfo& device, int64_t* slots) {
+  static std::atomic<int> occupancy{0};
+  int occ = occupancy.load();
+  if (occ == 0) {
+    if (cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &occ, w8a16::DecodeKernel<T, NT, R>, w8a16::kDecodeThreads, 0);
+        err != cudaSuccess) {
+      return err;
+    }
+    occ = std::max(occ, 1);
+    occupancy.store(occ);
+  }
+  *slots = int64_t{device.sms} * occ;
+  return cudaSuccess;
+}
+
+// The decode kernel (w8a16_decode.cuh) for up to 8NT tokens, R row tiles per warp, when
+// its row sets fit on the device at once and K is at most kDecodeMaxK; otherwise
+// *launched stays false. Measured on the H200 (qmm-kernel-bench shapes): with more row
+// sets than CTAs at once (N >= 14336 there) the last turn of the persistent grid leaves
+// SMs with few bytes in flight, and with K = 14336 each warp's run grows long; the
+// cluster tiles were faster on those (64.5 against 84 us on 8192 x 28672).
+constexpr int64_t kDecodeMaxK = 8192;
+template <typename T, int NT, int R>
+cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& device, bool* launched) {
+  *launched = false;
+  int64_t slots = 0;
+  if (cudaError_t err = DecodeSlots<T, NT, R>(device, &slots); err != cudaSuccess) return err;
+  w8a16::DecodeParams p{};
+  p.row_tiles = static_cast<int32_t>((args.shape.n + 15) / 16);
+  const int64_t sets = (p.row_tiles + R - 1) / R;
+  if (sets > slots || args.shape.k > kDecodeMaxK) return cudaSuccess;
+  p.w = static_cast<const uint8_t*>(args.weight);
+  p.scales = reinterpret_cast<const float*>(p.w + int64_t{p.row_tiles} * 16 * args.shape.k);
+  p.x = args.x;
+  p.y = args.y;
+  p.m = args.m;
+  p.n = args.shape.n;
+  p.k = args.shape.k;
+  p.chunks = static_cast<int32_t>(args.shape.k / kChunkK);
+  p.y_dtype = args.y_dtype;
+  p.splits = ChooseSetWarps(sets, p.chunks, device.sms);
+  const int64_t per_cta = w8a16::kDecodeWarps / p.splits;
+  const int64_t units = (sets + per_cta - 1) / per_cta;
+  const int64_t ctas = std::min(units, slots);
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(ctas));
+  config.blockDim = dim3(w8a16::kDecodeThreads);
+  config.stream = args.stream;
+  *launched = true;
+  return cudaLaunchKernelEx(&config, w8a16::DecodeKernel<T, NT, R>, p);
+}
+
 template <typename T>
 cudaError_t LaunchFor(const GemmArgs& args, const W8A16Options& options, const DeviceInfo& device) {
-  // Token tile by M. Each config takes 96 KB of ring per CTA (two CTAs per SM). Up to 32
-  // tokens: 4 warps x 2 row tiles, 32-48 KB of weights in flight per CTA. From 33 tokens
-  // on: 64-token tiles with 4 row tiles per warp, so that each activation fragment feeds
-  // 4 MMAs (the MMA and shared-memory rates, not HBM, set the pace there).
+  // Up to 16 tokens the decode kernel where it is faster (LaunchDecode), unless a split
+  // count is forced (tuning). Otherwise the token tile by M. Each config takes 96 KB of
+  // ring per CTA (two CTAs per SM). Up to 32 tokens: 4 warps x 2 row tiles, 32-48 KB of
+  // weights in flight per CTA. From 33 tokens on: 64-token tiles with 4 row tiles per
+  // warp, so that each activation fragment feeds 4 MMAs (the MMA and shared-memory rates,
+  // not HBM, set the pace there).
+  if (options.splits == 0 && args.m <= 16) {
+    bool launched = false;
+    const cudaError_t err = args.m <= 8 ? LaunchDecode<T, 1, 1>(args, device, &launched)
+                                        : LaunchDecode<T, 2, 2>(args, device, &launched);
+    if (err != cudaSuccess || launched) return err;
+  }
   if (args.m <= 8) return LaunchTile<T, Tile<1, 2, 4, 4, 4>>(args, options, device);
   if (args.m <= 16) return LaunchTile<T, Tile<2, 2, 4, 2, 6>>(args, options, device);
   if (args.m <= 32) return LaunchTile<T, Tile<4, 2, 4, 2, 4>>(args, options, device);

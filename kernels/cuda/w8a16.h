@@ -19,11 +19,15 @@
 //           k is unchanged.
 //   scales: RT * 16 fp32 (0 for rows >= N).
 //
-// Launch picks the token tile from M (8, 16, 32 or 64 tokens per CTA; M > 64 runs 64-token
-// groups side by side, whose weight re-reads can hit L2) and, on sm_90, splits K over the
-// CTAs of a thread-block cluster, reduced through distributed shared memory, so that
-// every SM streams even when N is small. No workspace, one launch. H200 timings and what
-// is still missing: docs/PERFORMANCE.md.
+// Up to 16 tokens the decode kernel (w8a16_decode.cuh) runs where it is faster (its CTAs
+// cover all rows at once and K <= 8192): a persistent one-wave grid whose warps stream
+// the weights straight into registers, split K inside each CTA and reduce through shared
+// memory, on any sm_80+ device. Otherwise (or with a forced split count), launch picks
+// the token tile from M (8, 16, 32 or 64 tokens per CTA; M > 64 runs 64-token groups side
+// by side, whose weight re-reads can hit L2) and, on sm_90, splits K over the CTAs of a
+// thread-block cluster, reduced through distributed shared memory, so that every SM
+// streams even when N is small. No workspace, one launch. H200 timings and what is still
+// missing: docs/PERFORMANCE.md.
 //
 // Shape constraints: none beyond ValidateShape (K % 64 == 0, any N, any M >= 1). x must
 // be 16-byte aligned (cudaMalloc'd buffers are).
@@ -57,8 +61,9 @@ cudaError_t LaunchW8A16(const GemmArgs& args);
 // Tuning knobs for tests and benchmarks; a default-constructed value is what
 // LaunchW8A16(args) uses.
 struct W8A16Options {
-  // CTAs that split K: 1, 2, 4 or 8, or 0 to pick from the shape and the device. More
-  // than 1 needs sm_90 (cluster launch): cudaErrorInvalidValue before that.
+  // CTAs that split K: 1, 2, 4 or 8, or 0 to pick the kernel and the split from M, the
+  // shape and the device. A nonzero value forces the cluster kernel, also for M <= 16.
+  // More than 1 needs sm_90 (cluster launch): cudaErrorInvalidValue before that.
   int splits = 0;
 };
 cudaError_t LaunchW8A16(const GemmArgs& args, const W8A16Options& options);

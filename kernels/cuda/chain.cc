@@ -1,0 +1,311 @@
+#include "kernels/cuda/chain.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "kernels/cuda/convert.h"
+#include "kernels/cuda/layers.h"
+
+namespace qmm::cuda {
+namespace {
+
+constexpr size_t kAlign = 256;
+
+size_t Align(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+
+// The activation dtype a dense weight's cuBLAS call needs; nullopt-like kF32 for the
+// quantized kernels, which take kF16 or kBF16 alike.
+DType DenseXDType(Scheme scheme) {
+  return scheme == Scheme::kFp16 ? DType::kF16 : scheme == Scheme::kBf16 ? DType::kBF16 : DType::kF32;
+}
+
+}  // namespace
+
+ChainPlan::ChainPlan(std::span<const ChainLayer> layers) : layers_(layers.begin(), layers.end()) {
+  Build();
+}
+
+void ChainPlan::Build() {
+  const int count = static_cast<int>(layers_.size());
+  // Value v is the input of layer v (value `count` is the chain's output). last_use[v] is
+  // the last layer that reads it; block_start[v] says a residual reads it, so the layer
+  // before v must not be fused with layer v (v would never exist).
+  std::vector<int> last_use(count + 1);
+  std::iota(last_use.begin(), last_use.end(), 0);
+  std::vector<bool> block_start(count + 1, false);
+  for (int i = 0; i < count; ++i) {
+    const ChainLayer& l = layers_[i];
+    max_features_ = std::max({max_features_, l.in_features, l.out_features});
+    for (const ChainWeight& w : l.weights) max_features_ = std::max(max_features_, w.shape.n);
+    if (l.kind == LayerKind::kResidual) {
+      last_use[l.block_start] = std::max(last_use[l.block_start], i);
+      block_start[l.block_start] = true;
+    }
+  }
+
+  std::vector<Operand> where(count + 1);
+  std::vector<bool> released(count + 1, false);
+  where[0] = {kInput, Storage::kInput};
+  std::vector<int> free_slots;
+  const auto alloc = [&](Storage storage) {
+    int slot;
+    if (free_slots.empty()) {
+      slot = slots_++;
+    } else {
+      slot = free_slots.back();
+      free_slots.pop_back();
+    }
+    return Operand{slot, storage};
+  };
+  const auto release = [&](const Operand& o) {
+    if (o.slot >= 0) free_slots.push_back(o.slot);
+  };
+  // Where value v goes: the run's output for the last one, a fresh slot otherwise.
+  const auto dest = [&](int v) {
+    return v == count ? Operand{kOutput, Storage::kOut} : alloc(Storage::kAct);
+  };
+
+  for (int i = 0; i < count;) {
+    const ChainLayer& l = layers_[i];
+    const Operand in = where[i];
+    int end = i + 1;  // the group of layers [i, end) produces value `end`
+    Activation act = Activation::kIdentity;
+    Operand skip;
+    // Folds a following activation (when allowed) and then a following residual into
+    // this group's epilogue, unless a residual needs the value in between.
+    const auto take_tail = [&](bool allow_act) {
+      if (allow_act && end < count && layers_[end].kind == LayerKind::kActivation &&
+          !block_start[end]) {
+        act = layers_[end].activation;
+        ++end;
+      }
+      if (end < count && layers_[end].kind == LayerKind::kResidual && !block_start[end]) {
+        skip = where[layers_[end].block_start];
+        ++end;
+      }
+    };
+    // A matmul of weight `w` on `x`, then the epilogue of the tail when there is one.
+    const auto gemm_with_tail = [&](int w, const Operand& x, const float* bias) {
+      take_tail(true);
+      const int64_t n = l.weights[w].shape.n;
+      if (bias == nullptr && act == Activation::kIdentity && skip.slot == kNone) {
+        steps_.push_back({.op = Step::Op::kGemm, .layer = &l, .weight = w, .in = x,
+                          .out = dest(end), .n = n});
+        return steps_.back().out;
+      }
+      const Operand tmp = alloc(Storage::kF32);
+      steps_.push_back(
+          {.op = Step::Op::kGemm, .layer = &l, .weight = w, .in = x, .out = tmp, .n = n});
+      const Operand out = dest(end);
+      steps_.push_back({.op = Step::Op::kEpilogue, .layer = &l, .in = tmp, .skip = skip,
+                        .out = out, .bias = bias, .act = act, .n = n});
+      release(tmp);
+      return out;
+    };
+
+    Operand out;
+    switch (l.kind) {
+      case LayerKind::kEmbedding:
+        out = dest(end);
+        steps_.push_back({.op = Step::Op::kEmbedding, .layer = &l, .out = out,
+                          .n = l.out_features});
+        break;
+      case LayerKind::kDyT:
+        out = dest(end);
+        steps_.push_back({.op = Step::Op::kDyT, .layer = &l, .in = in, .out = out,
+                          .n = l.out_features});
+        break;
+      case LayerKind::kActivation:
+      case LayerKind::kResidual:
+        if (l.kind == LayerKind::kActivation) {
+          act = l.activation;
+          take_tail(false);
+        } else {
+          skip = where[l.block_start];
+        }
+        out = dest(end);
+        steps_.push_back({.op = Step::Op::kEpilogue, .layer = &l, .in = in, .skip = skip,
+                          .out = out, .act = act, .n = l.out_features});
+        break;
+      case LayerKind::kLinear:
+        out = gemm_with_tail(0, in, l.bias);
+        break;
+      case LayerKind::kGatedMlp: {
+        const int64_t hidden = l.weights[0].shape.n;
+        const Operand gate = alloc(Storage::kF32);
+        const Operand up = alloc(Storage::kF32);
+        steps_.push_back(
+            {.op = Step::Op::kGemm, .layer = &l, .weight = 0, .in = in, .out = gate, .n = hidden});
+        steps_.push_back(
+            {.op = Step::Op::kGemm, .layer = &l, .weight = 1, .in = in, .out = up, .n = hidden});
+        const Operand h = alloc(Storage::kAct);
+        steps_.push_back({.op = Step::Op::kEpilogue, .layer = &l, .in = gate, .up = up, .out = h,
+                          .act = Activation::kSilu, .n = hidden});
+        release(gate);
+        release(up);
+        out = gemm_with_tail(2, h, nullptr);
+        release(h);
+        break;
+      }
+    }
+    where[end] = out;
+    // Every value no layer from `end` on reads gives its slot back.
+    for (int v = 0; v < end; ++v) {
+      if (!released[v] && last_use[v] < end) {
+        release(where[v]);
+        released[v] = true;
+      }
+    }
+    i = end;
+  }
+  convert_slot_ = slots_;
+}
+
+size_t ChainPlan::SlotBytes(int64_t m) const {
+  return Align(static_cast<size_t>(m) * static_cast<size_t>(max_features_) * sizeof(float));
+}
+
+size_t ChainPlan::WorkspaceBytes(int64_t m) const {
+  size_t bytes = 0;
+  for (const Step& s : steps_) {
+    if (s.op != Step::Op::kGemm) continue;
+    const ChainWeight& w = s.layer->weights[s.weight];
+    bytes = std::max(bytes, w.ops->workspace_bytes(w.shape, m));
+  }
+  return Align(bytes);
+}
+
+size_t ChainPlan::ArenaBytes(int64_t m) const {
+  return static_cast<size_t>(slots_ + 1) * SlotBytes(m) + WorkspaceBytes(m);
+}
+
+int ChainPlan::launches() const { return static_cast<int>(steps_.size()); }
+
+void* ChainPlan::Resolve(const ChainRun& run, const Operand& o) const {
+  if (o.slot == kInput) return const_cast<void*>(run.x);
+  if (o.slot == kOutput) return run.y;
+  if (o.slot == kNone) return nullptr;
+  return static_cast<char*>(run.arena) + static_cast<size_t>(o.slot) * SlotBytes(run.m);
+}
+
+DType ChainPlan::ResolveDType(const ChainRun& run, const Operand& o) const {
+  switch (o.storage) {
+    case Storage::kInput:
+      return run.x_dtype;
+    case Storage::kAct:
+      return run.act_dtype;
+    case Storage::kF32:
+      return DType::kF32;
+    case Storage::kOut:
+      return run.y_dtype;
+  }
+  return DType::kF32;
+}
+
+cudaError_t ChainPlan::EnqueueGemm(const ChainRun& run, const Step& step) const {
+  const ChainWeight& w = step.layer->weights[step.weight];
+  const void* x = Resolve(run, step.in);
+  DType x_dtype = ResolveDType(run, step.in);
+  // Dense weights take their own dtype; the quantized kernels take either 16-bit type.
+  DType need = DenseXDType(w.scheme);
+  if (need == DType::kF32) need = x_dtype == DType::kF32 ? run.act_dtype : x_dtype;
+  if (x_dtype != need) {
+    void* converted = static_cast<char*>(run.arena) + convert_slot_ * SlotBytes(run.m);
+    if (cudaError_t err = LaunchConvert(x_dtype, x, need, converted, run.m * w.shape.k, 1.0f,
+                                        run.stream);
+        err != cudaSuccess) {
+      return err;
+    }
+    x = converted;
+    x_dtype = need;
+  }
+  GemmArgs args;
+  args.weight = w.data;
+  args.shape = w.shape;
+  args.x_dtype = x_dtype;
+  args.x = x;
+  args.m = run.m;
+  args.y_dtype = ResolveDType(run, step.out);
+  args.y = Resolve(run, step.out);
+  args.workspace = static_cast<char*>(run.arena) + (slots_ + 1) * SlotBytes(run.m);
+  args.stream = run.stream;
+  args.cublas = run.cublas;
+  return w.ops->launch(args);
+}
+
+cudaError_t ChainPlan::Enqueue(const ChainRun& run) const {
+  if (run.m < 1 || (run.act_dtype != DType::kF16 && run.act_dtype != DType::kBF16) ||
+      run.arena == nullptr || run.y == nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  for (const Step& step : steps_) {
+    const ChainLayer& l = *step.layer;
+    cudaError_t err = cudaSuccess;
+    switch (step.op) {
+      case Step::Op::kEmbedding: {
+        const ChainWeight& table = l.weights[0];
+        err = LaunchEmbedding(table.scheme == Scheme::kBf16 ? DType::kBF16 : DType::kF16,
+                              table.data, table.shape.n, table.shape.k, run.ids, run.m,
+                              ResolveDType(run, step.out), Resolve(run, step.out), run.stream);
+        break;
+      }
+      case Step::Op::kDyT:
+        err = LaunchDyT(ResolveDType(run, step.in), Resolve(run, step.in), run.m, l.in_features,
+                        l.alpha, l.gamma, l.beta, ResolveDType(run, step.out),
+                        Resolve(run, step.out), run.stream);
+        break;
+      case Step::Op::kEpilogue: {
+        EpilogueArgs args;
+        args.x_dtype = ResolveDType(run, step.in);
+        args.x = Resolve(run, step.in);
+        args.m = run.m;
+        args.n = step.n;
+        args.bias = step.bias;
+        args.act = step.act;
+        args.up_dtype = ResolveDType(run, step.up);
+        args.up = Resolve(run, step.up);
+        args.skip_dtype = ResolveDType(run, step.skip);
+        args.skip = Resolve(run, step.skip);
+        args.y_dtype = ResolveDType(run, step.out);
+        args.y = Resolve(run, step.out);
+        err = LaunchEpilogue(args, run.stream);
+        break;
+      }
+      case Step::Op::kGemm:
+        err = EnqueueGemm(run, step);
+        break;
+    }
+    if (err != cudaSuccess) return err;
+  }
+  return cudaSuccess;
+}
+
+ChainGraph::~ChainGraph() {
+  if (exec_ != nullptr) cudaGraphExecDestroy(exec_);
+}
+
+cudaError_t ChainGraph::Capture(const ChainPlan& plan, const ChainRun& run) {
+  if (exec_ != nullptr) {
+    cudaGraphExecDestroy(exec_);
+    exec_ = nullptr;
+  }
+  if (cudaError_t err = cudaStreamBeginCapture(run.stream, cudaStreamCaptureModeThreadLocal);
+      err != cudaSuccess) {
+    return err;
+  }
+  const cudaError_t enqueued = plan.Enqueue(run);
+  cudaGraph_t graph = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(run.stream, &graph);
+  cudaError_t err = enqueued != cudaSuccess ? enqueued : ended;
+  if (err == cudaSuccess) err = cudaGraphInstantiate(&exec_, graph, 0);
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  if (err != cudaSuccess) exec_ = nullptr;
+  return err;
+}
+
+cudaError_t ChainGraph::Launch(cudaStream_t stream) const {
+  if (exec_ == nullptr) return cudaErrorInvalidValue;
+  return cudaGraphLaunch(exec_, stream);
+}
+
+}  // namespace qmm::cuda

@@ -1,0 +1,203 @@
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+
+#include "kernels/cuda/dtype_device.cuh"
+#include "kernels/cuda/layers.h"
+
+namespace qmm::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+// Grid-stride kernels: enough blocks to fill an H200 several times over, no more.
+constexpr int64_t kMaxBlocks = 4096;
+constexpr int64_t kMaxRowBlocks = 65535;
+
+bool IsDType(DType d) { return d == DType::kF32 || d == DType::kF16 || d == DType::kBF16; }
+
+int Blocks(int64_t count) {
+  return static_cast<int>(std::min<int64_t>((count + kThreads - 1) / kThreads, kMaxBlocks));
+}
+
+__device__ __forceinline__ float LoadAs(DType dtype, const void* p, int64_t index) {
+  switch (dtype) {
+    case DType::kF16:
+      return __half2float(static_cast<const __half*>(p)[index]);
+    case DType::kBF16:
+      return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[index]);
+    default:
+      return static_cast<const float*>(p)[index];
+  }
+}
+
+__device__ __forceinline__ float Silu(float v) { return v / (1.0f + expf(-v)); }
+
+__device__ __forceinline__ float Apply(Activation act, float v) {
+  switch (act) {
+    case Activation::kSilu:
+      return Silu(v);
+    case Activation::kGeluTanh: {
+      const float inner =
+          static_cast<float>(kGeluTanhScale) * (v + static_cast<float>(kGeluTanhCubic) * v * v * v);
+      return 0.5f * v * (1.0f + tanhf(inner));
+    }
+    case Activation::kRelu:
+      return v < 0.0f ? 0.0f : v;  // NaN stays NaN
+    default:
+      return v;
+  }
+}
+
+// One DyT value. The explicit fma keeps the rounding the same in every kernel that calls
+// this (the fused quantizer recomputes each value and must get the same bits).
+__device__ __forceinline__ float DyTValue(float x, float alpha, float gamma, float beta) {
+  return __fmaf_rn(gamma, tanhf(__fmul_rn(alpha, x)), beta);
+}
+
+__global__ void __launch_bounds__(kThreads)
+    EmbeddingKernel(DType table_dtype, const void* __restrict__ table, int64_t vocab, int64_t dim,
+                    const int32_t* __restrict__ ids, int64_t count, DType y_dtype,
+                    void* __restrict__ y) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < count;
+       i += stride) {
+    const int64_t row = i / dim;
+    const int64_t id = ids[row];
+    const float v = id >= 0 && id < vocab ? LoadAs(table_dtype, table, id * dim + i % dim)
+                                          : __int_as_float(0x7fc00000);
+    StoreAs(y_dtype, y, i, v);
+  }
+}
+
+__global__ void __launch_bounds__(kThreads)
+    DyTKernel(DType x_dtype, const void* x, int64_t f, int64_t count, float alpha,
+              const float* __restrict__ gamma, const float* __restrict__ beta, DType y_dtype,
+              void* y) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < count;
+       i += stride) {
+    const int64_t j = i % f;
+    StoreAs(y_dtype, y, i,
+            DyTValue(LoadAs(x_dtype, x, i), alpha, gamma[j], beta == nullptr ? 0.0f : beta[j]));
+  }
+}
+
+// One block per row (grid-stride over rows): the row's max |DyT| first, then the
+// quantized values from recomputed DyT values (cheaper than staging a long row).
+__global__ void __launch_bounds__(kThreads)
+    DyTQuantizeKernel(DType x_dtype, const void* __restrict__ x, int64_t m, int64_t f, float alpha,
+                      const float* __restrict__ gamma, const float* __restrict__ beta,
+                      int8_t* __restrict__ q, float* __restrict__ scale,
+                      int32_t* __restrict__ row_sum) {
+  __shared__ float warp_max[kThreads / 32];
+  __shared__ int32_t warp_sum[kThreads / 32];
+  for (int64_t row = blockIdx.x; row < m; row += gridDim.x) {
+    const int64_t base = row * f;
+    float max_abs = 0.0f;
+    for (int64_t j = threadIdx.x; j < f; j += kThreads) {
+      const float d =
+          DyTValue(LoadAs(x_dtype, x, base + j), alpha, gamma[j], beta == nullptr ? 0.0f : beta[j]);
+      max_abs = fmaxf(max_abs, fabsf(d));
+    }
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      max_abs = fmaxf(max_abs, __shfl_xor_sync(0xffffffffu, max_abs, offset));
+    }
+    if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = max_abs;
+    __syncthreads();
+    max_abs = warp_max[0];
+    for (int w = 1; w < kThreads / 32; ++w) max_abs = fmaxf(max_abs, warp_max[w]);
+    // IEEE division, as QuantizeRowsInt8 and LaunchQuantizeRowsInt8 do.
+    const float s = __fdiv_rn(max_abs, 127.0f);
+    int32_t sum = 0;
+    for (int64_t j = threadIdx.x; j < f; j += kThreads) {
+      const float d =
+          DyTValue(LoadAs(x_dtype, x, base + j), alpha, gamma[j], beta == nullptr ? 0.0f : beta[j]);
+      const int v =
+          s == 0.0f ? 0 : static_cast<int>(fminf(fmaxf(roundf(__fdiv_rn(d, s)), -127.0f), 127.0f));
+      q[base + j] = static_cast<int8_t>(v);
+      sum += v;
+    }
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    }
+    if (threadIdx.x % 32 == 0) warp_sum[threadIdx.x / 32] = sum;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (int w = 1; w < kThreads / 32; ++w) sum += warp_sum[w];
+      scale[row] = s;
+      if (row_sum != nullptr) row_sum[row] = sum;
+    }
+    // warp_max and warp_sum are rewritten for the next row only after every thread read them.
+    __syncthreads();
+  }
+}
+
+__global__ void __launch_bounds__(kThreads) EpilogueKernel(const EpilogueArgs a, int64_t count) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < count;
+       i += stride) {
+    float v = LoadAs(a.x_dtype, a.x, i);
+    if (a.bias != nullptr) v += a.bias[i % a.n];
+    v = Apply(a.act, v);
+    if (a.up != nullptr) v *= LoadAs(a.up_dtype, a.up, i);
+    if (a.skip != nullptr) v += LoadAs(a.skip_dtype, a.skip, i);
+    StoreAs(a.y_dtype, a.y, i, v);
+  }
+}
+
+}  // namespace
+
+cudaError_t LaunchEmbedding(DType table_dtype, const void* table, int64_t vocab, int64_t dim,
+                            const int32_t* ids, int64_t m, DType y_dtype, void* y,
+                            cudaStream_t stream) {
+  if ((table_dtype != DType::kF16 && table_dtype != DType::kBF16) || !IsDType(y_dtype) ||
+      vocab < 1 || dim < 1 || m < 0) {
+    return cudaErrorInvalidValue;
+  }
+  if (m == 0) return cudaSuccess;
+  const int64_t count = m * dim;
+  EmbeddingKernel<<<Blocks(count), kThreads, 0, stream>>>(table_dtype, table, vocab, dim, ids,
+                                                          count, y_dtype, y);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchDyT(DType x_dtype, const void* x, int64_t m, int64_t f, float alpha,
+                      const float* gamma, const float* beta, DType y_dtype, void* y,
+                      cudaStream_t stream) {
+  if (!IsDType(x_dtype) || !IsDType(y_dtype) || f < 1 || m < 0 || gamma == nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  if (m == 0) return cudaSuccess;
+  const int64_t count = m * f;
+  DyTKernel<<<Blocks(count), kThreads, 0, stream>>>(x_dtype, x, f, count, alpha, gamma, beta,
+                                                    y_dtype, y);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchDyTQuantizeInt8(DType x_dtype, const void* x, int64_t m, int64_t f, float alpha,
+                                  const float* gamma, const float* beta, int8_t* q, float* scale,
+                                  int32_t* row_sum, cudaStream_t stream) {
+  if (!IsDType(x_dtype) || f < 1 || m < 0 || gamma == nullptr || q == nullptr || scale == nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  if (m == 0) return cudaSuccess;
+  const int blocks = static_cast<int>(std::min<int64_t>(m, kMaxRowBlocks));
+  DyTQuantizeKernel<<<blocks, kThreads, 0, stream>>>(x_dtype, x, m, f, alpha, gamma, beta, q, scale,
+                                                     row_sum);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchEpilogue(const EpilogueArgs& args, cudaStream_t stream) {
+  if (!IsDType(args.x_dtype) || !IsDType(args.y_dtype) || !IsDType(args.up_dtype) ||
+      !IsDType(args.skip_dtype) || args.m < 0 || args.n < 1 || args.x == nullptr ||
+      args.y == nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  if (args.m == 0) return cudaSuccess;
+  const int64_t count = args.m * args.n;
+  EpilogueKernel<<<Blocks(count), kThreads, 0, stream>>>(args, count);
+  return cudaGetLastError();
+}
+
+}  // namespace qmm::cuda

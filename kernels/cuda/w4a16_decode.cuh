@@ -1,0 +1,176 @@
+// The W4A16 kernel for few tokens (M <= 16): a persistent grid of one wave, no cluster,
+// no shared-memory pipeline, so nothing but the weight stream sets its pace.
+//
+// A "row set" is R consecutive strips (16R rows). The 8 warps of a CTA work on 8 / S row
+// sets at a time, S warps per set, each warp on its own contiguous 1/S of the chunks
+// (intra-CTA split-K); the S partial tiles are summed through shared memory once per set.
+// CTAs stride over the row sets, so the grid is exactly what fits on the GPU at once.
+//
+// Registers are the pipeline: each warp keeps kSlots chunks of R strips (3-4 KB per warp)
+// in flight, all loads issued before any use, and refills a slot as soon as the chunk in
+// it is consumed, with the same slot of the next round or of its next row set, so the
+// loads of the next set are already in flight during this set's reduction. One MMA chain
+// per warp and tile is enough: 16-32 warps per SM hide its latency.
+#ifndef QMM_KERNELS_CUDA_W4A16_DECODE_CUH_
+#define QMM_KERNELS_CUDA_W4A16_DECODE_CUH_
+
+#include "kernels/cuda/w4a16_common.cuh"
+
+namespace qmm::cuda::w4a16 {
+
+// T tiles of 8 tokens, R strips per warp (R divides kGroupStrips, so a row set never
+// crosses a 128-row group).
+template <int T, int R>
+struct DecodeTile {
+  static_assert(kGroupStrips % R == 0);
+  // Strip-chunks of weights in flight per warp: 3 KB for one strip, within the 64
+  // registers that let 4 CTAs (32 warps, 96 KB in flight) share an SM; 4 KB for two.
+  static constexpr int kSlots = R == 1 ? 3 : 4 / R;
+  // CTAs per SM the registers are capped for (8 warps each): 32 warps for one tile, 16
+  // for the larger ones, whose accumulators and activations take twice the registers.
+  static constexpr int kMinBlocks = T * R == 1 ? 4 : 2;
+};
+
+// p.splits is S, the warps sharing one row set (1, 2, 4 or 8).
+template <int T, int R, bool kBf16>
+__global__ void __launch_bounds__(kThreads, DecodeTile<T, R>::kMinBlocks)
+    DecodeKernel(const __grid_constant__ Params p) {
+  using Tl = DecodeTile<T, R>;
+  constexpr int kSlots = Tl::kSlots;
+  // Floats of one warp's partial tile: [r][tile][lane][4].
+  constexpr int kWarpFloats = R * T * 32 * 4;
+  // Double-buffered, so that one barrier per row set suffices.
+  __shared__ float4 red[2][kWarps * R * T * 32];
+
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int g = lane / 4;
+  const int t = lane % 4;
+  const int split = p.splits;
+  const int sets_per_cta = kWarps / split;
+  const int sub = warp / split;
+  const int per_warp = (p.chunks + split - 1) / split;
+  const int c_begin = min(warp % split * per_warp, p.chunks);
+  const int count = min(per_warp, p.chunks - c_begin);
+  // The same for every warp, so all reach each barrier.
+  const int rounds = (per_warp + kSlots - 1) / kSlots;
+  const int64_t sets = ((p.n + kStripRows - 1) / kStripRows + R - 1) / R;
+  const int64_t units = (sets + sets_per_cta - 1) / sets_per_cta;
+  auto set_of = [&](int64_t unit) { return unit * sets_per_cta + sub; };
+
+  // This lane's k range of its tokens' rows: k = 16t .. 16t + 15 of each block.
+  const uint8_t* xr[T];
+#pragma unroll
+  for (int tile = 0; tile < T; ++tile) {
+    const int tok = tile * 8 + g;
+    xr[tile] = tok < p.m ? static_cast<const uint8_t*>(p.x) + (tok * p.k + 16 * t) * 2 : nullptr;
+  }
+
+  uint4 wq[kSlots][R][2];
+  uint32_t sq[kSlots][R];
+  // Slot `slot` <- chunk `c` of row set `set`: R strips, both blocks, and their scales.
+  auto load = [&](int slot, int64_t set, int c) {
+    const int64_t strip = set * R;
+    const int64_t group = strip / kGroupStrips;
+    const int in_group = static_cast<int>(strip % kGroupStrips);
+    const uint8_t* wp = p.w + group * p.w_group_stride + c * p.w_chunk_stride +
+                        in_group * kStripChunkBytes + lane * 16;
+    const uint8_t* sp =
+        p.s + group * p.s_group_stride + c * p.s_chunk_stride + in_group * kStripScaleBytes + g * 4;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      wq[slot][r][0] = LoadStream(wp + r * kStripChunkBytes);
+      wq[slot][r][1] = LoadStream(wp + r * kStripChunkBytes + kBlockBytes);
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      sq[slot][r] = __ldg(reinterpret_cast<const uint32_t*>(sp + r * kStripScaleBytes));
+    }
+  };
+
+  int64_t unit = blockIdx.x;
+  if (unit < units && set_of(unit) < sets) {
+#pragma unroll
+    for (int slot = 0; slot < kSlots; ++slot) {
+      if (slot < count) load(slot, set_of(unit), c_begin + slot);
+    }
+  }
+  int buf = 0;
+  for (; unit < units; unit += gridDim.x) {
+    const bool live = set_of(unit) < sets;
+    float acc[R][T][4] = {};
+    for (int round = 0; round < rounds; ++round) {
+      const bool last = round + 1 == rounds;
+      const int64_t next_unit = last ? unit + gridDim.x : unit;
+      const int next_round = last ? 0 : round + 1;
+      const bool next_live = next_unit < units && set_of(next_unit) < sets;
+#pragma unroll
+      for (int slot = 0; slot < kSlots; ++slot) {
+        const int cc = round * kSlots + slot;
+        if (live && cc < count) {
+          const int64_t kbase = int64_t{c_begin + cc} * kChunkK;
+          float part[R][T][4] = {};
+#pragma unroll
+          for (int blk = 0; blk < kChunkBlocks; ++blk) {
+            // x[h][tile]: this block's activations (L1 hits after the first warp).
+            uint4 xb[2][T];
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+#pragma unroll
+              for (int tile = 0; tile < T; ++tile) {
+                xb[h][tile] = xr[tile] != nullptr
+                                  ? __ldg(reinterpret_cast<const uint4*>(
+                                        xr[tile] + (kbase + blk * kBlockK + 8 * h) * 2))
+                                  : make_uint4(0, 0, 0, 0);
+              }
+            }
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+              const uint4 w = wq[slot][r][blk];
+              MmaStep<T, 0, kBf16>(w.x, xb[0], part[r]);
+              MmaStep<T, 1, kBf16>(w.y, xb[0], part[r]);
+              MmaStep<T, 0, kBf16>(w.z, xb[1], part[r]);
+              MmaStep<T, 1, kBf16>(w.w, xb[1], part[r]);
+            }
+          }
+#pragma unroll
+          for (int r = 0; r < R; ++r) ApplyScale<T>(sq[slot][r], part[r], acc[r]);
+        }
+        const int nc = next_round * kSlots + slot;
+        if (next_live && nc < count) load(slot, set_of(next_unit), c_begin + nc);
+      }
+    }
+
+    // Sum the S partial tiles of each row set; each thread owns one output element.
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+#pragma unroll
+      for (int tile = 0; tile < T; ++tile) {
+        red[buf][((warp * R + r) * T + tile) * 32 + lane] =
+            make_float4(acc[r][tile][0], acc[r][tile][1], acc[r][tile][2], acc[r][tile][3]);
+      }
+    }
+    __syncthreads();
+    const float* rf = reinterpret_cast<const float*>(red[buf]);
+    for (int e = threadIdx.x; e < sets_per_cta * kWarpFloats; e += kThreads) {
+      const int q = e / kWarpFloats;
+      const int f = e % kWarpFloats;  // ((r * T + tile) * 32 + lane) * 4 + i
+      // Element i of lane (g, t): row g (+8 for i >= 2), token 2t + (i & 1).
+      const int i = f % 4;
+      const int ln = f / 4 % 32;
+      const int tile = f / (4 * 32) % T;
+      const int r = f / (4 * 32 * T);
+      const int64_t n = ((unit * sets_per_cta + q) * R + r) * kStripRows + ln / 4 + (i >> 1) * 8;
+      const int64_t tok = tile * 8 + ln % 4 * 2 + (i & 1);
+      if (n >= p.n || tok >= p.m) continue;
+      float v = 0.f;
+      for (int s = 0; s < split; ++s) v += rf[(q * split + s) * kWarpFloats + f];
+      StoreY(p, tok, n, v);
+    }
+    buf ^= 1;
+  }
+}
+
+}  // namespace qmm::cuda::w4a16
+
+#endif  // QMM_KERNELS_CUDA_W4A16_DECODE_CUH_

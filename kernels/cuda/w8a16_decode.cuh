@@ -1,0 +1,187 @@
+// The W8A16 kernel for few tokens (M <= 16): a persistent grid of one wave, no cluster,
+// no shared-memory ring, so nothing but the weight stream sets its pace (layout in
+// w8a16.h).
+//
+// A "row set" is R consecutive row tiles (16R rows). The 8 warps of a CTA work on 8 / S
+// row sets at a time, S warps per set, each warp on its own contiguous 1/S of the 32-k
+// chunks (intra-CTA split-K); the S partial tiles are summed through shared memory once
+// per set, and the row scale is applied to the sum. CTAs stride over the row sets, so the
+// grid is exactly what fits on the GPU at once.
+//
+// Registers are the pipeline: each warp keeps kSlots chunks of R row tiles (3-4 KB per
+// warp) in flight, all loads issued before any use, and refills a slot as soon as the
+// chunk in it is consumed, with the same slot of the next round or of its next row set,
+// so the loads of the next set are already in flight during this set's reduction. One
+// MMA chain per warp and tile is enough: 16-32 warps per SM hide its latency.
+#ifndef QMM_KERNELS_CUDA_W8A16_DECODE_CUH_
+#define QMM_KERNELS_CUDA_W8A16_DECODE_CUH_
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/dtype_device.cuh"
+#include "kernels/cuda/w8a16_ptx.cuh"
+#include "kernels/dtype.h"
+
+namespace qmm::cuda::w8a16 {
+
+inline constexpr int kDecodeWarps = 8;
+inline constexpr int kDecodeThreads = kDecodeWarps * 32;
+
+struct DecodeParams {
+  const uint8_t* w;     // [row tiles][chunks][32 lanes][16 bytes]
+  const float* scales;  // [row tiles * 16]
+  const void* x;        // [m][k]
+  void* y;              // [m][n]
+  int64_t m;
+  int64_t n;
+  int64_t k;
+  int32_t row_tiles;
+  int32_t chunks;  // K / 32
+  int32_t splits;  // S: warps sharing one row set (1, 2, 4 or 8)
+  DType y_dtype;
+};
+
+// NT tiles of 8 tokens, R row tiles per warp.
+template <int NT, int R>
+struct DecodeTile {
+  static constexpr int kChunkBytes = 512;  // one 32-k chunk of one row tile
+  // Row-tile chunks of weights in flight per warp: 3 KB for one row tile, within the 64
+  // registers that let 4 CTAs (32 warps, 96 KB in flight) share an SM; 4 KB for two.
+  static constexpr int kSlots = R == 1 ? 6 : 8 / R;
+  // CTAs per SM the registers are capped for (8 warps each).
+  static constexpr int kMinBlocks = NT * R == 1 ? 4 : 2;
+};
+
+// 16 bytes of read-only data that are read once: skip L1.
+__device__ __forceinline__ uint4 LoadStream(const uint8_t* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+template <typename T, int NT, int R>
+__global__ void __launch_bounds__(kDecodeThreads, DecodeTile<NT, R>::kMinBlocks)
+    DecodeKernel(const __grid_constant__ DecodeParams p) {
+  using Tl = DecodeTile<NT, R>;
+  constexpr int kSlots = Tl::kSlots;
+  // Floats of one warp's partial tile: [r][tile][lane][4].
+  constexpr int kWarpFloats = R * NT * 32 * 4;
+  // Double-buffered, so that one barrier per row set suffices.
+  __shared__ float4 red[2][kDecodeWarps * R * NT * 32];
+
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int g = lane / 4;
+  const int t4 = lane % 4;
+  const int split = p.splits;
+  const int sets_per_cta = kDecodeWarps / split;
+  const int sub = warp / split;
+  const int per_warp = (p.chunks + split - 1) / split;
+  const int c_begin = min(warp % split * per_warp, p.chunks);
+  const int count = min(per_warp, p.chunks - c_begin);
+  // The same for every warp, so all reach each barrier.
+  const int rounds = (per_warp + kSlots - 1) / kSlots;
+  const int64_t sets = (p.row_tiles + R - 1) / R;
+  const int64_t units = (sets + sets_per_cta - 1) / sets_per_cta;
+  auto set_of = [&](int64_t unit) { return unit * sets_per_cta + sub; };
+
+  // This lane's activations: token g of each tile, k = 32c + 8t4 .. +7 (one uint4).
+  const uint4* xp[NT];
+#pragma unroll
+  for (int tile = 0; tile < NT; ++tile) {
+    const int tok = tile * 8 + g;
+    xp[tile] = tok < p.m
+                   ? reinterpret_cast<const uint4*>(static_cast<const T*>(p.x) + tok * p.k) + t4
+                   : nullptr;
+  }
+
+  uint4 wq[kSlots][R];
+  // Slot `slot` <- chunk `c` of row set `set`. A set past the last row tile (odd tile
+  // counts with R = 2) re-reads the last tile: valid memory, results never stored.
+  auto load = [&](int slot, int64_t set, int c) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int64_t rt = min(set * R + r, int64_t{p.row_tiles} - 1);
+      wq[slot][r] = LoadStream(p.w + (rt * p.chunks + c) * Tl::kChunkBytes + lane * 16);
+    }
+  };
+
+  int64_t unit = blockIdx.x;
+  if (unit < units && set_of(unit) < sets) {
+#pragma unroll
+    for (int slot = 0; slot < kSlots; ++slot) {
+      if (slot < count) load(slot, set_of(unit), c_begin + slot);
+    }
+  }
+  int buf = 0;
+  for (; unit < units; unit += gridDim.x) {
+    const bool live = set_of(unit) < sets;
+    float acc[R][NT][4] = {};
+    for (int round = 0; round < rounds; ++round) {
+      const bool last = round + 1 == rounds;
+      const int64_t next_unit = last ? unit + gridDim.x : unit;
+      const int next_round = last ? 0 : round + 1;
+      const bool next_live = next_unit < units && set_of(next_unit) < sets;
+#pragma unroll
+      for (int slot = 0; slot < kSlots; ++slot) {
+        const int cc = round * kSlots + slot;
+        if (live && cc < count) {
+          const int c = c_begin + cc;
+          uint4 xv[NT];
+#pragma unroll
+          for (int tile = 0; tile < NT; ++tile) {
+            xv[tile] = xp[tile] != nullptr ? __ldg(xp[tile] + c * 4) : make_uint4(0, 0, 0, 0);
+          }
+#pragma unroll
+          for (int r = 0; r < R; ++r) {
+            uint32_t a[2][4];
+            Dequant<T>(wq[slot][r], a);
+#pragma unroll
+            for (int tile = 0; tile < NT; ++tile) {
+              Mma<T>(acc[r][tile], a[0], xv[tile].x, xv[tile].y);
+              Mma<T>(acc[r][tile], a[1], xv[tile].z, xv[tile].w);
+            }
+          }
+        }
+        const int nc = next_round * kSlots + slot;
+        if (next_live && nc < count) load(slot, set_of(next_unit), c_begin + nc);
+      }
+    }
+
+    // Sum the S partial tiles of each row set; each thread owns one output element.
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+#pragma unroll
+      for (int tile = 0; tile < NT; ++tile) {
+        const float(&v)[4] = acc[r][tile];
+        red[buf][((warp * R + r) * NT + tile) * 32 + lane] = make_float4(v[0], v[1], v[2], v[3]);
+      }
+    }
+    __syncthreads();
+    const float* rf = reinterpret_cast<const float*>(red[buf]);
+    for (int e = threadIdx.x; e < sets_per_cta * kWarpFloats; e += kDecodeThreads) {
+      const int q = e / kWarpFloats;
+      const int f = e % kWarpFloats;  // ((r * NT + tile) * 32 + lane) * 4 + i
+      // Element i of lane (g, t4): row g (+8 for i >= 2), token 2t4 + (i & 1).
+      const int i = f % 4;
+      const int ln = f / 4 % 32;
+      const int tile = f / (4 * 32) % NT;
+      const int r = f / (4 * 32 * NT);
+      const int64_t n = ((unit * sets_per_cta + q) * R + r) * 16 + ln / 4 + (i >> 1) * 8;
+      const int64_t tok = tile * 8 + ln % 4 * 2 + (i & 1);
+      if (n >= p.n || tok >= p.m) continue;
+      float sum = 0.f;
+      for (int s = 0; s < split; ++s) sum += rf[(q * split + s) * kWarpFloats + f];
+      StoreAs(p.y_dtype, p.y, tok * p.n + n, sum * p.scales[n]);
+    }
+    buf ^= 1;
+  }
+}
+
+}  // namespace qmm::cuda::w8a16
+
+#endif  // QMM_KERNELS_CUDA_W8A16_DECODE_CUH_
