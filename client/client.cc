@@ -6,10 +6,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/grpc_status.h"
+#include "client/proto_enums.h"
 
 namespace qmm {
 
 using client_internal::BuildMatMulRequest;
+using client_internal::DTypeToProto;
 using client_internal::FromGrpcStatus;
 using client_internal::TakeMatMulResult;
 
@@ -166,6 +168,83 @@ absl::StatusOr<v1::ServerInfoResponse> Client::ServerInfo() {
       FromGrpcStatus(stub_->ServerInfo(&context, v1::ServerInfoRequest(), &response));
   if (!status.ok()) return status;
   return response;
+}
+
+absl::StatusOr<v1::ModelInfo> Client::CreateModel(const v1::CreateModelRequest& request) {
+  grpc::ClientContext context;
+  SetDeadline(context);
+  v1::ModelInfo response;
+  absl::Status status = FromGrpcStatus(stub_->CreateModel(&context, request, &response));
+  if (!status.ok()) return status;
+  return response;
+}
+
+absl::StatusOr<v1::ModelInfo> Client::GetModel(std::string_view name) {
+  grpc::ClientContext context;
+  SetDeadline(context);
+  v1::GetModelRequest request;
+  request.set_name(std::string(name));
+  v1::ModelInfo response;
+  absl::Status status = FromGrpcStatus(stub_->GetModel(&context, request, &response));
+  if (!status.ok()) return status;
+  return response;
+}
+
+absl::StatusOr<std::vector<v1::ModelInfo>> Client::ListModels() {
+  grpc::ClientContext context;
+  SetDeadline(context);
+  v1::ListModelsResponse response;
+  absl::Status status =
+      FromGrpcStatus(stub_->ListModels(&context, v1::ListModelsRequest(), &response));
+  if (!status.ok()) return status;
+  return std::vector<v1::ModelInfo>(std::make_move_iterator(response.mutable_models()->begin()),
+                                    std::make_move_iterator(response.mutable_models()->end()));
+}
+
+absl::Status Client::DeleteModel(std::string_view name) {
+  grpc::ClientContext context;
+  SetDeadline(context);
+  v1::DeleteModelRequest request;
+  request.set_name(std::string(name));
+  v1::DeleteModelResponse response;
+  return FromGrpcStatus(stub_->DeleteModel(&context, request, &response));
+}
+
+absl::StatusOr<MatMulResult> Client::Forward(std::string_view model, const NdArray& x,
+                                             std::optional<DType> output_dtype) {
+  // The input tensor and output dtype are encoded exactly as MatMul's.
+  v1::MatMulRequest matmul;
+  if (absl::Status status = BuildMatMulRequest(model, x, output_dtype, &matmul); !status.ok()) {
+    return status;
+  }
+  v1::ForwardRequest request;
+  request.set_model(std::string(model));
+  request.mutable_input()->Swap(matmul.mutable_input());
+  request.set_output_dtype(matmul.output_dtype());
+  return CallForward(request);
+}
+
+absl::StatusOr<MatMulResult> Client::Forward(std::string_view model,
+                                             std::span<const int32_t> token_ids,
+                                             std::optional<DType> output_dtype) {
+  v1::ForwardRequest request;
+  request.set_model(std::string(model));
+  request.mutable_token_ids()->Add(token_ids.begin(), token_ids.end());
+  if (output_dtype) request.set_output_dtype(DTypeToProto(*output_dtype));
+  return CallForward(request);
+}
+
+absl::StatusOr<MatMulResult> Client::CallForward(const v1::ForwardRequest& request) {
+  grpc::ClientContext context;
+  SetDeadline(context);
+  v1::ForwardResponse response;
+  absl::Status status = FromGrpcStatus(stub_->Forward(&context, request, &response));
+  if (!status.ok()) return status;
+  // A ForwardResponse carries what a MatMulResponse does: decode it the same way.
+  v1::MatMulResponse as_matmul;
+  as_matmul.mutable_output()->Swap(response.mutable_output());
+  as_matmul.set_compute_ns(response.compute_ns());
+  return TakeMatMulResult(as_matmul);
 }
 
 absl::StatusOr<MatMulResult> Client::MatMul(std::string_view weight, const NdArray& x,

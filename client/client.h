@@ -108,10 +108,29 @@ class Client {
 
   absl::StatusOr<std::unique_ptr<MatMulStream>> OpenMatMulStream();
 
+  // Models (proto/qmm/v1/qmm.proto, "Models"); client/model_spec.h builds the request
+  // from a JSON file.
+  absl::StatusOr<v1::ModelInfo> CreateModel(const v1::CreateModelRequest& request);
+  // With the layers' parameters.
+  absl::StatusOr<v1::ModelInfo> GetModel(std::string_view name);
+  // Sorted by name; the layers without their parameter values.
+  absl::StatusOr<std::vector<v1::ModelInfo>> ListModels();
+  absl::Status DeleteModel(std::string_view name);
+
+  // y = model(x); x is [M, in_features] of f32, f16 or bf16. `output_dtype` nullopt: x's.
+  // The result's compute_ns is the backend's time for the batch it ran in.
+  absl::StatusOr<MatMulResult> Forward(std::string_view model, const NdArray& x,
+                                       std::optional<DType> output_dtype = std::nullopt);
+  // y = model(token_ids) for a model that starts with an embedding; `output_dtype`
+  // nullopt: fp32.
+  absl::StatusOr<MatMulResult> Forward(std::string_view model, std::span<const int32_t> token_ids,
+                                       std::optional<DType> output_dtype = std::nullopt);
+
  private:
   Client(ClientOptions options, std::shared_ptr<grpc::Channel> channel);
 
   void SetDeadline(grpc::ClientContext& context) const;
+  absl::StatusOr<MatMulResult> CallForward(const v1::ForwardRequest& request);
 
   ClientOptions options_;
   std::shared_ptr<grpc::Channel> channel_;

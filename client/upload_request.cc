@@ -14,11 +14,21 @@ v1::WeightHeader BuildUploadHeader(const UploadSpec& spec, std::span<const uint8
   header.set_k(spec.shape.k);
   header.set_scheme(SchemeToProto(spec.scheme));
   header.set_group_size(spec.shape.group_size);
-  if (spec.encoding == UploadSpec::Encoding::kFloat) {
-    header.set_encoding(v1::SOURCE_ENCODING_FLOAT);
-    header.set_source_dtype(DTypeToProto(spec.source_dtype));
-  } else {
-    header.set_encoding(v1::SOURCE_ENCODING_PACKED);
+  switch (spec.encoding) {
+    case UploadSpec::Encoding::kFloat:
+      header.set_encoding(v1::SOURCE_ENCODING_FLOAT);
+      header.set_source_dtype(DTypeToProto(spec.source_dtype));
+      break;
+    case UploadSpec::Encoding::kPacked:
+      header.set_encoding(v1::SOURCE_ENCODING_PACKED);
+      break;
+    case UploadSpec::Encoding::kBitnetHf:
+    case UploadSpec::Encoding::kBitnetLiger:
+      header.set_encoding(spec.encoding == UploadSpec::Encoding::kBitnetHf
+                              ? v1::SOURCE_ENCODING_BITNET_HF
+                              : v1::SOURCE_ENCODING_BITNET_LIGER);
+      header.set_source_dtype(DTypeToProto(spec.source_dtype));
+      break;
   }
   header.set_total_bytes(static_cast<int64_t>(payload.size()));
   const std::array<uint8_t, 32> digest = Sha256Digest(payload);

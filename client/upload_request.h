@@ -16,16 +16,18 @@
 namespace qmm {
 
 // Describes one weight to upload. The payload is either float values [n, k] row-major of
-// `source_dtype`, which the server quantizes into `scheme`, or the scheme's canonical
-// packed form (see QuantizeWeight in kernels/quantize.h to produce it locally).
+// `source_dtype`, which the server quantizes into `scheme`, the scheme's canonical packed
+// form (see QuantizeWeight in kernels/quantize.h to produce it locally), or, for W2A8, a
+// BitNet planar packing (Hugging Face or Liger-Kernel layout, proto SourceEncoding) whose
+// optional scales are `source_dtype` values.
 struct UploadSpec {
-  enum class Encoding { kFloat, kPacked };
+  enum class Encoding { kFloat, kPacked, kBitnetHf, kBitnetLiger };
 
   std::string name;
   Scheme scheme = Scheme::kFp16;
   WeightShape shape;  // n, k and (W4A16 only) group_size
   Encoding encoding = Encoding::kFloat;
-  DType source_dtype = DType::kF32;  // kFloat only
+  DType source_dtype = DType::kF32;  // kFloat: the values; kBitnet*: the scales
 };
 
 namespace client_internal {

@@ -32,7 +32,7 @@ trap cleanup EXIT
 
 echo
 echo "== starting qmm-server on a free loopback port"
-"$server_bin" --listen=127.0.0.1:0 >"$work_dir/server.out" 2>"$work_dir/server.err" &
+"$server_bin" --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 >"$work_dir/server.out" 2>"$work_dir/server.err" &
 server_pid=$!
 address=""
 for _ in $(seq 600); do

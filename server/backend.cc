@@ -10,6 +10,16 @@
 
 namespace qmm {
 
+absl::StatusOr<std::unique_ptr<BackendModel>> Backend::LoadModel(std::span<const ModelLayer>) {
+  return absl::UnimplementedError(
+      absl::StrCat("the ", std::string(name()), " backend does not run models"));
+}
+
+absl::StatusOr<int64_t> Backend::Forward(int, const ForwardCall&) {
+  return absl::UnimplementedError(
+      absl::StrCat("the ", std::string(name()), " backend does not run models"));
+}
+
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& options) {
   if (options.num_workers < 1) {
     return absl::InvalidArgumentError(

@@ -12,13 +12,16 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/activation.h"
 #include "kernels/dtype.h"
 #include "kernels/format.h"
+#include "kernels/layer_kind.h"
 
 namespace qmm {
 
@@ -38,6 +41,45 @@ class BackendWeight {
 // y is [m, n] of y_dtype, both row-major and already validated by the caller.
 struct MatMulCall {
   const BackendWeight* weight = nullptr;
+  DType x_dtype = DType::kF32;
+  const void* x = nullptr;
+  int64_t m = 0;
+  DType y_dtype = DType::kF32;
+  void* y = nullptr;
+};
+
+// One layer of a model as the backend runs it, already checked by the server (features
+// line up, weights fit their role: server/model.h). LoadModel copies the parameters.
+struct ModelLayer {
+  LayerKind kind = LayerKind::kLinear;
+  // kEmbedding: {table}; kLinear: {weight}; kGatedMlp: {gate, up, down}.
+  const BackendWeight* weights[3] = {nullptr, nullptr, nullptr};
+  std::span<const float> bias = {};               // kLinear: empty or out_features values
+  float alpha = 0.0f;                             // kDyT
+  std::span<const float> gamma = {};              // kDyT: in_features values
+  std::span<const float> beta = {};               // kDyT: empty or in_features values
+  Activation activation = Activation::kIdentity;  // kActivation
+  int32_t block_start = -1;                       // kResidual
+  int64_t in_features = 0;                        // 0 for an embedding
+  int64_t out_features = 0;
+};
+
+// A model prepared by the backend (its parameters in the backend's memory, its launch
+// plan). The weights its layers use must outlive it; it is destroyed, on any thread,
+// after every Forward that used it returned.
+class BackendModel {
+ public:
+  virtual ~BackendModel() = default;
+  // Bytes of device (or host) memory the model's own parameters hold.
+  virtual int64_t device_bytes() const = 0;
+};
+
+// One Forward: y = model(input). Host pointers, already validated by the caller: token
+// ids [m], each in range (a model that starts with an embedding), or x [m, in_features]
+// of x_dtype; y is [m, out_features] of y_dtype, row-major.
+struct ForwardCall {
+  const BackendModel* model = nullptr;
+  const int32_t* token_ids = nullptr;
   DType x_dtype = DType::kF32;
   const void* x = nullptr;
   int64_t m = 0;
@@ -77,6 +119,16 @@ class Backend {
   // the GPU, wall time on the CPU). Errors are INTERNAL (a device fault); a sticky device
   // error is reported through healthy().
   virtual absl::StatusOr<int64_t> MatMul(int worker, const MatMulCall& call) = 0;
+
+  // Prepares a checked chain of layers for Forward. RESOURCE_EXHAUSTED when the device
+  // cannot hold its parameters. Backends without models answer UNIMPLEMENTED.
+  virtual absl::StatusOr<std::unique_ptr<BackendModel>> LoadModel(
+      std::span<const ModelLayer> layers);
+
+  // Runs one Forward on `worker` (the MatMul worker contract) with every intermediate in
+  // the backend's memory; returns the compute time in nanoseconds as MatMul does. Errors
+  // as MatMul's.
+  virtual absl::StatusOr<int64_t> Forward(int worker, const ForwardCall& call);
 
   // False once the device is unusable (lost context); the server then reports
   // NOT_SERVING and exits non-zero.

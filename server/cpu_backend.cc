@@ -11,6 +11,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "kernels/cpu/chain.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/dtype.h"
 
@@ -31,6 +32,47 @@ class CpuWeight : public BackendWeight {
  private:
   const std::vector<uint8_t> bytes_;
   const PackedWeight view_;  // points into bytes_
+};
+
+// A model's layers for CpuRunChain, with its own copy of the parameters.
+class CpuModel : public BackendModel {
+ public:
+  explicit CpuModel(std::span<const ModelLayer> layers) {
+    // Reserve first: the layers point into these vectors.
+    params_.reserve(3 * layers.size());
+    const auto keep = [this](std::span<const float> values) -> const float* {
+      if (values.empty()) return nullptr;
+      params_.emplace_back(values.begin(), values.end());
+      bytes_ += static_cast<int64_t>(values.size() * sizeof(float));
+      return params_.back().data();
+    };
+    for (const ModelLayer& l : layers) {
+      CpuChainLayer c;
+      c.kind = l.kind;
+      for (int w = 0; w < 3; ++w) {
+        if (l.weights[w] != nullptr) {
+          c.weights[w] = &static_cast<const CpuWeight*>(l.weights[w])->view();
+        }
+      }
+      c.bias = keep(l.bias);
+      c.alpha = l.alpha;
+      c.gamma = keep(l.gamma);
+      c.beta = keep(l.beta);
+      c.activation = l.activation;
+      c.block_start = l.block_start;
+      c.in_features = l.in_features;
+      c.out_features = l.out_features;
+      layers_.push_back(c);
+    }
+  }
+
+  int64_t device_bytes() const override { return bytes_; }
+  const std::vector<CpuChainLayer>& layers() const { return layers_; }
+
+ private:
+  std::vector<std::vector<float>> params_;
+  std::vector<CpuChainLayer> layers_;
+  int64_t bytes_ = 0;
 };
 
 // The "model name" line of /proc/cpuinfo, which is what people call their CPU.
@@ -98,6 +140,40 @@ class CpuBackend : public Backend {
       y = y_f32.data();
     }
     CpuMatMul(weight.view(), x, call.m, y, cpu_threads_);
+    if (call.y_dtype != DType::kF32) FromFloat(call.y_dtype, y, y_count, call.y);
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
+                                                                start)
+        .count();
+  }
+
+  absl::StatusOr<std::unique_ptr<BackendModel>> LoadModel(
+      std::span<const ModelLayer> layers) override {
+    return std::make_unique<CpuModel>(layers);
+  }
+
+  absl::StatusOr<int64_t> Forward(int worker, const ForwardCall& call) override {
+    if (worker < 0 || worker >= num_workers_) {
+      return absl::InternalError(
+          absl::StrCat("worker ", worker, " is out of range [0, ", num_workers_, ")"));
+    }
+    const auto start = std::chrono::steady_clock::now();
+    const std::vector<CpuChainLayer>& layers = static_cast<const CpuModel&>(*call.model).layers();
+    const int64_t x_count = call.m * layers.front().in_features;
+    const int64_t y_count = call.m * layers.back().out_features;
+    std::vector<float> x_f32;
+    const float* x = static_cast<const float*>(call.x);
+    if (call.x != nullptr && call.x_dtype != DType::kF32) {
+      x_f32.resize(x_count);
+      ToFloat(call.x_dtype, call.x, x_count, x_f32.data());
+      x = x_f32.data();
+    }
+    std::vector<float> y_f32;
+    float* y = static_cast<float*>(call.y);
+    if (call.y_dtype != DType::kF32) {
+      y_f32.resize(y_count);
+      y = y_f32.data();
+    }
+    CpuRunChain(layers, call.token_ids, x, call.m, y, cpu_threads_);
     if (call.y_dtype != DType::kF32) FromFloat(call.y_dtype, y, y_count, call.y);
     return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
                                                                 start)

@@ -13,9 +13,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "kernels/cuda/chain.h"
 #include "kernels/cuda/convert.h"
 #include "kernels/cuda/kernels.h"
 #include "kernels/dtype.h"
+#include "server/cuda_model.h"
 
 namespace qmm {
 namespace {
@@ -24,6 +26,17 @@ constexpr float kF16Max = 65504.0f;
 // cuBLAS's recommended workspace on Hopper; given explicitly so that it is allocated once
 // per worker, up front, and counted.
 constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
+// Forward pads up to a power of two rows up to here, so that a few CUDA graphs per model
+// and worker cover every decode batch size; larger batches run at their own size, where a
+// graph saves little next to the kernels.
+constexpr int64_t kMaxBucketRows = 64;
+
+int64_t ForwardRows(int64_t m) {
+  if (m > kMaxBucketRows) return m;
+  int64_t rows = 1;
+  while (rows < m) rows *= 2;
+  return rows;
+}
 
 // Errors after which the context is unusable: every later call fails the same way.
 bool IsSticky(cudaError_t err) {
@@ -147,6 +160,7 @@ struct Worker {
   GrowBuffer kernel_y{GrowBuffer::Kind::kDevice};  // fp32 y when x was scaled
   GrowBuffer y{GrowBuffer::Kind::kDevice};         // y in the caller's dtype
   GrowBuffer workspace{GrowBuffer::Kind::kDevice};
+  GrowBuffer arena{GrowBuffer::Kind::kDevice};  // a Forward's intermediates (chain.h)
 
   ~Worker() {
     if (cublas != nullptr) cublasDestroy(cublas);
@@ -296,9 +310,144 @@ class CudaBackend : public Backend {
     return result;
   }
 
+  absl::StatusOr<std::unique_ptr<BackendModel>> LoadModel(
+      std::span<const ModelLayer> layers) override {
+    if (!healthy()) return LostError();
+    std::vector<cuda::ChainLayer> chain;
+    chain.reserve(layers.size());
+    for (const ModelLayer& l : layers) {
+      cuda::ChainLayer c;
+      c.kind = l.kind;
+      for (int i = 0; i < 3; ++i) {
+        if (l.weights[i] == nullptr) continue;
+        const auto& w = static_cast<const CudaWeight&>(*l.weights[i]);
+        c.weights[i] = {w.scheme(), w.shape(), &w.ops(), w.data()};
+      }
+      c.bias = l.bias.empty() ? nullptr : l.bias.data();
+      c.alpha = l.alpha;
+      c.gamma = l.gamma.empty() ? nullptr : l.gamma.data();
+      c.beta = l.beta.empty() ? nullptr : l.beta.data();
+      c.activation = l.activation;
+      c.block_start = l.block_start;
+      c.in_features = l.in_features;
+      c.out_features = l.out_features;
+      chain.push_back(c);
+    }
+    if (absl::Status s = Check(cudaSetDevice(device_), "cudaSetDevice"); !s.ok()) return s;
+    std::unique_ptr<CudaModel> model;
+    const cudaError_t err =
+        CudaModel::Create(device_, std::move(chain), num_workers(), upload_stream_, &model);
+    if (err == cudaErrorMemoryAllocation) {
+      cudaGetLastError();
+      return absl::ResourceExhaustedError("device memory: cannot allocate the model's parameters");
+    }
+    if (absl::Status s = Check(err, "model parameter upload"); !s.ok()) return s;
+    return model;
+  }
+
+  absl::StatusOr<int64_t> Forward(int worker, const ForwardCall& call) override {
+    if (worker < 0 || worker >= num_workers()) {
+      return absl::InternalError(
+          absl::StrCat("worker ", worker, " is out of range [0, ", num_workers(), ")"));
+    }
+    if (!healthy()) return LostError();
+    if (absl::Status s = Check(cudaSetDevice(device_), "cudaSetDevice"); !s.ok()) return s;
+    Worker& w = workers_[worker];
+    absl::StatusOr<int64_t> result = RunForward(w, worker, call);
+    if (!result.ok()) {
+      cudaStreamSynchronize(w.stream);
+      cudaGetLastError();
+    }
+    return result;
+  }
+
   bool healthy() const override { return healthy_.load(std::memory_order_relaxed); }
 
  private:
+  // Stages the input (padded with zero rows to ForwardRows(m), so that graphs repeat),
+  // runs the chain and copies the first m result rows back. The intermediates are fp16,
+  // or bf16 for bf16 input, bf16 tables and fp32 input beyond the fp16 range.
+  absl::StatusOr<int64_t> RunForward(Worker& w, int worker, const ForwardCall& call) {
+    const auto& model = static_cast<const CudaModel&>(*call.model);
+    const std::vector<cuda::ChainLayer>& layers = model.layers();
+    const bool tokens = layers.front().kind == LayerKind::kEmbedding;
+    const int64_t m = call.m;
+    const int64_t rows = ForwardRows(m);
+    const int64_t out = layers.back().out_features;
+
+    DType act = DType::kF16;
+    size_t in_bytes = 0, pad_from = 0;
+    if (tokens) {
+      in_bytes = static_cast<size_t>(rows) * sizeof(int32_t);
+      pad_from = static_cast<size_t>(m) * sizeof(int32_t);
+      if (absl::Status s = Reserve(w.host_x, in_bytes, "token staging"); !s.ok()) return s;
+      std::memcpy(w.host_x.get(), call.token_ids, pad_from);
+      if (layers.front().weights[0].scheme == Scheme::kBf16) act = DType::kBF16;
+    } else {
+      const size_t row_bytes = layers.front().in_features * DTypeSize(call.x_dtype);
+      in_bytes = rows * row_bytes;
+      pad_from = m * row_bytes;
+      if (absl::Status s = Reserve(w.host_x, in_bytes, "x staging"); !s.ok()) return s;
+      if (call.x_dtype == DType::kF32) {
+        const float max_abs =
+            CopyWithMaxAbs(DType::kF32, call.x, pad_from / sizeof(float), w.host_x.get());
+        if (max_abs > kF16Max) act = DType::kBF16;
+      } else {
+        std::memcpy(w.host_x.get(), call.x, pad_from);
+        if (call.x_dtype == DType::kBF16) act = DType::kBF16;
+      }
+    }
+    // Zero rows: valid token ids and finite activations, whose results are dropped.
+    std::memset(static_cast<char*>(w.host_x.get()) + pad_from, 0, in_bytes - pad_from);
+    if (absl::Status s = Reserve(w.wire_x, in_bytes, "input"); !s.ok()) return s;
+    if (absl::Status s = Check(cudaMemcpyAsync(w.wire_x.get(), w.host_x.get(), in_bytes,
+                                               cudaMemcpyHostToDevice, w.stream),
+                               "input upload");
+        !s.ok()) {
+      return s;
+    }
+    const size_t y_bytes = static_cast<size_t>(rows * out) * DTypeSize(call.y_dtype);
+    if (absl::Status s = Reserve(w.y, y_bytes, "y"); !s.ok()) return s;
+    if (absl::Status s = Reserve(w.arena, model.plan().ArenaBytes(rows), "activation arena");
+        !s.ok()) {
+      return s;
+    }
+
+    cuda::ChainRun run;
+    run.ids = tokens ? static_cast<const int32_t*>(w.wire_x.get()) : nullptr;
+    run.x_dtype = call.x_dtype;
+    run.x = tokens ? nullptr : w.wire_x.get();
+    run.m = rows;
+    run.act_dtype = act;
+    run.y_dtype = call.y_dtype;
+    run.y = w.y.get();
+    run.arena = w.arena.get();
+    run.stream = w.stream;
+    run.cublas = w.cublas;
+    if (absl::Status s = Check(model.Run(worker, run, w.start), "model forward"); !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = Check(cudaEventRecord(w.stop, w.stream), "cudaEventRecord"); !s.ok()) {
+      return s;
+    }
+    const size_t result_bytes = static_cast<size_t>(m * out) * DTypeSize(call.y_dtype);
+    if (absl::Status s = Reserve(w.host_y, result_bytes, "y staging"); !s.ok()) return s;
+    if (absl::Status s = Check(cudaMemcpyAsync(w.host_y.get(), w.y.get(), result_bytes,
+                                               cudaMemcpyDeviceToHost, w.stream),
+                               "y download");
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = Check(cudaStreamSynchronize(w.stream), "Forward"); !s.ok()) return s;
+    std::memcpy(call.y, w.host_y.get(), result_bytes);
+    float ms = 0.0f;
+    if (absl::Status s = Check(cudaEventElapsedTime(&ms, w.start, w.stop), "cudaEventElapsedTime");
+        !s.ok()) {
+      return s;
+    }
+    return static_cast<int64_t>(std::llround(static_cast<double>(ms) * 1e6));
+  }
+
   absl::StatusOr<int64_t> Run(Worker& w, const MatMulCall& call) {
     const auto& weight = static_cast<const CudaWeight&>(*call.weight);
     const WeightShape& shape = weight.shape();

@@ -8,6 +8,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_replace.h"
+#include "absl/time/time.h"
 #include "server/backend.h"
 #include "server/lifecycle.h"
 #include "server/server.h"
@@ -21,6 +22,19 @@ ABSL_FLAG(int64_t, memory_limit_bytes, 0,
           "weight memory budget; 0 = half the RAM (CPU) or 90% of free device memory (CUDA)");
 ABSL_FLAG(int64_t, max_message_bytes, int64_t{64} << 20, "largest gRPC message either way");
 ABSL_FLAG(int64_t, max_rows, 65536, "largest M of one MatMul request");
+ABSL_FLAG(int64_t, max_batch_rows, 64,
+          "most activation rows one launch carries (requests of one weight are batched); "
+          "1 turns batching off");
+ABSL_FLAG(int64_t, max_queue_delay_us, 0,
+          "how long an idle weight's first request waits for more before launching (us)");
+ABSL_FLAG(int64_t, max_queue_rows, 65536,
+          "most rows waiting per weight before MatMul gets RESOURCE_EXHAUSTED");
+ABSL_FLAG(int64_t, max_queued_requests, 4096,
+          "most MatMul requests waiting, all weights together, before RESOURCE_EXHAUSTED");
+ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464",
+          "host:port of the Prometheus endpoint (/metrics); port 0 picks one; empty turns it off");
+ABSL_FLAG(bool, metrics_per_weight, false,
+          "export per-weight metrics labelled with weight names (one series set per weight)");
 
 namespace {
 
@@ -60,6 +74,12 @@ int main(int argc, char** argv) {
   options.memory_limit_bytes = absl::GetFlag(FLAGS_memory_limit_bytes);
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   options.max_rows = absl::GetFlag(FLAGS_max_rows);
+  options.max_batch_rows = absl::GetFlag(FLAGS_max_batch_rows);
+  options.max_queue_delay = absl::Microseconds(absl::GetFlag(FLAGS_max_queue_delay_us));
+  options.max_queue_rows = absl::GetFlag(FLAGS_max_queue_rows);
+  options.max_queued_requests = absl::GetFlag(FLAGS_max_queued_requests);
+  options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  options.metrics_per_weight = absl::GetFlag(FLAGS_metrics_per_weight);
   qmm::QmmServer server(*std::move(backend), options);
   absl::StatusOr<int> port = server.Start();
   if (!port.ok()) return Fail(port.status());
@@ -70,5 +90,12 @@ int main(int argc, char** argv) {
             << " backend=" << server.backend().name() << " device=\""
             << absl::StrReplaceAll(server.backend().device_name(), {{"\"", "'"}}) << "\""
             << std::endl;
+  // After the line above, which scripts read first.
+  if (server.metrics_port() != 0) {
+    const std::string metrics_host =
+        options.metrics_listen.substr(0, options.metrics_listen.rfind(':'));
+    std::cout << "qmm-server metrics on http://" << metrics_host << ":" << server.metrics_port()
+              << "/metrics" << std::endl;
+  }
   return qmm::ServeUntilSignal(server);
 }

@@ -1,10 +1,46 @@
 #include "server/matmul_runner.h"
 
+#include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <string>
+#include <string_view>
+#include <utility>
 
+#include "kernels/dtype.h"
+#include "server/batcher.h"
 #include "server/proto_convert.h"
 
 namespace qmm {
+namespace {
+
+constexpr float kFp16Max = 65504.0f;
+
+// Whether `data`, elements of `dtype`, holds a finite value of magnitude above kFp16Max
+// (fp16 data cannot). Infinities and NaN do not count: no scaling brings them in range.
+bool BeyondFp16(DType dtype, std::string_view data) {
+  if (dtype == DType::kF16) return false;
+  bool beyond = false;
+  if (dtype == DType::kF32) {
+    const size_t count = data.size() / sizeof(float);
+    for (size_t i = 0; i < count; ++i) {
+      float v;
+      std::memcpy(&v, data.data() + i * sizeof(float), sizeof(float));
+      beyond |= std::abs(v) > kFp16Max && std::isfinite(v);
+    }
+    return beyond;
+  }
+  const size_t count = data.size() / sizeof(uint16_t);
+  for (size_t i = 0; i < count; ++i) {
+    uint16_t bits;
+    std::memcpy(&bits, data.data() + i * sizeof(uint16_t), sizeof(uint16_t));
+    const float v = Bf16ToFloat(bits);
+    beyond |= std::abs(v) > kFp16Max && std::isfinite(v);
+  }
+  return beyond;
+}
+
+}  // namespace
 
 absl::StatusOr<MatMulJob> PrepareMatMul(const v1::MatMulRequest& request, const WeightStore& store,
                                         const ServiceLimits& limits) {
@@ -13,17 +49,22 @@ absl::StatusOr<MatMulJob> PrepareMatMul(const v1::MatMulRequest& request, const 
   if (!weight.ok()) return weight.status();
   absl::StatusOr<MatMulSpec> spec = CheckMatMulInput(request, **weight, limits);
   if (!spec.ok()) return spec.status();
-  return MatMulJob{*std::move(weight), &request, *spec};
+  const bool beyond_fp16 = BeyondFp16(spec->x_dtype, request.input().data());
+  return MatMulJob{*std::move(weight), &request, *spec, beyond_fp16};
 }
 
-absl::Status RunMatMul(Backend& backend, int worker, const MatMulJob& job,
-                       v1::MatMulResponse* response) {
+std::string* StartResponse(const MatMulJob& job, v1::MatMulResponse* response) {
   response->Clear();
   v1::Tensor* output = response->mutable_output();
   output->set_dtype(DTypeToProto(job.spec.y_dtype));
   output->add_shape(job.spec.m);
   output->add_shape(job.weight->desc().shape.n);
-  std::string* data = output->mutable_data();
+  return output->mutable_data();
+}
+
+absl::Status RunMatMul(Backend& backend, int worker, const MatMulJob& job,
+                       v1::MatMulResponse* response) {
+  std::string* data = StartResponse(job, response);
   data->resize(job.spec.y_bytes);
   MatMulCall call{
       .weight = &job.weight->backend_weight(),
@@ -40,6 +81,19 @@ absl::Status RunMatMul(Backend& backend, int worker, const MatMulJob& job,
   }
   response->set_compute_ns(*compute_ns);
   return absl::OkStatus();
+}
+
+void DispatchMatMul(const ServiceContext& context, RpcMethod method,
+                    grpc::CallbackServerContext* rpc, MatMulJob job, v1::MatMulResponse* response,
+                    absl::AnyInvocable<void(const absl::Status&) &&> done) {
+  context.batcher->Enqueue(BatchRequest{
+      .job = std::move(job),
+      .response = response,
+      .method = method,
+      .deadline = absl::FromChrono(rpc->deadline()),
+      .cancelled = [rpc] { return rpc->IsCancelled(); },
+      .done = std::move(done),
+  });
 }
 
 }  // namespace qmm

@@ -61,15 +61,27 @@ absl::StatusOr<int> QmmServer::Start() {
   const int64_t limit = options_.memory_limit_bytes != 0 ? options_.memory_limit_bytes
                                                          : DefaultMemoryLimit(*backend_);
   store_ = std::make_unique<WeightStore>(limit);
-  compute_ = std::make_unique<ComputePool>("compute", backend_->num_workers(),
-                                           options_.max_queued_requests);
+  models_ = std::make_unique<ModelStore>(*store_);
+  if (absl::Status status = StartMetrics(); !status.ok()) return status;
+  absl::StatusOr<std::unique_ptr<Batcher>> batcher =
+      Batcher::Create(*backend_, *store_, *metrics_,
+                      {.max_batch_rows = options_.max_batch_rows,
+                       .max_queue_delay = options_.max_queue_delay,
+                       .max_queue_rows = options_.max_queue_rows,
+                       .max_queued_requests = options_.max_queued_requests},
+                      models_.get());
+  if (!batcher.ok()) return batcher.status();
+  batcher_ = *std::move(batcher);
   loader_ = std::make_unique<ComputePool>("upload", options_.upload_threads,
                                           options_.max_queued_requests);
   ServiceContext context{
       .backend = backend_.get(),
       .store = store_.get(),
-      .compute = compute_.get(),
+      .models = models_.get(),
+      .batcher = batcher_.get(),
+      .compute = &batcher_->pool(),
       .loader = loader_.get(),
+      .metrics = metrics_.get(),
       .limits = {.max_message_bytes = options_.max_message_bytes,
                  .max_rows = options_.max_rows,
                  .max_upload_bytes = HostMemoryBytes() / 2},
@@ -105,8 +117,39 @@ void QmmServer::Shutdown() {
     server_.reset();
   }
   // Every call has finished; what is still queued only finishes already-ended work.
-  compute_.reset();
+  batcher_.reset();
   loader_.reset();
+  exposer_.reset();
+  if (metrics_ != nullptr) metrics_->SetCollectHook(nullptr);
+}
+
+absl::Status QmmServer::StartMetrics() {
+  MetricsOptions metrics_options;
+  metrics_options.build = {.version = QMM_VERSION,
+                           .git_sha = QMM_GIT_SHA,
+                           .backend = std::string(backend_->name()),
+                           .device = backend_->device_name()};
+  metrics_options.per_weight = options_.metrics_per_weight;
+  metrics_ = std::make_shared<Metrics>(metrics_options);
+  metrics_->SetQueueLimit(options_.max_queued_requests);
+  // Read on each scrape rather than kept up to date on every upload and delete.
+  metrics_->SetCollectHook(
+      [metrics = metrics_.get(), store = store_.get(), backend = backend_.get()] {
+        Metrics::WeightTotals totals;
+        for (const std::shared_ptr<const StoredWeight>& weight : store->List()) {
+          ++totals.count;
+          totals.bytes_by_scheme[static_cast<int>(weight->desc().scheme)] += weight->device_bytes();
+        }
+        metrics->SetWeights(totals);
+        metrics->SetDeviceMemory(store->used_bytes(), store->limit_bytes(),
+                                 backend->memory_total_bytes());
+      });
+  if (options_.metrics_listen.empty()) return absl::OkStatus();
+  absl::StatusOr<std::unique_ptr<MetricsExposer>> exposer =
+      MetricsExposer::Start(options_.metrics_listen, metrics_);
+  if (!exposer.ok()) return exposer.status();
+  exposer_ = *std::move(exposer);
+  return absl::OkStatus();
 }
 
 void QmmServer::SetServing(bool serving) {

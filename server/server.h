@@ -14,7 +14,11 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "server/backend.h"
+#include "server/batcher.h"
 #include "server/compute_pool.h"
+#include "server/metrics.h"
+#include "server/metrics_exposer.h"
+#include "server/model_store.h"
 #include "server/service.h"
 #include "server/weight_store.h"
 
@@ -31,10 +35,20 @@ struct ServerOptions {
   int64_t max_rows = 65536;
   // MatMul requests that may wait for a worker before new ones get RESOURCE_EXHAUSTED.
   int64_t max_queued_requests = 4096;
+  // MatMul batching (server/batcher.h): most rows per launch, how long an idle weight's
+  // first request waits for company, most rows waiting per weight.
+  int64_t max_batch_rows = 64;
+  absl::Duration max_queue_delay = absl::ZeroDuration();
+  int64_t max_queue_rows = 65536;
   // Threads that quantize and load uploads.
   int upload_threads = 2;
   // How long Shutdown lets in-flight calls run before cancelling them.
   absl::Duration shutdown_grace = absl::Seconds(20);
+  // HOST:PORT of the Prometheus endpoint (/metrics); empty serves none (the metrics are
+  // still kept). Port 0 picks a free port (metrics_port() returns it).
+  std::string metrics_listen;
+  // Export per-weight series (labelled with weight names; one set per weight).
+  bool metrics_per_weight = false;
 };
 
 // The budget a server uses when none is given: half the RAM for the CPU backend, 90% of
@@ -50,12 +64,13 @@ class QmmServer {
   QmmServer(const QmmServer&) = delete;
   QmmServer& operator=(const QmmServer&) = delete;
 
-  // Starts serving; returns the bound port. INVALID_ARGUMENT for bad options,
-  // UNAVAILABLE when the address cannot be bound. Call once.
+  // Starts serving (and the metrics endpoint, when configured); returns the bound port.
+  // INVALID_ARGUMENT for bad options or a malformed metrics address, UNAVAILABLE when an
+  // address cannot be bound. Call once.
   absl::StatusOr<int> Start();
 
   // Stops accepting calls, lets in-flight calls finish (up to shutdown_grace, then
-  // cancels them), then stops the workers. Idempotent.
+  // cancels them), then stops the workers and the metrics endpoint. Idempotent.
   void Shutdown();
 
   // What grpc.health.v1 reports for every service.
@@ -63,15 +78,27 @@ class QmmServer {
 
   const Backend& backend() const { return *backend_; }
   int64_t memory_limit_bytes() const { return store_->limit_bytes(); }
+  // The bound metrics port; 0 when there is no metrics endpoint.
+  int metrics_port() const { return exposer_ != nullptr ? exposer_->port() : 0; }
+  // The MatMul batcher (its statistics); valid between Start and Shutdown.
+  const Batcher& batcher() const { return *batcher_; }
 
  private:
-  // Destruction order matters: the gRPC server, then the pools (whose tasks hold weights),
-  // then the store, then the backend that owns the weights' memory.
+  // Creates the metrics and, when configured, their HTTP endpoint.
+  absl::Status StartMetrics();
+
+  // Destruction order matters: the gRPC server, then the pools (whose tasks hold weights
+  // and record metrics), then the metrics endpoint (whose scrapes read the store and the
+  // backend), the metrics, the store, and the backend that owns the weights' memory.
   std::unique_ptr<Backend> backend_;
   ServerOptions options_;
   std::unique_ptr<WeightStore> store_;
+  // After the store it refers to; its models hold weights and backend memory.
+  std::unique_ptr<ModelStore> models_;
+  std::shared_ptr<Metrics> metrics_;
+  std::unique_ptr<MetricsExposer> exposer_;
   std::unique_ptr<ComputePool> loader_;
-  std::unique_ptr<ComputePool> compute_;
+  std::unique_ptr<Batcher> batcher_;
   std::unique_ptr<QmmService> service_;
   std::unique_ptr<grpc::Server> server_;
 };

@@ -35,6 +35,24 @@ class QmmService final : public v1::Qmm::CallbackService {
   grpc::ServerBidiReactor<v1::MatMulRequest, v1::MatMulResponse>* MatMulStream(
       grpc::CallbackServerContext* rpc) override;
 
+  grpc::ServerUnaryReactor* CreateModel(grpc::CallbackServerContext* rpc,
+                                        const v1::CreateModelRequest* request,
+                                        v1::ModelInfo* response) override;
+  grpc::ServerUnaryReactor* GetModel(grpc::CallbackServerContext* rpc,
+                                     const v1::GetModelRequest* request,
+                                     v1::ModelInfo* response) override;
+  grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* rpc,
+                                       const v1::ListModelsRequest* request,
+                                       v1::ListModelsResponse* response) override;
+  grpc::ServerUnaryReactor* DeleteModel(grpc::CallbackServerContext* rpc,
+                                        const v1::DeleteModelRequest* request,
+                                        v1::DeleteModelResponse* response) override;
+  grpc::ServerUnaryReactor* Forward(grpc::CallbackServerContext* rpc,
+                                    const v1::ForwardRequest* request,
+                                    v1::ForwardResponse* response) override;
+  grpc::ServerBidiReactor<v1::ForwardRequest, v1::ForwardResponse>* ForwardStream(
+      grpc::CallbackServerContext* rpc) override;
+
  private:
   const ServiceContext context_;
 };

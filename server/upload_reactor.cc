@@ -3,15 +3,18 @@
 #include <span>
 #include <utility>
 
+#include "kernels/bitnet_packing.h"
 #include "kernels/quantize.h"
-#include "server/grpc_status.h"
 #include "server/proto_convert.h"
 
 namespace qmm {
 
 UploadReactor::UploadReactor(const ServiceContext& context, grpc::CallbackServerContext* rpc,
                              v1::UploadWeightResponse* response)
-    : context_(context), rpc_(rpc), response_(response) {
+    : context_(context),
+      rpc_(rpc),
+      response_(response),
+      clock_(context.metrics, RpcMethod::kUploadWeight) {
   StartRead(&request_);
 }
 
@@ -41,6 +44,7 @@ absl::Status UploadReactor::HandleMessage() {
       if (!spec_) {
         return absl::InvalidArgumentError("the first UploadWeightRequest must carry the header");
       }
+      context_.metrics->AddUploadBytes(static_cast<int64_t>(request_.chunk().size()));
       return assembler_->AddChunk(request_.chunk());
     default:
       return absl::InvalidArgumentError("UploadWeightRequest carries neither header nor chunk");
@@ -52,7 +56,7 @@ absl::Status UploadReactor::HandleHeader(const v1::WeightHeader& header) {
   if (!spec.ok()) return spec.status();
   absl::StatusOr<WeightStore::Reservation> reservation =
       context_.store->Reserve(spec->name, spec->desc.packed_bytes);
-  if (!reservation.ok()) return reservation.status();
+  if (!reservation.ok()) return CountMemoryRejection(reservation.status());
   reservation_.emplace(*std::move(reservation));
   assembler_.emplace(spec->total_bytes, spec->sha256);
   spec_ = *std::move(spec);
@@ -74,7 +78,12 @@ void UploadReactor::EndOfStream() {
       context_.loader->Submit([this, payload = *std::move(payload)](int /*worker*/) mutable {
         Reply(LoadAndPublish(std::move(payload)));
       });
-  if (!queued.ok()) Reply(queued);
+  if (!queued.ok()) {
+    context_.metrics->RecordRejected(queued.code() == absl::StatusCode::kResourceExhausted
+                                         ? RejectReason::kQueueFull
+                                         : RejectReason::kDraining);
+    Reply(queued);
+  }
 }
 
 absl::Status UploadReactor::LoadAndPublish(std::vector<uint8_t> payload) {
@@ -87,25 +96,39 @@ absl::Status UploadReactor::LoadAndPublish(std::vector<uint8_t> payload) {
     if (!quantized.ok()) return quantized.status();
     packed_bytes = *std::move(quantized);
     payload = {};  // the float values are no longer needed; free them before loading
+  } else if (spec_->bitnet) {
+    absl::StatusOr<std::vector<uint8_t>> converted =
+        BitnetPlanarToPacked(spec_->bitnet->axis, desc.shape, spec_->bitnet->scale_dtype, payload);
+    if (!converted.ok()) return converted.status();
+    packed_bytes = *std::move(converted);
+    payload = {};
   } else {
     packed_bytes = std::move(payload);
   }
   absl::StatusOr<PackedWeight> packed = ViewPacked(desc.scheme, desc.shape, packed_bytes);
   if (!packed.ok()) return packed.status();
   absl::StatusOr<std::unique_ptr<BackendWeight>> loaded = context_.backend->Load(*packed);
-  if (!loaded.ok()) return loaded.status();
+  if (!loaded.ok()) return CountMemoryRejection(loaded.status());
   absl::StatusOr<std::shared_ptr<const StoredWeight>> stored =
       context_.store->Commit(*std::move(reservation_), desc, *std::move(loaded));
   reservation_.reset();
-  if (!stored.ok()) return stored.status();
+  if (!stored.ok()) return CountMemoryRejection(stored.status());
+  context_.metrics->AddWeight((*stored)->name());
   FillWeightInfo(**stored, response_->mutable_weight());
   return absl::OkStatus();
+}
+
+absl::Status UploadReactor::CountMemoryRejection(absl::Status status) {
+  if (status.code() == absl::StatusCode::kResourceExhausted) {
+    context_.metrics->RecordRejected(RejectReason::kMemoryBudget);
+  }
+  return status;
 }
 
 void UploadReactor::Reply(const absl::Status& status) {
   reservation_.reset();
   assembler_.reset();
-  Finish(ToGrpcStatus(status));
+  Finish(clock_.Finish(status));
 }
 
 }  // namespace qmm

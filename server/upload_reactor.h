@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "qmm/v1/qmm.grpc.pb.h"
+#include "server/request_clock.h"
 #include "server/service_context.h"
 #include "server/upload_assembler.h"
 #include "server/validation.h"
@@ -39,6 +40,9 @@ class UploadReactor : public grpc::ServerReadReactor<v1::UploadWeightRequest> {
   absl::Status LoadAndPublish(std::vector<uint8_t> payload);
   // Releases everything this upload holds, then finishes the RPC.
   void Reply(const absl::Status& status);
+  // Counts a RESOURCE_EXHAUSTED from the budget or the backend as a memory rejection;
+  // returns `status`.
+  absl::Status CountMemoryRejection(absl::Status status);
 
   const ServiceContext& context_;
   grpc::CallbackServerContext* const rpc_;
@@ -47,6 +51,7 @@ class UploadReactor : public grpc::ServerReadReactor<v1::UploadWeightRequest> {
   std::optional<UploadSpec> spec_;
   std::optional<WeightStore::Reservation> reservation_;
   std::optional<UploadAssembler> assembler_;
+  const RequestClock clock_;
 };
 
 }  // namespace qmm

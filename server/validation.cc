@@ -60,6 +60,37 @@ absl::StatusOr<DType> CheckDType(v1::DType dtype, absl::string_view field) {
   return *out;
 }
 
+// The BitNet planar encodings carry the codes and 0, 1 or N scales; total_bytes says
+// how many, so it must be one of those three sizes. Fills spec->bitnet.
+absl::StatusOr<int64_t> CheckBitnetPayload(const v1::WeightHeader& header, UploadSpec& spec) {
+  const std::string encoding = v1::SourceEncoding_Name(header.encoding());
+  if (spec.desc.scheme != Scheme::kW2A8) {
+    return absl::InvalidArgumentError(absl::StrCat("header.encoding = ", encoding,
+                                                   " needs header.scheme = SCHEME_W2A8, not ",
+                                                   v1::Scheme_Name(header.scheme())));
+  }
+  DType scale_dtype = DType::kF32;
+  if (header.source_dtype() != v1::DTYPE_UNSPECIFIED) {
+    absl::StatusOr<DType> dtype = CheckDType(header.source_dtype(), "header.source_dtype");
+    if (!dtype.ok()) return dtype.status();
+    scale_dtype = *dtype;
+  }
+  const BitnetPackedAxis axis = header.encoding() == v1::SOURCE_ENCODING_BITNET_HF
+                                    ? BitnetPackedAxis::kOutFeatures
+                                    : BitnetPackedAxis::kInFeatures;
+  spec.bitnet = UploadSpec::Bitnet{axis, scale_dtype};
+  const int64_t codes = BitnetPlanarCodeBytes(axis, spec.desc.shape);
+  const int64_t scale = static_cast<int64_t>(DTypeSize(scale_dtype));
+  for (int64_t count : {int64_t{0}, int64_t{1}, header.n()}) {
+    if (header.total_bytes() == codes + count * scale) return header.total_bytes();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "header.total_bytes = ", header.total_bytes(), " but a ", encoding,
+      " payload for n = ", header.n(), ", k = ", header.k(), " is ", codes,
+      " code bytes plus 0, 1 or ", header.n(), " ", std::string(DTypeName(scale_dtype)),
+      " scales: ", codes, ", ", codes + scale, " or ", codes + header.n() * scale, " bytes"));
+}
+
 }  // namespace
 
 absl::Status CheckWeightName(absl::string_view name, absl::string_view field) {
@@ -121,11 +152,19 @@ absl::StatusOr<UploadSpec> CheckWeightHeader(const v1::WeightHeader& header, con
       }
       expected_bytes = spec.desc.packed_bytes;
       break;
+    case v1::SOURCE_ENCODING_BITNET_HF:
+    case v1::SOURCE_ENCODING_BITNET_LIGER: {
+      absl::StatusOr<int64_t> bytes = CheckBitnetPayload(header, spec);
+      if (!bytes.ok()) return bytes.status();
+      expected_bytes = *bytes;
+      break;
+    }
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("header.encoding = ",
                        EnumLabel(header.encoding(), v1::SourceEncoding_Name(header.encoding())),
-                       " is not supported (SOURCE_ENCODING_FLOAT or SOURCE_ENCODING_PACKED)"));
+                       " is not supported (SOURCE_ENCODING_FLOAT, SOURCE_ENCODING_PACKED, "
+                       "SOURCE_ENCODING_BITNET_HF or SOURCE_ENCODING_BITNET_LIGER)"));
   }
   if (header.total_bytes() != expected_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "kernels/bitnet_packing.h"
 #include "kernels/dtype.h"
 #include "kernels/format.h"
 #include "qmm/v1/qmm.pb.h"
@@ -28,6 +29,12 @@ struct UploadSpec {
   std::string name;
   WeightDesc desc;
   std::optional<DType> source_dtype;  // the float payload's dtype; nullopt when packed
+  // Set for the BitNet planar encodings (W2A8 only): converted into the packed form.
+  struct Bitnet {
+    BitnetPackedAxis axis;
+    DType scale_dtype;
+  };
+  std::optional<Bitnet> bitnet;
   int64_t total_bytes = 0;
   Sha256::Digest sha256{};
 };

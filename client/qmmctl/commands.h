@@ -33,6 +33,10 @@ struct UploadOptions {
   std::string path;           // kNpy, kSafetensors, kPacked
   std::string tensor;         // kSafetensors
   bool pack_locally = false;  // quantize here and upload the packed form
+  // kPacked: what the file holds (canonical packed form, or a W2A8 BitNet planar packing
+  // whose scales are `scale_dtype` values).
+  UploadSpec::Encoding packed_encoding = UploadSpec::Encoding::kPacked;
+  DType scale_dtype = DType::kF32;
 };
 
 absl::Status RunUpload(Client& client, const UploadOptions& options);

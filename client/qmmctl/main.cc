@@ -11,10 +11,14 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "client/client.h"
+#include "client/qmmctl/bench.h"
 #include "client/qmmctl/commands.h"
+#include "client/qmmctl/model_commands.h"
 #include "client/qmmctl/names.h"
 
 ABSL_FLAG(std::string, server, "127.0.0.1:50051", "qmm-server address, HOST:PORT");
@@ -42,6 +46,12 @@ ABSL_FLAG(std::string, tensor, "", "upload: the tensor of the --safetensors file
 ABSL_FLAG(std::string, npy, "", "upload: a 2-D float .npy weight; matmul: .npy activations [M, K]");
 ABSL_FLAG(std::string, packed, "",
           "upload: a file of the scheme's canonical packed bytes (with --n, --k)");
+ABSL_FLAG(std::string, encoding, "packed",
+          "upload --packed: what the file holds: packed (the scheme's canonical form), "
+          "bitnet_hf (Hugging Face BitLinear.weight, [ceil(N/4), K]) or bitnet_liger "
+          "(Liger-Kernel, [K/4, N]); the BitNet ones are W2A8 and may end with 0, 1 or N scales");
+ABSL_FLAG(std::string, scale_dtype, "fp32",
+          "upload --encoding=bitnet_*: dtype of the scales at the end of the file");
 ABSL_FLAG(std::string, weight, "", "matmul: the weight to multiply with");
 ABSL_FLAG(std::string, dtype, "",
           "matmul: activation dtype on the wire, fp32, fp16 or bf16 (default fp32, or the "
@@ -56,6 +66,23 @@ ABSL_FLAG(int64_t, verify_seed, -1,
 ABSL_FLAG(double, tolerance, 0,
           "matmul --verify_seed: accepted max|y-ref|/max|ref| (default: per scheme, backend "
           "and dtype)");
+ABSL_FLAG(int32_t, concurrency, 1, "bench: concurrent callers (threads)");
+ABSL_FLAG(int64_t, requests, 0, "bench: requests to send in all (or --duration)");
+ABSL_FLAG(std::string, duration, "",
+          "bench: how long to send requests, in seconds or as a duration (30s, 2m)");
+ABSL_FLAG(int64_t, rows, 1, "bench: rows (M) of every request");
+ABSL_FLAG(bool, verify, false,
+          "bench: check every result against a float64 reference (needs --verify_seed)");
+ABSL_FLAG(std::string, json, "", "bench: also write the report to this JSON file");
+ABSL_FLAG(int32_t, channels, 0,
+          "bench: connections the callers share; 0 = one per 4 callers, at most 64");
+ABSL_FLAG(int32_t, inputs, 64, "bench: distinct random activation sets, sent round robin");
+ABSL_FLAG(int32_t, warmup, 0, "bench: requests per caller before the clock starts");
+ABSL_FLAG(std::string, model, "", "forward: the model to run");
+ABSL_FLAG(std::string, tokens, "", "forward: comma-separated token ids (models with an embedding)");
+ABSL_FLAG(std::string, verify_seeds, "",
+          "forward: NAME=SEED,... the --seed each of the model's weights was uploaded with "
+          "(--random); checks the result against a float64 reference of the model");
 
 namespace qmm::ctl {
 namespace {
@@ -68,10 +95,20 @@ constexpr char kUsage[] =
     "  rm NAME  delete a weight (or --name)\n"
     "  upload   --name=N --scheme=S [--group_size=128|0] and one source:\n"
     "             --random --n --k [--seed] | --npy FILE | --safetensors FILE --tensor T |\n"
-    "             --packed FILE --n --k;  --pack_locally quantizes here\n"
+    "             --packed FILE --n --k [--encoding=packed|bitnet_hf|bitnet_liger\n"
+    "             [--scale_dtype]];  --pack_locally quantizes here\n"
     "  matmul   --weight=N, --random --m [--seed] [--dtype] or --npy FILE, [--out_dtype]\n"
     "           [--repeat R] [--stream] [--output FILE.npy]\n"
-    "           [--verify_seed S [--n --k --scheme --group_size] [--tolerance]]\n";
+    "           [--verify_seed S [--n --k --scheme --group_size] [--tolerance]]\n"
+    "  bench    --weight=N --concurrency=C (--requests=R | --duration=S) [--rows=M]\n"
+    "           [--stream] [--dtype] [--out_dtype] [--verify --verify_seed=S [--tolerance]]\n"
+    "           [--json FILE] [--channels] [--inputs] [--warmup] [--seed]\n"
+    "  create-model SPEC.json   a model from a JSON layer list (client/model_spec.h)\n"
+    "  ls-models                the models held\n"
+    "  rm-model NAME            delete a model (its weights stay)\n"
+    "  forward  --model=M, --random --m [--seed] [--dtype] or --npy FILE or --tokens=1,2,..\n"
+    "           [--out_dtype] [--repeat R] [--output FILE.npy]\n"
+    "           [--verify_seeds=W1=S1,W2=S2,.. [--tolerance]]\n";
 
 template <typename T>
 std::optional<T> NonDefault(T value, T unset) {
@@ -127,6 +164,22 @@ absl::StatusOr<UploadOptions> UploadFlags() {
   if (o.source == UploadOptions::Source::kSafetensors && o.tensor.empty()) {
     return absl::InvalidArgumentError("--safetensors needs --tensor");
   }
+  const std::string encoding = absl::GetFlag(FLAGS_encoding);
+  if (encoding == "bitnet_hf") {
+    o.packed_encoding = UploadSpec::Encoding::kBitnetHf;
+  } else if (encoding == "bitnet_liger") {
+    o.packed_encoding = UploadSpec::Encoding::kBitnetLiger;
+  } else if (encoding != "packed") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--encoding = '", encoding, "' is not one of packed, bitnet_hf, bitnet_liger"));
+  }
+  if (o.packed_encoding != UploadSpec::Encoding::kPacked &&
+      o.source != UploadOptions::Source::kPacked) {
+    return absl::InvalidArgumentError("--encoding=" + encoding + " applies to --packed files");
+  }
+  absl::StatusOr<std::optional<DType>> scale_dtype = DTypeFlag(absl::GetFlag(FLAGS_scale_dtype));
+  if (!scale_dtype.ok()) return scale_dtype.status();
+  if (*scale_dtype) o.scale_dtype = **scale_dtype;
   return o;
 }
 
@@ -161,6 +214,90 @@ absl::StatusOr<MatMulOptions> MatMulFlags() {
   return o;
 }
 
+absl::StatusOr<BenchOptions> BenchFlags() {
+  BenchOptions o;
+  o.weight = absl::GetFlag(FLAGS_weight);
+  o.concurrency = absl::GetFlag(FLAGS_concurrency);
+  o.requests = NonDefault<int64_t>(absl::GetFlag(FLAGS_requests), 0);
+  const std::string duration = absl::GetFlag(FLAGS_duration);
+  if (!duration.empty()) {
+    double seconds = 0;
+    absl::Duration parsed;
+    if (absl::SimpleAtod(duration, &seconds)) {
+      o.duration = absl::Seconds(seconds);
+    } else if (absl::ParseDuration(duration, &parsed)) {
+      o.duration = parsed;
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--duration = '", duration, "' is neither seconds nor a duration"));
+    }
+  }
+  o.rows = absl::GetFlag(FLAGS_rows);
+  o.stream = absl::GetFlag(FLAGS_stream);
+  absl::StatusOr<std::optional<DType>> dtype = DTypeFlag(absl::GetFlag(FLAGS_dtype));
+  if (!dtype.ok()) return dtype.status();
+  o.dtype = dtype->value_or(DType::kF32);
+  absl::StatusOr<std::optional<DType>> out_dtype = DTypeFlag(absl::GetFlag(FLAGS_out_dtype));
+  if (!out_dtype.ok()) return out_dtype.status();
+  o.output_dtype = *out_dtype;
+  o.inputs = absl::GetFlag(FLAGS_inputs);
+  o.seed = absl::GetFlag(FLAGS_seed);
+  o.warmup = absl::GetFlag(FLAGS_warmup);
+  o.channels = absl::GetFlag(FLAGS_channels);
+  const int64_t verify_seed = absl::GetFlag(FLAGS_verify_seed);
+  if (verify_seed >= 0) o.verify_seed = static_cast<uint64_t>(verify_seed);
+  if (absl::GetFlag(FLAGS_verify) && !o.verify_seed) {
+    return absl::InvalidArgumentError(
+        "--verify needs --verify_seed=S, the --seed the weight was uploaded with");
+  }
+  o.tolerance = absl::GetFlag(FLAGS_tolerance);
+  o.json_path = absl::GetFlag(FLAGS_json);
+  if (absl::Status s = CheckBenchOptions(o); !s.ok()) return s;
+  return o;
+}
+
+absl::StatusOr<ForwardOptions> ForwardFlags() {
+  ForwardOptions o;
+  o.model = absl::GetFlag(FLAGS_model);
+  const std::string npy = absl::GetFlag(FLAGS_npy);
+  const std::string tokens = absl::GetFlag(FLAGS_tokens);
+  if (static_cast<int>(!npy.empty()) + static_cast<int>(!tokens.empty()) +
+          static_cast<int>(absl::GetFlag(FLAGS_random)) >
+      1) {
+    return absl::InvalidArgumentError("forward takes one of --random, --npy, --tokens");
+  }
+  if (!npy.empty()) o.npy_path = npy;
+  for (absl::string_view id : absl::StrSplit(tokens, ',', absl::SkipEmpty())) {
+    int32_t value = 0;
+    if (!absl::SimpleAtoi(id, &value)) {
+      return absl::InvalidArgumentError(absl::StrCat("--tokens: '", id, "' is not an integer"));
+    }
+    o.token_ids.push_back(value);
+  }
+  o.m = absl::GetFlag(FLAGS_m);
+  o.seed = absl::GetFlag(FLAGS_seed);
+  absl::StatusOr<std::optional<DType>> dtype = DTypeFlag(absl::GetFlag(FLAGS_dtype));
+  if (!dtype.ok()) return dtype.status();
+  o.dtype = *dtype;
+  absl::StatusOr<std::optional<DType>> out_dtype = DTypeFlag(absl::GetFlag(FLAGS_out_dtype));
+  if (!out_dtype.ok()) return out_dtype.status();
+  o.output_dtype = *out_dtype;
+  o.repeat = absl::GetFlag(FLAGS_repeat);
+  o.output_path = absl::GetFlag(FLAGS_output);
+  for (absl::string_view pair :
+       absl::StrSplit(absl::GetFlag(FLAGS_verify_seeds), ',', absl::SkipEmpty())) {
+    const std::vector<absl::string_view> parts = absl::StrSplit(pair, absl::MaxSplits('=', 1));
+    uint64_t seed = 0;
+    if (parts.size() != 2 || parts[0].empty() || !absl::SimpleAtoi(parts[1], &seed)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--verify_seeds: '", pair, "' is not NAME=SEED"));
+    }
+    o.verify_seeds[std::string(parts[0])] = seed;
+  }
+  o.tolerance = absl::GetFlag(FLAGS_tolerance);
+  return o;
+}
+
 int Fail(absl::string_view command, const absl::Status& status) {
   std::fprintf(stderr, "qmmctl %s: %s\n", std::string(command).c_str(), status.ToString().c_str());
   return 1;
@@ -174,8 +311,10 @@ int Usage(absl::string_view message) {
 int Main(const std::vector<char*>& args) {
   if (args.size() < 2) return Usage("no command given");
   const std::string command = args[1];
-  std::string rm_name = absl::GetFlag(FLAGS_name);
-  if (command == "rm" && args.size() == 3) {
+  std::string rm_name = absl::GetFlag(FLAGS_name);  // or the positional argument
+  // The commands that take one positional argument: a name or a file.
+  const bool positional = command == "rm" || command == "rm-model" || command == "create-model";
+  if (positional && args.size() == 3) {
     rm_name = args[2];
   } else if (args.size() > 2) {
     return Usage(absl::StrCat("unexpected argument '", args[2], "'"));
@@ -184,15 +323,25 @@ int Main(const std::vector<char*>& args) {
   // Parse the command's flags before connecting, so usage errors need no server.
   absl::StatusOr<UploadOptions> upload;
   absl::StatusOr<MatMulOptions> matmul;
+  absl::StatusOr<BenchOptions> bench;
+  absl::StatusOr<ForwardOptions> forward;
   if (command == "upload") {
     upload = UploadFlags();
     if (!upload.ok()) return Usage(upload.status().message());
   } else if (command == "matmul") {
     matmul = MatMulFlags();
     if (!matmul.ok()) return Usage(matmul.status().message());
+  } else if (command == "bench") {
+    bench = BenchFlags();
+    if (!bench.ok()) return Usage(bench.status().message());
+  } else if (command == "forward") {
+    forward = ForwardFlags();
+    if (!forward.ok()) return Usage(forward.status().message());
   } else if (command == "rm") {
     if (rm_name.empty()) return Usage("rm needs a weight name");
-  } else if (command != "info" && command != "ls") {
+  } else if (command == "rm-model" || command == "create-model") {
+    if (args.size() != 3) return Usage(command + " needs one argument");
+  } else if (command != "info" && command != "ls" && command != "ls-models") {
     return Usage(absl::StrCat("unknown command '", command, "'"));
   }
 
@@ -211,8 +360,22 @@ int Main(const std::vector<char*>& args) {
     status = RunList(**client);
   } else if (command == "rm") {
     status = RunDelete(**client, rm_name);
+  } else if (command == "ls-models") {
+    status = RunListModels(**client);
+  } else if (command == "rm-model") {
+    status = RunDeleteModel(**client, rm_name);
+  } else if (command == "create-model") {
+    status = RunCreateModel(**client, rm_name);
+  } else if (command == "forward") {
+    absl::StatusOr<bool> passed = RunForward(**client, *forward);
+    if (!passed.ok()) return Fail(command, passed.status());
+    return *passed ? 0 : 1;
   } else if (command == "upload") {
     status = RunUpload(**client, *upload);
+  } else if (command == "bench") {
+    absl::StatusOr<bool> passed = RunBench(**client, options, *bench);
+    if (!passed.ok()) return Fail(command, passed.status());
+    return *passed ? 0 : 1;
   } else {
     absl::StatusOr<bool> passed = RunMatMul(**client, *matmul);
     if (!passed.ok()) return Fail(command, passed.status());

@@ -86,10 +86,25 @@ absl::StatusOr<Payload> LoadPayload(const UploadOptions& o) {
       }
       absl::StatusOr<std::vector<uint8_t>> bytes = ReadFile(o.path);
       if (!bytes.ok()) return bytes.status();
-      return Payload{UploadSpec::Encoding::kPacked, DType::kF32, o.n, o.k, *std::move(bytes)};
+      return Payload{o.packed_encoding, o.scale_dtype, o.n, o.k, *std::move(bytes)};
     }
   }
   return absl::InvalidArgumentError("unknown upload source");
+}
+
+// What the payload held, for the summary line.
+std::string PayloadLabel(const UploadSpec& spec) {
+  switch (spec.encoding) {
+    case UploadSpec::Encoding::kFloat:
+      return std::string(DTypeName(spec.source_dtype));
+    case UploadSpec::Encoding::kPacked:
+      return "packed";
+    case UploadSpec::Encoding::kBitnetHf:
+      return "BitNet (Hugging Face)";
+    case UploadSpec::Encoding::kBitnetLiger:
+      return "BitNet (Liger-Kernel)";
+  }
+  return "";
 }
 
 }  // namespace
@@ -140,11 +155,7 @@ absl::Status RunUpload(Client& client, const UploadOptions& o) {
       info->name().c_str(), ProtoSchemeName(info->scheme()).c_str(),
       static_cast<long long>(info->n()), static_cast<long long>(info->k()), info->group_size(),
       static_cast<long long>(info->packed_bytes()), static_cast<long long>(info->device_bytes()),
-      mib,
-      spec.encoding == UploadSpec::Encoding::kPacked
-          ? "packed"
-          : std::string(DTypeName(spec.source_dtype)).c_str(),
-      seconds, seconds > 0 ? mib / seconds : 0.0);
+      mib, PayloadLabel(spec).c_str(), seconds, seconds > 0 ? mib / seconds : 0.0);
   return absl::OkStatus();
 }
 

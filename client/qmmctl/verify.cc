@@ -20,6 +20,15 @@ double DefaultTolerance(Scheme scheme, DType output_dtype, std::string_view back
   return tolerance;
 }
 
+absl::StatusOr<std::vector<uint8_t>> PackRandomWeight(Scheme scheme, const WeightShape& shape,
+                                                      uint64_t seed) {
+  if (absl::Status status = ValidateShape(scheme, shape); !status.ok()) return status;
+  const std::vector<float> w = RandomWeightValues(shape.n, shape.k, seed);
+  return QuantizeWeight(
+      scheme, shape, DType::kF32,
+      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(w.data()), w.size() * 4));
+}
+
 absl::StatusOr<std::vector<double>> ReferenceForRandomWeight(Scheme scheme,
                                                              const WeightShape& shape,
                                                              uint64_t seed,
@@ -27,11 +36,7 @@ absl::StatusOr<std::vector<double>> ReferenceForRandomWeight(Scheme scheme,
   if (static_cast<int64_t>(x.size()) != m * shape.k) {
     return absl::InvalidArgumentError("activations do not match [m, k]");
   }
-  if (absl::Status status = ValidateShape(scheme, shape); !status.ok()) return status;
-  const std::vector<float> w = RandomWeightValues(shape.n, shape.k, seed);
-  absl::StatusOr<std::vector<uint8_t>> packed = QuantizeWeight(
-      scheme, shape, DType::kF32,
-      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(w.data()), w.size() * 4));
+  absl::StatusOr<std::vector<uint8_t>> packed = PackRandomWeight(scheme, shape, seed);
   if (!packed.ok()) return packed.status();
   absl::StatusOr<PackedWeight> view = ViewPacked(scheme, shape, *packed);
   if (!view.ok()) return view.status();

@@ -25,6 +25,11 @@ namespace qmm::ctl {
 // Every bug in a layout or a scale gives errors of order 1, far above these.
 double DefaultTolerance(Scheme scheme, DType output_dtype, std::string_view backend);
 
+// W = RandomWeightValues(N, K, seed) quantized into `scheme` with QuantizeWeight: the
+// canonical packed bytes the server stores for such an upload (view them with ViewPacked).
+absl::StatusOr<std::vector<uint8_t>> PackRandomWeight(Scheme scheme, const WeightShape& shape,
+                                                      uint64_t seed);
+
 // The float64 reference y = x * W^T, [m, N], for W = RandomWeightValues(N, K, seed)
 // quantized into `scheme` with QuantizeWeight (what the server stores for such an upload).
 // `x` is [m, K] and must hold the activations exactly as the server received them.

@@ -1,10 +1,13 @@
 // qmm-kernel-bench: times each scheme's CUDA kernel, cuBLAS fp16 on the same shape and a
 // large device-to-device copy, in one run, and reports the ratios.
 //
-// Method: CUDA events around every launch (after a warm-up), the median over the runs;
-// each run reads a different copy of the weights, with enough copies that together they
-// exceed l2_multiple times the L2 cache, so that every run streams its weights from HBM.
-// Weights and activations are random (never zeros).
+// Method: each launch reads a different copy of the weights, with enough copies that
+// together they exceed l2_multiple times the L2 cache, so that every launch streams its
+// weights from HBM. Two times per row, both medians: the headline "us" is per launch from
+// replays of a CUDA graph of graph_batch back-to-back launches (no host launch gaps, as
+// in a decode loop); "single" is one launch between its own event pair, which includes
+// whatever host submission gap the machine has. cuBLAS fp16 is timed the same way and
+// compared on the graph number. Weights and activations are random (never zeros).
 #ifndef QMM_KERNELS_BENCH_KERNEL_BENCH_H_
 #define QMM_KERNELS_BENCH_KERNEL_BENCH_H_
 
@@ -32,6 +35,8 @@ struct BenchOptions {
   DType y_dtype = DType::kF16;
   int warmup = 10;
   int iters = 100;
+  int graph_batch = 64;  // launches per captured graph (rounded up to whole rotations)
+  int graph_replays = 20;
   double l2_multiple = 3.0;
   std::string json_path;  // empty: no JSON
   std::string command;    // recorded in the JSON

@@ -25,6 +25,8 @@ ABSL_FLAG(std::string, x_dtype, "fp16", "activation dtype of the A16 kernels: fp
 ABSL_FLAG(std::string, y_dtype, "fp16", "result dtype: fp32, fp16 or bf16");
 ABSL_FLAG(int, warmup, 10, "untimed launches before each measurement");
 ABSL_FLAG(int, iters, 100, "timed launches per measurement (the median is reported)");
+ABSL_FLAG(int, graph_batch, 64, "launches per captured CUDA graph (the headline time)");
+ABSL_FLAG(int, graph_replays, 20, "graph replays per measurement (the median is reported)");
 ABSL_FLAG(double, l2_multiple, 3.0, "rotate over weight copies totalling this many L2 sizes");
 ABSL_FLAG(std::string, json, "", "write every measurement to this JSON file");
 ABSL_FLAG(int, w8a16_splits, 0, "W8A16 tuning: force the split-K count (1, 2, 4, 8; 0 = auto)");
@@ -98,6 +100,11 @@ int main(int argc, char** argv) {
   o.warmup = absl::GetFlag(FLAGS_warmup);
   o.iters = absl::GetFlag(FLAGS_iters);
   if (o.warmup < 0 || o.iters < 1) return Fail("--warmup must be >= 0 and --iters >= 1");
+  o.graph_batch = absl::GetFlag(FLAGS_graph_batch);
+  o.graph_replays = absl::GetFlag(FLAGS_graph_replays);
+  if (o.graph_batch < 1 || o.graph_replays < 1) {
+    return Fail("--graph_batch and --graph_replays must be >= 1");
+  }
   o.l2_multiple = absl::GetFlag(FLAGS_l2_multiple);
   o.json_path = absl::GetFlag(FLAGS_json);
   o.w8a16_splits = absl::GetFlag(FLAGS_w8a16_splits);

@@ -16,7 +16,9 @@ size_t Align(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 // The activation dtype a dense weight's cuBLAS call needs; nullopt-like kF32 for the
 // quantized kernels, which take kF16 or kBF16 alike.
 DType DenseXDType(Scheme scheme) {
-  return scheme == Scheme::kFp16 ? DType::kF16 : scheme == Scheme::kBf16 ? DType::kBF16 : DType::kF32;
+  return scheme == Scheme::kFp16   ? DType::kF16
+         : scheme == Scheme::kBf16 ? DType::kBF16
+                                   : DType::kF32;
 }
 
 }  // namespace
@@ -89,16 +91,22 @@ void ChainPlan::Build() {
       take_tail(true);
       const int64_t n = l.weights[w].shape.n;
       if (bias == nullptr && act == Activation::kIdentity && skip.slot == kNone) {
-        steps_.push_back({.op = Step::Op::kGemm, .layer = &l, .weight = w, .in = x,
-                          .out = dest(end), .n = n});
+        steps_.push_back(
+            {.op = Step::Op::kGemm, .layer = &l, .weight = w, .in = x, .out = dest(end), .n = n});
         return steps_.back().out;
       }
       const Operand tmp = alloc(Storage::kF32);
       steps_.push_back(
           {.op = Step::Op::kGemm, .layer = &l, .weight = w, .in = x, .out = tmp, .n = n});
       const Operand out = dest(end);
-      steps_.push_back({.op = Step::Op::kEpilogue, .layer = &l, .in = tmp, .skip = skip,
-                        .out = out, .bias = bias, .act = act, .n = n});
+      steps_.push_back({.op = Step::Op::kEpilogue,
+                        .layer = &l,
+                        .in = tmp,
+                        .skip = skip,
+                        .out = out,
+                        .bias = bias,
+                        .act = act,
+                        .n = n});
       release(tmp);
       return out;
     };
@@ -107,13 +115,13 @@ void ChainPlan::Build() {
     switch (l.kind) {
       case LayerKind::kEmbedding:
         out = dest(end);
-        steps_.push_back({.op = Step::Op::kEmbedding, .layer = &l, .out = out,
-                          .n = l.out_features});
+        steps_.push_back(
+            {.op = Step::Op::kEmbedding, .layer = &l, .out = out, .n = l.out_features});
         break;
       case LayerKind::kDyT:
         out = dest(end);
-        steps_.push_back({.op = Step::Op::kDyT, .layer = &l, .in = in, .out = out,
-                          .n = l.out_features});
+        steps_.push_back(
+            {.op = Step::Op::kDyT, .layer = &l, .in = in, .out = out, .n = l.out_features});
         break;
       case LayerKind::kActivation:
       case LayerKind::kResidual:
@@ -124,8 +132,13 @@ void ChainPlan::Build() {
           skip = where[l.block_start];
         }
         out = dest(end);
-        steps_.push_back({.op = Step::Op::kEpilogue, .layer = &l, .in = in, .skip = skip,
-                          .out = out, .act = act, .n = l.out_features});
+        steps_.push_back({.op = Step::Op::kEpilogue,
+                          .layer = &l,
+                          .in = in,
+                          .skip = skip,
+                          .out = out,
+                          .act = act,
+                          .n = l.out_features});
         break;
       case LayerKind::kLinear:
         out = gemm_with_tail(0, in, l.bias);
@@ -139,8 +152,13 @@ void ChainPlan::Build() {
         steps_.push_back(
             {.op = Step::Op::kGemm, .layer = &l, .weight = 1, .in = in, .out = up, .n = hidden});
         const Operand h = alloc(Storage::kAct);
-        steps_.push_back({.op = Step::Op::kEpilogue, .layer = &l, .in = gate, .up = up, .out = h,
-                          .act = Activation::kSilu, .n = hidden});
+        steps_.push_back({.op = Step::Op::kEpilogue,
+                          .layer = &l,
+                          .in = gate,
+                          .up = up,
+                          .out = h,
+                          .act = Activation::kSilu,
+                          .n = hidden});
         release(gate);
         release(up);
         out = gemm_with_tail(2, h, nullptr);
@@ -211,8 +229,8 @@ cudaError_t ChainPlan::EnqueueGemm(const ChainRun& run, const Step& step) const 
   if (need == DType::kF32) need = x_dtype == DType::kF32 ? run.act_dtype : x_dtype;
   if (x_dtype != need) {
     void* converted = static_cast<char*>(run.arena) + convert_slot_ * SlotBytes(run.m);
-    if (cudaError_t err = LaunchConvert(x_dtype, x, need, converted, run.m * w.shape.k, 1.0f,
-                                        run.stream);
+    if (cudaError_t err =
+            LaunchConvert(x_dtype, x, need, converted, run.m * w.shape.k, 1.0f, run.stream);
         err != cudaSuccess) {
       return err;
     }

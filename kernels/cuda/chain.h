@@ -45,10 +45,10 @@ struct ChainLayer {
   LayerKind kind = LayerKind::kLinear;
   // kEmbedding: {table} (FP16/BF16); kLinear: {weight}; kGatedMlp: {gate, up, down}.
   ChainWeight weights[3];
-  const float* bias = nullptr;  // kLinear: fp32 [out_features] or nullptr
-  float alpha = 0.0f;           // kDyT
-  const float* gamma = nullptr; // kDyT: fp32 [in_features]
-  const float* beta = nullptr;  // kDyT: fp32 [in_features] or nullptr
+  const float* bias = nullptr;                    // kLinear: fp32 [out_features] or nullptr
+  float alpha = 0.0f;                             // kDyT
+  const float* gamma = nullptr;                   // kDyT: fp32 [in_features]
+  const float* beta = nullptr;                    // kDyT: fp32 [in_features] or nullptr
   Activation activation = Activation::kIdentity;  // kActivation
   int32_t block_start = -1;                       // kResidual
   int64_t in_features = 0;
@@ -63,7 +63,7 @@ struct ChainRun {
   int64_t m = 0;
   DType act_dtype = DType::kF16;  // kF16 or kBF16
   DType y_dtype = DType::kF32;
-  void* y = nullptr;  // [m, out_features]
+  void* y = nullptr;      // [m, out_features]
   void* arena = nullptr;  // ChainPlan::ArenaBytes(m) bytes, 256-byte aligned
   cudaStream_t stream = nullptr;
   void* cublas = nullptr;  // cublasHandle_t bound to `stream` (dense weights only)

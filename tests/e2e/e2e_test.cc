@@ -31,7 +31,8 @@ class EndToEndTest : public ::testing::Test {
   void SetUp() override {
     scratch_ = testing::TempDir();
     absl::StatusOr<ServerProcess> server = ServerProcess::Start(
-        kServer, {"--listen=127.0.0.1:0", "--backend=auto"}, scratch_, absl::Seconds(60));
+        kServer, {"--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0", "--backend=auto"},
+        scratch_, absl::Seconds(60));
     ASSERT_TRUE(server.ok()) << server.status();
     server_.emplace(*std::move(server));
   }
@@ -251,7 +252,8 @@ TEST(EndToEndNoServerTest, UnreachableServerIsUnavailable) {
 
 TEST(EndToEndNoServerTest, SigintAlsoStopsTheServerCleanly) {
   absl::StatusOr<ServerProcess> server = ServerProcess::Start(
-      kServer, {"--listen=127.0.0.1:0", "--backend=cpu"}, testing::TempDir(), absl::Seconds(60));
+      kServer, {"--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0", "--backend=cpu"},
+      testing::TempDir(), absl::Seconds(60));
   ASSERT_TRUE(server.ok()) << server.status();
   EXPECT_EQ(server->backend(), "cpu");
   absl::StatusOr<int> code = server->Stop(SIGINT, absl::Seconds(30));

@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <deque>
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/chain.h"
 #include "kernels/format.h"
 #include "tests/server/server_test_util.h"
 
@@ -108,6 +110,147 @@ TEST(CpuBackendTest, EverySchemeAndDtypeMatchesTheReference) {
       }
     }
   }
+}
+
+// A DyT -> SwiGLU -> residual -> GELU -> Linear(bias) model on the CPU backend, and the
+// same layers run straight through CpuRunChain.
+class CpuBackendForwardTest : public ::testing::Test {
+ protected:
+  const BackendWeight* Load(Scheme scheme, WeightShape shape, uint32_t seed) {
+    packed_.push_back(
+        PackLocally(scheme, shape, DType::kF32, RandomFloats(shape.n * shape.k, seed)));
+    absl::StatusOr<PackedWeight> view = ViewPacked(scheme, shape, packed_.back());
+    EXPECT_TRUE(view.ok()) << view.status();
+    absl::StatusOr<std::unique_ptr<BackendWeight>> w = backend_->Load(*view);
+    EXPECT_TRUE(w.ok()) << w.status();
+    weights_.push_back(*std::move(w));
+    views_.push_back(*view);
+    return weights_.back().get();
+  }
+
+  void SetUp() override {
+    gamma_ = RandomFloats(128, 10);
+    beta_ = RandomFloats(128, 11);
+    bias_ = RandomFloats(24, 12);
+    const BackendWeight* gate = Load(Scheme::kW4A16, {256, 128, 0}, 1);
+    const BackendWeight* up = Load(Scheme::kW8A16, {256, 128, 0}, 2);
+    const BackendWeight* down = Load(Scheme::kW2A8, {128, 256, 0}, 3);
+    const BackendWeight* head = Load(Scheme::kBf16, {24, 128, 0}, 4);
+    layers_ = {
+        {.kind = LayerKind::kDyT,
+         .alpha = 0.7f,
+         .gamma = gamma_,
+         .beta = beta_,
+         .in_features = 128,
+         .out_features = 128},
+        {.kind = LayerKind::kGatedMlp,
+         .weights = {gate, up, down},
+         .in_features = 128,
+         .out_features = 128},
+        {.kind = LayerKind::kResidual, .block_start = 0, .in_features = 128, .out_features = 128},
+        {.kind = LayerKind::kActivation,
+         .activation = Activation::kGeluTanh,
+         .in_features = 128,
+         .out_features = 128},
+        {.kind = LayerKind::kLinear,
+         .weights = {head},
+         .bias = bias_,
+         .in_features = 128,
+         .out_features = 24},
+    };
+  }
+
+  // The same chain with the views the CPU kernels read.
+  std::vector<CpuChainLayer> Direct() const {
+    return {
+        {.kind = LayerKind::kDyT,
+         .alpha = 0.7f,
+         .gamma = gamma_.data(),
+         .beta = beta_.data(),
+         .in_features = 128,
+         .out_features = 128},
+        {.kind = LayerKind::kGatedMlp,
+         .weights = {&views_[0], &views_[1], &views_[2]},
+         .in_features = 128,
+         .out_features = 128},
+        {.kind = LayerKind::kResidual, .block_start = 0, .in_features = 128, .out_features = 128},
+        {.kind = LayerKind::kActivation,
+         .activation = Activation::kGeluTanh,
+         .in_features = 128,
+         .out_features = 128},
+        {.kind = LayerKind::kLinear,
+         .weights = {&views_[3]},
+         .bias = bias_.data(),
+         .in_features = 128,
+         .out_features = 24},
+    };
+  }
+
+  std::unique_ptr<Backend> backend_ = Make();
+  std::deque<std::vector<uint8_t>> packed_;
+  std::deque<PackedWeight> views_;
+  std::vector<std::unique_ptr<BackendWeight>> weights_;
+  std::vector<float> gamma_, beta_, bias_;
+  std::vector<ModelLayer> layers_;
+};
+
+TEST_F(CpuBackendForwardTest, EqualsTheChainRunForEveryDType) {
+  absl::StatusOr<std::unique_ptr<BackendModel>> model = backend_->LoadModel(layers_);
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ((*model)->device_bytes(), (128 + 128 + 24) * 4);
+  // The model keeps its own parameters: the caller's may change once it is loaded.
+  const std::vector<float> gamma = gamma_;
+  std::fill(gamma_.begin(), gamma_.end(), 0.0f);
+
+  const int64_t m = 5;
+  const std::vector<float> x = RandomFloats(m * 128, 20);
+  for (DType x_dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    for (DType y_dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+      const std::string x_bytes = ToBytes(x_dtype, x);
+      std::string y_bytes(m * 24 * DTypeSize(y_dtype), '\xff');
+      ForwardCall call{.model = model->get(),
+                       .x_dtype = x_dtype,
+                       .x = x_bytes.data(),
+                       .m = m,
+                       .y_dtype = y_dtype,
+                       .y = y_bytes.data()};
+      absl::StatusOr<int64_t> ns = backend_->Forward(1, call);
+      ASSERT_TRUE(ns.ok()) << ns.status();
+      EXPECT_GT(*ns, 0);
+      gamma_ = gamma;  // for Direct()
+      const std::vector<float> wire = FromBytes(x_dtype, x_bytes);
+      std::vector<float> want(m * 24);
+      CpuRunChain(Direct(), nullptr, wire.data(), m, want.data(), 0);
+      EXPECT_EQ(FromBytes(y_dtype, y_bytes), FromBytes(y_dtype, ToBytes(y_dtype, want)))
+          << DTypeName(x_dtype) << " -> " << DTypeName(y_dtype);
+    }
+  }
+}
+
+TEST_F(CpuBackendForwardTest, TokenInputAndWorkerRange) {
+  const BackendWeight* table = Load(Scheme::kFp16, {30, 128, 0}, 7);
+  std::vector<ModelLayer> layers = {
+      {.kind = LayerKind::kEmbedding, .weights = {table}, .out_features = 128}};
+  layers.insert(layers.end(), layers_.begin(), layers_.end());
+  layers[3].block_start = 1;  // the residual's block now starts at the DyT, layer 1
+  absl::StatusOr<std::unique_ptr<BackendModel>> model = backend_->LoadModel(layers);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const std::vector<int32_t> ids = {29, 0, 3};
+  std::vector<float> y(3 * 24, -1.0f);
+  ForwardCall call{.model = model->get(), .token_ids = ids.data(), .m = 3, .y = y.data()};
+  ASSERT_TRUE(backend_->Forward(0, call).ok());
+
+  std::vector<CpuChainLayer> direct = Direct();
+  direct.insert(direct.begin(), CpuChainLayer{.kind = LayerKind::kEmbedding,
+                                              .weights = {&views_.back()},
+                                              .out_features = 128});
+  direct[3].block_start = 1;
+  std::vector<float> want(3 * 24);
+  CpuRunChain(direct, ids.data(), nullptr, 3, want.data(), 0);
+  EXPECT_EQ(y, want);
+
+  EXPECT_EQ(backend_->Forward(2, call).status().code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(backend_->Forward(-1, call).status().code(), absl::StatusCode::kInternal);
 }
 
 }  // namespace

@@ -86,6 +86,50 @@ TEST(CheckWeightHeaderTest, PackedTotalIsThePackedSize) {
   EXPECT_FALSE(spec->source_dtype.has_value());
 }
 
+// A W2A8 header for a BitNet planar payload of 8 x 128 with `scales` fp16 scales.
+v1::WeightHeader BitnetHeader(v1::SourceEncoding encoding, int64_t scales) {
+  v1::WeightHeader h = GoodHeader();
+  h.set_scheme(v1::SCHEME_W2A8);
+  h.set_n(8);
+  h.set_k(128);
+  h.set_group_size(0);
+  h.set_encoding(encoding);
+  h.set_source_dtype(v1::DTYPE_FP16);
+  h.set_total_bytes(8 * 128 / 4 + 2 * scales);
+  return h;
+}
+
+TEST(CheckWeightHeaderTest, BitnetPayloadsCarryZeroOneOrNScales) {
+  std::unique_ptr<Backend> backend = Cpu();
+  for (v1::SourceEncoding encoding :
+       {v1::SOURCE_ENCODING_BITNET_HF, v1::SOURCE_ENCODING_BITNET_LIGER}) {
+    for (int64_t scales : {0, 1, 8}) {
+      absl::StatusOr<UploadSpec> spec =
+          CheckWeightHeader(BitnetHeader(encoding, scales), *backend, ServiceLimits{});
+      ASSERT_TRUE(spec.ok()) << spec.status();
+      ASSERT_TRUE(spec->bitnet.has_value());
+      EXPECT_EQ(spec->bitnet->axis, encoding == v1::SOURCE_ENCODING_BITNET_HF
+                                        ? BitnetPackedAxis::kOutFeatures
+                                        : BitnetPackedAxis::kInFeatures);
+      EXPECT_EQ(spec->bitnet->scale_dtype, DType::kF16);
+      EXPECT_FALSE(spec->source_dtype.has_value());
+      EXPECT_EQ(spec->total_bytes, 256 + 2 * scales);
+    }
+    v1::WeightHeader odd = BitnetHeader(encoding, 3);
+    absl::StatusOr<UploadSpec> spec = CheckWeightHeader(odd, *backend, ServiceLimits{});
+    ASSERT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(spec.status().message().find("256, 258 or 272 bytes"), absl::string_view::npos)
+        << spec.status();
+    v1::WeightHeader wrong_scheme = BitnetHeader(encoding, 0);
+    wrong_scheme.set_scheme(v1::SCHEME_W8A16);
+    spec = CheckWeightHeader(wrong_scheme, *backend, ServiceLimits{});
+    ASSERT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(spec.status().message().find("needs header.scheme = SCHEME_W2A8"),
+              absl::string_view::npos)
+        << spec.status();
+  }
+}
+
 TEST(CheckWeightHeaderTest, EachBadFieldIsNamed) {
   v1::WeightHeader h = GoodHeader();
   h.set_name("");

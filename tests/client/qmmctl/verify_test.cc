@@ -5,6 +5,7 @@
 
 #include "client/random_data.h"
 #include "gtest/gtest.h"
+#include "kernels/reference.h"
 
 namespace qmm::ctl {
 namespace {
@@ -113,6 +114,21 @@ TEST(ReferenceForRandomWeightTest, RejectsBadShapes) {
   EXPECT_TRUE(
       ReferenceForRandomWeight(Scheme::kFp16, {4, 96, 0}, 1, std::span<const float>(x).first(96), 1)
           .ok());
+}
+
+TEST(PackRandomWeightTest, IsWhatTheReferenceMultipliesWith) {
+  const WeightShape shape{6, 256, 128};
+  absl::StatusOr<std::vector<uint8_t>> packed = PackRandomWeight(Scheme::kW4A16, shape, 4);
+  ASSERT_TRUE(packed.ok()) << packed.status();
+  absl::StatusOr<PackedWeight> view = ViewPacked(Scheme::kW4A16, shape, *packed);
+  ASSERT_TRUE(view.ok()) << view.status();
+  const std::vector<float> x = RandomActivationValues(2, 256, 8);
+  absl::StatusOr<std::vector<double>> ref =
+      ReferenceForRandomWeight(Scheme::kW4A16, shape, 4, x, 2);
+  ASSERT_TRUE(ref.ok());
+  EXPECT_EQ(ReferenceMatMul(*view, x.data(), 2), *ref);
+  EXPECT_EQ(PackRandomWeight(Scheme::kW4A16, {6, 100, 128}, 4).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -251,6 +251,29 @@ TEST_P(RegistryTest, MatchesCpuKernel) {
   }
 }
 
+// The launchers pick different kernels for large weights (the decode paths switch on
+// whether the rows fit one wave), which the small shapes above never reach: one
+// Llama-70B-class MLP layer at the decode row counts.
+TEST_P(RegistryTest, LargeLayerMatchesCpuKernel) {
+  const Scheme scheme = GetParam();
+  const KernelOps* ops = FindKernel(scheme);
+  if (ops == nullptr) GTEST_SKIP() << SchemeName(scheme) << " has no CUDA kernel yet";
+  const uint64_t seed = FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  const int32_t group = scheme == Scheme::kW4A16 ? kW4GroupSize : 0;
+  for (const WeightShape& shape :
+       {WeightShape{28672, 8192, group}, WeightShape{8192, 28672, group}}) {
+    const Weight w = RandomWeight(scheme, shape, rng);
+    GpuWeight gpu(*ops, w);
+    ASSERT_TRUE(gpu.ok());
+    for (int64_t m : {1, 4, 16, 64}) {
+      gpu.Check(XDtypes(scheme).front(), DType::kF32, m, rng);
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllSchemes, RegistryTest, ::testing::ValuesIn(kAllSchemes),
                          [](const ::testing::TestParamInfo<Scheme>& info) {
                            return std::string(SchemeName(info.param));

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <deque>
 #include <random>
 #include <thread>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "kernels/cuda/w8a16.h"
 #include "kernels/dtype.h"
 #include "kernels/quantize.h"
+#include "server/cpu_backend.h"
 
 namespace qmm {
 namespace {
@@ -234,6 +236,177 @@ TEST(CudaBackendTest, AWorkerOutOfRangeIsInternal) {
   MatMulCall call;
   EXPECT_EQ(backend->MatMul(1, call).status().code(), absl::StatusCode::kInternal);
   EXPECT_EQ(backend->MatMul(-1, call).status().code(), absl::StatusCode::kInternal);
+}
+
+// Forward: a model on the CUDA backend against the same model on the CPU backend (which
+// runs fp32 math: checked against float64 in the CPU tests). Tolerance of an element:
+// |y - cpu| <= tol * (|cpu| + rms(cpu)), tol = 1e-2 with fp16 intermediates and 4e-2 with
+// bf16 (kernels/cuda/chain.h rounds each matmul input once to that dtype). Repeated runs
+// of one shape (eager, then captured, then replayed) must agree bit for bit.
+class CudaForwardTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    cuda_ = MakeBackend(2);
+    ASSERT_NE(cuda_, nullptr);
+    BackendOptions options;
+    options.kind = BackendOptions::Kind::kCpu;
+    cpu_ = CreateCpuBackend(options);
+  }
+
+  // Loads `packed` on both backends; returns {cuda, cpu} weights.
+  std::pair<const BackendWeight*, const BackendWeight*> Load(Packed packed) {
+    packed_.push_back(std::move(packed));
+    absl::StatusOr<std::unique_ptr<BackendWeight>> on_cuda = cuda_->Load(packed_.back().view());
+    absl::StatusOr<std::unique_ptr<BackendWeight>> on_cpu = cpu_->Load(packed_.back().view());
+    EXPECT_TRUE(on_cuda.ok()) << on_cuda.status();
+    EXPECT_TRUE(on_cpu.ok()) << on_cpu.status();
+    weights_.push_back(*std::move(on_cuda));
+    weights_.push_back(*std::move(on_cpu));
+    return {weights_[weights_.size() - 2].get(), weights_.back().get()};
+  }
+
+  // The layers twice, for each backend's weights.
+  struct Twin {
+    std::vector<ModelLayer> cuda, cpu;
+    void Add(ModelLayer layer, std::pair<const BackendWeight*, const BackendWeight*> w0 = {},
+             std::pair<const BackendWeight*, const BackendWeight*> w1 = {},
+             std::pair<const BackendWeight*, const BackendWeight*> w2 = {}) {
+      ModelLayer a = layer, b = layer;
+      a.weights[0] = w0.first, a.weights[1] = w1.first, a.weights[2] = w2.first;
+      b.weights[0] = w0.second, b.weights[1] = w1.second, b.weights[2] = w2.second;
+      cuda.push_back(a);
+      cpu.push_back(b);
+    }
+  };
+
+  // Runs `calls` Forwards of the same input on the CUDA backend (checking they agree bit for
+  // bit) and compares the last with the CPU backend.
+  void Check(const BackendModel& on_cuda, const BackendModel& on_cpu, const std::vector<float>& x,
+             const std::vector<int32_t>& ids, int64_t m, int64_t out, DType x_dtype, DType y_dtype,
+             double tol, int worker = 0, int calls = 3) {
+    SCOPED_TRACE(::testing::Message()
+                 << "m=" << m << " x=" << DTypeName(x_dtype) << " y=" << DTypeName(y_dtype));
+    std::vector<uint8_t> wire(x.size() * DTypeSize(x_dtype));
+    FromFloat(x_dtype, x.data(), x.size(), wire.data());
+    ForwardCall call{.token_ids = ids.empty() ? nullptr : ids.data(),
+                     .x_dtype = x_dtype,
+                     .x = x.empty() ? nullptr : wire.data(),
+                     .m = m,
+                     .y_dtype = y_dtype};
+    std::vector<uint8_t> first;
+    for (int i = 0; i < calls; ++i) {
+      std::vector<uint8_t> y(m * out * DTypeSize(y_dtype), 0xFF);
+      call.model = &on_cuda;
+      call.y = y.data();
+      absl::StatusOr<int64_t> ns = cuda_->Forward(worker, call);
+      ASSERT_TRUE(ns.ok()) << ns.status();
+      EXPECT_GT(*ns, 0);
+      if (i == 0) first = y;
+      EXPECT_EQ(y, first) << "run " << i;
+    }
+    std::vector<float> want(m * out);
+    call.model = &on_cpu;
+    call.y_dtype = DType::kF32;
+    call.y = want.data();
+    ASSERT_TRUE(cpu_->Forward(worker, call).ok());
+    std::vector<float> got(m * out);
+    ToFloat(y_dtype, first.data(), got.size(), got.data());
+    double sum2 = 0;
+    for (float v : want) sum2 += static_cast<double>(v) * v;
+    const double rms = std::sqrt(sum2 / want.size());
+    ASSERT_GT(rms, 0.0);
+    int bad = 0;
+    for (size_t i = 0; i < got.size() && bad < 5; ++i) {
+      if (!std::isfinite(got[i]) ||
+          std::fabs(got[i] - want[i]) > tol * (std::fabs(want[i]) + rms)) {
+        ++bad;
+        ADD_FAILURE() << "y[" << i << "] = " << got[i] << ", CPU " << want[i];
+      }
+    }
+  }
+
+  std::unique_ptr<Backend> cuda_, cpu_;
+  std::deque<Packed> packed_;
+  std::vector<std::unique_ptr<BackendWeight>> weights_;
+  std::mt19937_64 rng_{std::random_device{}()};
+};
+
+TEST_F(CudaForwardTest, MixedModelForEveryDTypeAndBucket) {
+  const std::vector<float> gamma = RandomNormal(rng_, 256, 1.0f);
+  const std::vector<float> beta = RandomNormal(rng_, 256, 0.2f);
+  const std::vector<float> bias = RandomNormal(rng_, 40, 0.5f);
+  Twin t;
+  t.Add({.kind = LayerKind::kDyT,
+         .alpha = 0.8f,
+         .gamma = gamma,
+         .beta = beta,
+         .in_features = 256,
+         .out_features = 256});
+  t.Add({.kind = LayerKind::kGatedMlp, .in_features = 256, .out_features = 256},
+        Load(RandomPacked(Scheme::kW4A16, {512, 256, 128}, rng_)),
+        Load(RandomPacked(Scheme::kW4A16, {512, 256, 128}, rng_)),
+        Load(RandomPacked(Scheme::kW2A8, {256, 512, 0}, rng_)));
+  t.Add({.kind = LayerKind::kResidual, .block_start = 0, .in_features = 256, .out_features = 256});
+  t.Add({.kind = LayerKind::kActivation,
+         .activation = Activation::kSilu,
+         .in_features = 256,
+         .out_features = 256});
+  t.Add({.kind = LayerKind::kLinear, .bias = bias, .in_features = 256, .out_features = 40},
+        Load(RandomPacked(Scheme::kW8A16, {40, 256, 0}, rng_)));
+  absl::StatusOr<std::unique_ptr<BackendModel>> on_cuda = cuda_->LoadModel(t.cuda);
+  absl::StatusOr<std::unique_ptr<BackendModel>> on_cpu = cpu_->LoadModel(t.cpu);
+  ASSERT_TRUE(on_cuda.ok()) << on_cuda.status();
+  ASSERT_TRUE(on_cpu.ok()) << on_cpu.status();
+  EXPECT_GE((*on_cuda)->device_bytes(), (256 + 256 + 40) * 4);
+  // 3 and 4 share a bucket, 5 pads to 8, 70 runs at its own size.
+  for (int64_t m : {1, 3, 4, 5, 17, 70}) {
+    const std::vector<float> x = RandomNormal(rng_, m * 256, 1.0f);
+    for (DType x_dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+      const DType y_dtype = x_dtype == DType::kF32 ? DType::kF16 : x_dtype;
+      Check(**on_cuda, **on_cpu, x, {}, m, 40, x_dtype, y_dtype,
+            x_dtype == DType::kBF16 ? 4e-2 : 1e-2, static_cast<int>(m % 2));
+    }
+  }
+  // fp32 input beyond the fp16 range runs on bf16 intermediates instead of overflowing.
+  std::vector<float> huge = RandomNormal(rng_, 2 * 256, 1.0f);
+  huge[3] = 1e6f;
+  Check(**on_cuda, **on_cpu, huge, {}, 2, 40, DType::kF32, DType::kF32, 4e-2);
+}
+
+TEST_F(CudaForwardTest, EmbeddingModelAndConcurrentWorkers) {
+  const std::vector<float> gamma = RandomNormal(rng_, 128, 1.0f);
+  Twin t;
+  t.Add({.kind = LayerKind::kEmbedding, .out_features = 128},
+        Load(RandomPacked(Scheme::kBf16, {1000, 128, 0}, rng_)));
+  t.Add({.kind = LayerKind::kDyT,
+         .alpha = 1.5f,
+         .gamma = gamma,
+         .in_features = 128,
+         .out_features = 128});
+  t.Add({.kind = LayerKind::kLinear, .in_features = 128, .out_features = 64},
+        Load(RandomPacked(Scheme::kFp16, {64, 128, 0}, rng_)));
+  t.Add({.kind = LayerKind::kActivation,
+         .activation = Activation::kRelu,
+         .in_features = 64,
+         .out_features = 64});
+  absl::StatusOr<std::unique_ptr<BackendModel>> on_cuda = cuda_->LoadModel(t.cuda);
+  absl::StatusOr<std::unique_ptr<BackendModel>> on_cpu = cpu_->LoadModel(t.cpu);
+  ASSERT_TRUE(on_cuda.ok()) << on_cuda.status();
+  ASSERT_TRUE(on_cpu.ok()) << on_cpu.status();
+  std::vector<std::thread> threads;
+  for (int worker = 0; worker < 2; ++worker) {
+    threads.emplace_back([&, worker] {
+      std::mt19937_64 rng(worker);
+      for (int64_t m : {1, 2, 6, 9}) {
+        std::vector<int32_t> ids;
+        std::uniform_int_distribution<int32_t> id(0, 999);
+        for (int64_t i = 0; i < m; ++i) ids.push_back(id(rng));
+        // bf16 table: bf16 intermediates.
+        Check(**on_cuda, **on_cpu, {}, ids, m, 64, DType::kF32, DType::kF32, 4e-2, worker, 4);
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
 }
 
 }  // namespace

@@ -1,0 +1,141 @@
+#include "client/model_spec.h"
+
+#include <cstdint>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "nlohmann/json.hpp"
+
+namespace qmm {
+namespace {
+
+using Json = nlohmann::json;
+
+absl::Status Bad(const std::string& path, absl::string_view problem) {
+  return absl::InvalidArgumentError(absl::StrCat(path, ": ", problem));
+}
+
+absl::StatusOr<std::string> String(const Json& j, const std::string& path) {
+  if (!j.is_string()) return Bad(path, "must be a string");
+  return j.get<std::string>();
+}
+
+// j[key] as a string, from an object that must hold it.
+absl::StatusOr<std::string> Field(const Json& j, const char* key, const std::string& path) {
+  if (!j.contains(key)) return Bad(path, absl::StrCat("needs \"", key, "\""));
+  return String(j.at(key), absl::StrCat(path, ".", key));
+}
+
+// A weight name given directly or as {"weight": name}.
+absl::StatusOr<std::string> WeightName(const Json& j, const std::string& path) {
+  if (j.is_object()) return Field(j, "weight", path);
+  return String(j, path);
+}
+
+// Appends the vector j[key] (a list, or a number repeated `features` times) to `out`.
+template <typename Repeated>
+absl::Status Vector(const Json& layer, const char* key, const std::string& path, Repeated* out) {
+  if (!layer.contains(key)) return absl::OkStatus();
+  const Json& v = layer.at(key);
+  const std::string at = absl::StrCat(path, ".", key);
+  if (v.is_number()) {
+    if (!layer.contains("features") || !layer.at("features").is_number_integer() ||
+        layer.at("features").get<int64_t>() < 1) {
+      return Bad(at, "a single number needs \"features\", a positive integer, beside it");
+    }
+    const int64_t n = layer.at("features").get<int64_t>();
+    for (int64_t i = 0; i < n; ++i) out->Add(v.get<float>());
+    return absl::OkStatus();
+  }
+  if (!v.is_array()) return Bad(at, "must be a number or a list of numbers");
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (!v[i].is_number()) return Bad(absl::StrCat(at, "[", i, "]"), "must be a number");
+    out->Add(v[i].get<float>());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseLayer(const Json& j, const std::string& path, v1::Layer* layer) {
+  if (!j.is_object() || j.size() != 1) {
+    return Bad(path, "must be an object with exactly one key, the layer kind");
+  }
+  const std::string kind = j.begin().key();
+  const Json& v = j.begin().value();
+  const std::string at = absl::StrCat(path, ".", kind);
+  if (kind == "embedding") {
+    absl::StatusOr<std::string> w = WeightName(v, at);
+    if (!w.ok()) return w.status();
+    layer->mutable_embedding()->set_weight(*w);
+  } else if (kind == "linear") {
+    absl::StatusOr<std::string> w = WeightName(v, at);
+    if (!w.ok()) return w.status();
+    layer->mutable_linear()->set_weight(*w);
+    if (v.is_object()) return Vector(v, "bias", at, layer->mutable_linear()->mutable_bias());
+  } else if (kind == "dyt") {
+    if (!v.is_object()) return Bad(at, "must be an object");
+    if (!v.contains("alpha") || !v.at("alpha").is_number())
+      return Bad(at, "needs \"alpha\", a number");
+    v1::DyTLayer* dyt = layer->mutable_dyt();
+    dyt->set_alpha(v.at("alpha").get<float>());
+    if (!v.contains("gamma")) return Bad(at, "needs \"gamma\"");
+    if (absl::Status s = Vector(v, "gamma", at, dyt->mutable_gamma()); !s.ok()) return s;
+    return Vector(v, "beta", at, dyt->mutable_beta());
+  } else if (kind == "activation") {
+    absl::StatusOr<std::string> name = String(v, at);
+    if (!name.ok()) return name.status();
+    if (*name == "silu") {
+      layer->mutable_activation()->set_kind(v1::ACTIVATION_SILU);
+    } else if (*name == "gelu" || *name == "gelu_tanh") {
+      layer->mutable_activation()->set_kind(v1::ACTIVATION_GELU_TANH);
+    } else if (*name == "relu") {
+      layer->mutable_activation()->set_kind(v1::ACTIVATION_RELU);
+    } else {
+      return Bad(at, absl::StrCat("\"", *name, "\" is not silu, gelu_tanh or relu"));
+    }
+  } else if (kind == "gated_mlp") {
+    if (!v.is_object()) return Bad(at, "must be an object");
+    v1::GatedMlpLayer* mlp = layer->mutable_gated_mlp();
+    for (const char* part : {"gate", "up", "down"}) {
+      absl::StatusOr<std::string> w = Field(v, part, at);
+      if (!w.ok()) return w.status();
+      if (part[0] == 'g') mlp->set_gate(*w);
+      if (part[0] == 'u') mlp->set_up(*w);
+      if (part[0] == 'd') mlp->set_down(*w);
+    }
+  } else if (kind == "residual") {
+    const Json& start = v.is_object() && v.contains("block_start") ? v.at("block_start") : v;
+    if (!start.is_number_integer()) return Bad(at, "needs block_start, an integer");
+    layer->mutable_residual()->set_block_start(start.get<int32_t>());
+  } else {
+    return Bad(path, absl::StrCat("unknown layer kind \"", kind,
+                                  "\" (embedding, linear, dyt, activation, gated_mlp, residual)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<v1::CreateModelRequest> ParseModelSpec(std::string_view json_text) {
+  const Json j = Json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return absl::InvalidArgumentError("the model spec is not valid JSON");
+  if (!j.is_object()) return absl::InvalidArgumentError("the model spec must be a JSON object");
+  v1::CreateModelRequest request;
+  absl::StatusOr<std::string> name = Field(j, "name", "spec");
+  if (!name.ok()) return name.status();
+  request.set_name(*name);
+  if (!j.contains("layers") || !j.at("layers").is_array()) {
+    return absl::InvalidArgumentError("spec: needs \"layers\", a list");
+  }
+  const Json& layers = j.at("layers");
+  for (size_t i = 0; i < layers.size(); ++i) {
+    if (absl::Status s =
+            ParseLayer(layers[i], absl::StrCat("layers[", i, "]"), request.add_layers());
+        !s.ok()) {
+      return s;
+    }
+  }
+  return request;
+}
+
+}  // namespace qmm

@@ -1,0 +1,36 @@
+// A model description file for `qmmctl create-model`: JSON in, a CreateModelRequest out.
+//
+//   {
+//     "name": "llama-block",
+//     "layers": [
+//       {"embedding": "tok_embeddings"},
+//       {"dyt": {"alpha": 0.5, "gamma": 1.0, "beta": [0.1, ...], "features": 4096}},
+//       {"gated_mlp": {"gate": "w1", "up": "w3", "down": "w2"}},
+//       {"residual": 1},
+//       {"activation": "gelu_tanh"},
+//       {"linear": {"weight": "head", "bias": [0.5, ...]}}
+//     ]
+//   }
+//
+// Each layer is an object with exactly one key, the layer kind (names as in the proto).
+// "embedding" and "linear" take a weight name or an object; "residual" takes block_start
+// or {"block_start": i}; "activation" takes "silu", "gelu_tanh" (or "gelu") or "relu".
+// A parameter vector (bias, gamma, beta) is a list of numbers, or one number repeated
+// "features" times (then "features" must be given in the same object).
+#ifndef QMM_CLIENT_MODEL_SPEC_H_
+#define QMM_CLIENT_MODEL_SPEC_H_
+
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "qmm/v1/qmm.pb.h"
+
+namespace qmm {
+
+// INVALID_ARGUMENT naming the JSON path (e.g. "layers[2].dyt.gamma") for malformed input.
+// The server checks the rest (weights exist, features line up).
+absl::StatusOr<v1::CreateModelRequest> ParseModelSpec(std::string_view json_text);
+
+}  // namespace qmm
+
+#endif  // QMM_CLIENT_MODEL_SPEC_H_

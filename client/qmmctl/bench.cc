@@ -1,0 +1,349 @@
+#include "client/qmmctl/bench.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <fstream>
+#include <limits>
+#include <memory>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/blocking_counter.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "client/grpc_status.h"
+#include "client/matmul_messages.h"
+#include "client/nd_array.h"
+#include "client/proto_enums.h"
+#include "client/qmmctl/bench_report.h"
+#include "client/qmmctl/names.h"
+#include "client/qmmctl/verify.h"
+#include "client/random_data.h"
+#include "kernels/format.h"
+#include "kernels/reference.h"
+
+namespace qmm::ctl {
+namespace {
+
+using client_internal::BuildMatMulRequest;
+using client_internal::FromGrpcStatus;
+using client_internal::TakeMatMulResult;
+
+constexpr int kMaxConcurrency = 4096;
+constexpr int kMaxChannels = 256;
+constexpr int kMaxInputs = 4096;
+constexpr int64_t kMaxRequests = int64_t{1} << 32;
+constexpr absl::Duration kMaxDuration = absl::Hours(24);
+
+std::chrono::system_clock::time_point Deadline(absl::Duration timeout) {
+  return absl::ToChronoTime(absl::Now() + timeout);
+}
+
+// The activation sets and, when verifying, their references; read-only during the run.
+struct Inputs {
+  std::vector<v1::MatMulRequest> requests;
+  std::vector<std::vector<double>> references;  // empty unless verifying
+};
+
+absl::StatusOr<Inputs> MakeInputs(const BenchOptions& o, const v1::WeightInfo& w, Scheme scheme) {
+  Inputs inputs;
+  std::vector<std::vector<float>> sent(o.inputs);  // the values as the server will see them
+  for (int i = 0; i < o.inputs; ++i) {
+    const NdArray x =
+        FromFloats(o.dtype, {o.rows, w.k()}, RandomActivationValues(o.rows, w.k(), o.seed + i));
+    v1::MatMulRequest& request = inputs.requests.emplace_back();
+    if (absl::Status s = BuildMatMulRequest(o.weight, x, o.output_dtype, &request); !s.ok()) {
+      return s;
+    }
+    if (o.verify_seed) sent[i] = ToFloats(x);
+  }
+  if (!o.verify_seed) return inputs;
+
+  const WeightShape shape{w.n(), w.k(), w.group_size()};
+  std::fprintf(stderr, "bench: computing float64 references of %d inputs...\n", o.inputs);
+  absl::StatusOr<std::vector<uint8_t>> packed = PackRandomWeight(scheme, shape, *o.verify_seed);
+  if (!packed.ok()) return packed.status();
+  absl::StatusOr<PackedWeight> view = ViewPacked(scheme, shape, *packed);
+  if (!view.ok()) return view.status();
+  inputs.references.resize(o.inputs);
+  std::atomic<int> next{0};
+  std::vector<std::thread> threads;
+  const int count =
+      std::clamp<int>(static_cast<int>(std::thread::hardware_concurrency()), 1, o.inputs);
+  for (int t = 0; t < count; ++t) {
+    threads.emplace_back([&] {
+      for (int i = next++; i < o.inputs; i = next++) {
+        inputs.references[i] = ReferenceMatMul(*view, sent[i].data(), o.rows);
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return inputs;
+}
+
+std::vector<std::unique_ptr<v1::Qmm::Stub>> OpenChannels(const ClientOptions& c, int count,
+                                                         absl::Status* status) {
+  std::vector<std::unique_ptr<v1::Qmm::Stub>> stubs;
+  const int max_message = static_cast<int>(
+      std::clamp<int64_t>(c.max_message_bytes, 0, std::numeric_limits<int>::max()));
+  for (int i = 0; i < count; ++i) {
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(max_message);
+    args.SetMaxSendMessageSize(max_message);
+    // A subchannel pool of its own: otherwise equal channels share one connection.
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    std::shared_ptr<grpc::Channel> channel =
+        grpc::CreateCustomChannel(c.server, grpc::InsecureChannelCredentials(), args);
+    if (!channel->WaitForConnected(Deadline(c.connect_timeout))) {
+      *status = absl::UnavailableError(
+          absl::StrCat("cannot open connection ", i + 1, " of ", count, " to ", c.server));
+      return {};
+    }
+    stubs.push_back(v1::Qmm::NewStub(channel));
+  }
+  return stubs;
+}
+
+// One caller's MatMulStream, replaced before less than half the call timeout is left.
+class StreamSlot {
+ public:
+  StreamSlot(v1::Qmm::Stub* stub, absl::Duration timeout) : stub_(stub), timeout_(timeout) {}
+  ~StreamSlot() { End().IgnoreError(); }
+
+  absl::Status Call(const v1::MatMulRequest& request, v1::MatMulResponse* response) {
+    if (stream_ != nullptr && deadline_ - absl::Now() < timeout_ / 2) End().IgnoreError();
+    if (stream_ == nullptr) {
+      context_ = std::make_unique<grpc::ClientContext>();
+      deadline_ = absl::Now() + timeout_;
+      context_->set_deadline(absl::ToChronoTime(deadline_));
+      stream_ = stub_->MatMulStream(context_.get());
+    }
+    if (stream_->Write(request) && stream_->Read(response)) return absl::OkStatus();
+    absl::Status ended = End();
+    if (ended.ok()) return absl::UnknownError("the server ended the stream without a response");
+    return ended;
+  }
+
+ private:
+  // Half-closes, drains and finishes the stream; its final status.
+  absl::Status End() {
+    if (stream_ == nullptr) return absl::OkStatus();
+    stream_->WritesDone();
+    v1::MatMulResponse discarded;
+    while (stream_->Read(&discarded)) {
+    }
+    const absl::Status status = FromGrpcStatus(stream_->Finish());
+    stream_.reset();
+    context_.reset();
+    return status;
+  }
+
+  v1::Qmm::Stub* const stub_;
+  const absl::Duration timeout_;
+  std::unique_ptr<grpc::ClientContext> context_;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::MatMulRequest, v1::MatMulResponse>> stream_;
+  absl::Time deadline_;
+};
+
+// What every caller shares.
+struct Run {
+  Run(const BenchOptions& o, const Inputs& in, int64_t weight_n, double tol, absl::Duration timeout)
+      : options(o),
+        inputs(in),
+        n(weight_n),
+        tolerance(tol),
+        call_timeout(timeout),
+        warmed_up(o.concurrency) {}
+
+  const BenchOptions& options;
+  const Inputs& inputs;
+  const int64_t n;  // the weight's
+  const double tolerance;
+  const absl::Duration call_timeout;
+  std::vector<std::unique_ptr<v1::Qmm::Stub>> stubs;
+  std::atomic<int64_t> next{0};  // index of the next measured request
+  absl::BlockingCounter warmed_up;
+  absl::Notification go;
+  absl::Time end = absl::InfiniteFuture();  // duration runs; set before `go`
+};
+
+// Checks one successful response against its input's reference.
+void Verify(const Run& run, int input, int64_t index, v1::MatMulResponse& response,
+            BenchTally& tally) {
+  absl::StatusOr<MatMulResult> result = TakeMatMulResult(response);
+  ++tally.verified;
+  std::string problem;
+  if (!result.ok()) {
+    problem = std::string(result.status().message());
+  } else if (result->output.shape != std::vector<int64_t>{run.options.rows, run.n}) {
+    problem = "the result has the wrong shape";
+  } else {
+    const Comparison c =
+        CompareWithReference(ToFloats(result->output), run.inputs.references[input], run.tolerance);
+    tally.max_relative_error = std::max(tally.max_relative_error, c.relative_error);
+    if (!c.passed) {
+      problem =
+          absl::StrFormat("relative error %.3g, %d non-finite", c.relative_error, c.non_finite);
+    }
+  }
+  if (problem.empty()) return;
+  ++tally.mismatches;
+  if (tally.first_mismatch.empty()) {
+    tally.first_mismatch = absl::StrCat("request ", index, " (input ", input, "): ", problem);
+  }
+}
+
+void Caller(Run& run, int caller, BenchTally& tally) {
+  const BenchOptions& o = run.options;
+  v1::Qmm::Stub* stub = run.stubs[caller % run.stubs.size()].get();
+  std::unique_ptr<StreamSlot> stream;
+  if (o.stream) stream = std::make_unique<StreamSlot>(stub, run.call_timeout);
+  v1::MatMulResponse response;
+  auto call = [&](const v1::MatMulRequest& request) {
+    if (stream != nullptr) return stream->Call(request, &response);
+    grpc::ClientContext context;
+    context.set_deadline(Deadline(run.call_timeout));
+    return FromGrpcStatus(stub->MatMul(&context, request, &response));
+  };
+
+  for (int i = 0; i < o.warmup; ++i) {
+    call(run.inputs.requests[(caller + i) % o.inputs]).IgnoreError();
+  }
+  run.warmed_up.DecrementCount();
+  run.go.WaitForNotification();
+  while (true) {
+    const int64_t index = run.next.fetch_add(1, std::memory_order_relaxed);
+    if (o.requests ? index >= *o.requests : absl::Now() >= run.end) break;
+    const int input = static_cast<int>(index % o.inputs);
+    const absl::Time start = absl::Now();
+    const absl::Status status = call(run.inputs.requests[input]);
+    const absl::Duration latency = absl::Now() - start;
+    if (!status.ok()) {
+      tally.RecordError(status);
+      continue;
+    }
+    tally.RecordOk(latency, response.compute_ns());
+    if (o.verify_seed) Verify(run, input, index, response, tally);
+  }
+}
+
+std::optional<v1::BatchingStats> Batching(Client& client) {
+  absl::StatusOr<v1::ServerInfoResponse> info = client.ServerInfo();
+  if (!info.ok()) return std::nullopt;
+  return info->batching();
+}
+
+}  // namespace
+
+absl::Status CheckBenchOptions(const BenchOptions& o) {
+  if (o.weight.empty()) return absl::InvalidArgumentError("bench needs --weight");
+  if (o.concurrency < 1 || o.concurrency > kMaxConcurrency) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--concurrency = ", o.concurrency, " must be in [1, ", kMaxConcurrency, "]"));
+  }
+  if (o.requests.has_value() == o.duration.has_value()) {
+    return absl::InvalidArgumentError("bench needs exactly one of --requests and --duration");
+  }
+  if (o.requests && (*o.requests < 1 || *o.requests > kMaxRequests)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--requests = ", *o.requests, " must be in [1, ", kMaxRequests, "]"));
+  }
+  if (o.duration && (*o.duration <= absl::ZeroDuration() || *o.duration > kMaxDuration)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--duration = ", absl::FormatDuration(*o.duration), " must be in (0, 24h]"));
+  }
+  if (o.rows < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--rows = ", o.rows, " must be at least 1"));
+  }
+  if (o.inputs < 1 || o.inputs > kMaxInputs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--inputs = ", o.inputs, " must be in [1, ", kMaxInputs, "]"));
+  }
+  if (o.warmup < 0) return absl::InvalidArgumentError("--warmup must not be negative");
+  if (o.channels < 0 || o.channels > kMaxChannels) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--channels = ", o.channels, " must be in [0, ", kMaxChannels, "]"));
+  }
+  if (o.tolerance < 0) return absl::InvalidArgumentError("--tolerance must not be negative");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> RunBench(Client& client, const ClientOptions& connection,
+                              const BenchOptions& o) {
+  if (absl::Status s = CheckBenchOptions(o); !s.ok()) return s;
+  absl::StatusOr<v1::WeightInfo> weight = client.GetWeight(o.weight);
+  if (!weight.ok()) return weight.status();
+  const std::optional<Scheme> scheme = client_internal::SchemeFromProto(weight->scheme());
+  if (!scheme) return absl::InvalidArgumentError("the weight's scheme is unknown to qmmctl");
+  absl::StatusOr<v1::ServerInfoResponse> info = client.ServerInfo();
+  if (!info.ok()) return info.status();
+  if (o.rows > info->limits().max_rows()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--rows = ", o.rows, " exceeds the server's max_rows ", info->limits().max_rows()));
+  }
+
+  BenchSetup setup;
+  setup.server = connection.server;
+  setup.weight = o.weight;
+  setup.scheme = std::string(SchemeFlagName(*scheme));
+  setup.n = weight->n();
+  setup.k = weight->k();
+  setup.group_size = weight->group_size();
+  setup.backend = info->backend();
+  setup.device = info->device_name();
+  setup.concurrency = o.concurrency;
+  setup.stream = o.stream;
+  setup.channels = o.channels > 0 ? o.channels : std::min(64, (o.concurrency + 3) / 4);
+  setup.rows = o.rows;
+  setup.dtype = std::string(DTypeName(o.dtype));
+  setup.output_dtype = std::string(DTypeName(o.output_dtype.value_or(o.dtype)));
+  setup.inputs = o.inputs;
+  setup.requests = o.requests;
+  setup.duration = o.duration;
+  setup.warmup = o.warmup;
+  setup.verify_seed = o.verify_seed;
+  setup.tolerance = o.tolerance > 0 ? o.tolerance
+                                    : DefaultTolerance(*scheme, o.output_dtype.value_or(o.dtype),
+                                                       info->backend());
+
+  absl::StatusOr<Inputs> inputs = MakeInputs(o, *weight, *scheme);
+  if (!inputs.ok()) return inputs.status();
+  Run run(o, *inputs, weight->n(), setup.tolerance, connection.call_timeout);
+  absl::Status opened;
+  run.stubs = OpenChannels(connection, setup.channels, &opened);
+  if (!opened.ok()) return opened;
+
+  std::vector<BenchTally> tallies(o.concurrency);
+  std::vector<std::thread> callers;
+  callers.reserve(o.concurrency);
+  for (int c = 0; c < o.concurrency; ++c) {
+    callers.emplace_back([&run, &tallies, c] { Caller(run, c, tallies[c]); });
+  }
+  run.warmed_up.Wait();
+  const std::optional<v1::BatchingStats> before = Batching(client);
+  const absl::Time start = absl::Now();
+  if (o.duration) run.end = start + *o.duration;
+  run.go.Notify();
+  for (std::thread& t : callers) t.join();
+  const absl::Duration wall = absl::Now() - start;
+  const std::optional<v1::BatchingStats> after = Batching(client);
+
+  BenchReport report = Summarize(setup, std::move(tallies), wall);
+  if (before && after) report.batching = BatchingDelta(*before, *after);
+  std::fputs(FormatReport(report).c_str(), stdout);
+  if (!o.json_path.empty()) {
+    std::ofstream out(o.json_path);
+    out << ReportJson(report).dump(2) << "\n";
+    if (!out) return absl::UnavailableError(absl::StrCat("cannot write ", o.json_path));
+    std::printf("  wrote %s\n", o.json_path.c_str());
+  }
+  return report.passed();
+}
+
+}  // namespace qmm::ctl

@@ -1,0 +1,63 @@
+// qmmctl bench: a load generator for one weight. `concurrency` callers, each on its own
+// thread, send MatMul requests back to back (unary calls, or over one MatMulStream each)
+// until `requests` have been sent in all or `duration` has passed, and the run is
+// summed up: requests/s, rows/s, latency percentiles, errors by status code, and the
+// server's batching over the run (bench_report.h).
+//
+// Activations: `inputs` distinct random [rows, K] sets (RandomActivationValues, seeds
+// seed, seed + 1, ...) drawn before the run and taken round robin, so every request of a
+// batch carries other rows and nothing is generated while the clock runs. With a verify
+// seed, each set's float64 reference is computed once, before the run, from the random
+// weight of that seed quantized here (verify.h), and every result is compared with it:
+// a verified run costs the server nothing extra.
+//
+// Callers share `channels` connections round robin, as the clients of a real server would
+// come over many. Each unary call has ClientOptions::call_timeout; a stream is replaced
+// before less than half of that is left of its deadline, so every request gets at least
+// half of it and the run stays bounded in time.
+#ifndef QMM_CLIENT_QMMCTL_BENCH_H_
+#define QMM_CLIENT_QMMCTL_BENCH_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "client/client.h"
+#include "kernels/dtype.h"
+
+namespace qmm::ctl {
+
+struct BenchOptions {
+  std::string weight;
+  int concurrency = 1;
+  // Exactly one bound: requests in all (warm-up not counted), or a measured time.
+  std::optional<int64_t> requests;
+  std::optional<absl::Duration> duration;
+  int64_t rows = 1;  // M of every request
+  bool stream = false;
+  DType dtype = DType::kF32;          // activations on the wire
+  std::optional<DType> output_dtype;  // nullopt: the activations'
+  int inputs = 64;
+  uint64_t seed = 1;  // of the activation sets
+  int warmup = 0;     // requests per caller before the clock starts, not counted
+  int channels = 0;   // 0: one per 4 callers, at most 64
+  // The weight was uploaded with --random --seed=S: check every result.
+  std::optional<uint64_t> verify_seed;
+  double tolerance = 0;   // 0: DefaultTolerance()
+  std::string json_path;  // also write the report here as JSON
+};
+
+// INVALID_ARGUMENT naming the option when one is out of range (checked before connecting).
+absl::Status CheckBenchOptions(const BenchOptions& options);
+
+// `client` answers the metadata calls; the load goes over `channels` connections of its
+// own to connection.server. Prints the report on stdout. OK(false) when a request failed
+// or a result mismatched (the report says which).
+absl::StatusOr<bool> RunBench(Client& client, const ClientOptions& connection,
+                              const BenchOptions& options);
+
+}  // namespace qmm::ctl
+
+#endif  // QMM_CLIENT_QMMCTL_BENCH_H_

@@ -1,0 +1,109 @@
+#include "client/qmmctl/forward_verify.h"
+
+#include <deque>
+
+#include "absl/strings/str_cat.h"
+#include "client/qmmctl/verify.h"
+#include "kernels/cpu/chain.h"
+#include "kernels/layers_reference.h"
+
+namespace qmm::ctl {
+
+absl::StatusOr<std::vector<double>> ReferenceForRandomModel(
+    const v1::ModelInfo& model, const std::map<std::string, RandomWeight, std::less<>>& weights,
+    std::span<const int32_t> ids, std::span<const float> x, int64_t m) {
+  std::deque<std::vector<uint8_t>> bytes;
+  std::deque<PackedWeight> views;
+  const auto weight = [&](const std::string& name) -> absl::StatusOr<const PackedWeight*> {
+    auto it = weights.find(name);
+    if (it == weights.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "weight \"", name, "\" of model \"", model.name(), "\" has no seed in --verify_seeds"));
+    }
+    absl::StatusOr<std::vector<uint8_t>> packed =
+        PackRandomWeight(it->second.scheme, it->second.shape, it->second.seed);
+    if (!packed.ok()) return packed.status();
+    bytes.push_back(*std::move(packed));
+    views.push_back(PackedWeight{it->second.scheme, it->second.shape, bytes.back()});
+    return &views.back();
+  };
+  const auto params = [](const google::protobuf::RepeatedField<float>& v) {
+    return v.empty() ? nullptr : v.data();
+  };
+
+  std::vector<CpuChainLayer> layers;
+  int64_t features = 0;
+  for (const v1::Layer& l : model.layers()) {
+    CpuChainLayer c;
+    c.in_features = features;
+    switch (l.kind_case()) {
+      case v1::Layer::kEmbedding: {
+        absl::StatusOr<const PackedWeight*> w = weight(l.embedding().weight());
+        if (!w.ok()) return w.status();
+        c.kind = LayerKind::kEmbedding;
+        c.weights[0] = *w;
+        c.out_features = (*w)->shape.k;
+        break;
+      }
+      case v1::Layer::kLinear: {
+        absl::StatusOr<const PackedWeight*> w = weight(l.linear().weight());
+        if (!w.ok()) return w.status();
+        c.kind = LayerKind::kLinear;
+        c.weights[0] = *w;
+        c.bias = params(l.linear().bias());
+        c.in_features = (*w)->shape.k;
+        c.out_features = (*w)->shape.n;
+        break;
+      }
+      case v1::Layer::kDyt:
+        c.kind = LayerKind::kDyT;
+        c.alpha = l.dyt().alpha();
+        c.gamma = params(l.dyt().gamma());
+        c.beta = params(l.dyt().beta());
+        c.in_features = c.out_features = l.dyt().gamma_size();
+        break;
+      case v1::Layer::kActivation:
+        c.kind = LayerKind::kActivation;
+        c.activation = l.activation().kind() == v1::ACTIVATION_SILU   ? Activation::kSilu
+                       : l.activation().kind() == v1::ACTIVATION_RELU ? Activation::kRelu
+                                                                      : Activation::kGeluTanh;
+        c.out_features = features;
+        break;
+      case v1::Layer::kGatedMlp: {
+        const std::string names[] = {l.gated_mlp().gate(), l.gated_mlp().up(),
+                                     l.gated_mlp().down()};
+        for (int i = 0; i < 3; ++i) {
+          absl::StatusOr<const PackedWeight*> w = weight(names[i]);
+          if (!w.ok()) return w.status();
+          c.weights[i] = *w;
+        }
+        c.kind = LayerKind::kGatedMlp;
+        c.in_features = c.weights[0]->shape.k;
+        c.out_features = c.weights[2]->shape.n;
+        break;
+      }
+      case v1::Layer::kResidual:
+        c.kind = LayerKind::kResidual;
+        c.block_start = l.residual().block_start();
+        c.out_features = features;
+        break;
+      case v1::Layer::KIND_NOT_SET:
+        return absl::InvalidArgumentError("the model has a layer of no kind");
+    }
+    features = c.out_features;
+    layers.push_back(c);
+  }
+  if (layers.empty()) return absl::InvalidArgumentError("the model has no layers");
+  return ReferenceChain(layers, ids, x, m);
+}
+
+double ForwardTolerance(bool has_w2a8, bool bf16_activations, DType output_dtype,
+                        std::string_view backend) {
+  double tolerance = backend == "cuda" ? (bf16_activations ? 4e-2 : 1e-2) : 1e-4;
+  if (has_w2a8) tolerance += 5e-3;
+  if (output_dtype == DType::kF16) tolerance += 0x1p-10;
+  if (output_dtype == DType::kBF16) tolerance += 0x1p-7;
+  return tolerance;
+}
+
+}  // namespace qmm::ctl

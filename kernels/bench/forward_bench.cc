@@ -1,0 +1,392 @@
+#include "kernels/bench/forward_bench.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "kernels/bench/random_packed.h"
+#include "kernels/cuda/chain.h"
+#include "kernels/cuda/kernels.h"
+#include "kernels/cuda/layers.h"
+#include "nlohmann/json.hpp"
+
+namespace qmm::bench {
+namespace {
+
+using cuda::ChainGraph;
+using cuda::ChainLayer;
+using cuda::ChainPlan;
+using cuda::ChainRun;
+using cuda::ChainWeight;
+
+constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
+constexpr float kAlpha = 0.5f;
+
+absl::Status CudaStatus(cudaError_t err, absl::string_view what) {
+  if (err == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(
+      absl::StrCat(what, ": ", cudaGetErrorName(err), " (", cudaGetErrorString(err), ")"));
+}
+
+#define QMM_RETURN_IF_ERROR(expr)             \
+  do {                                        \
+    if (absl::Status _s = (expr); !_s.ok()) { \
+      return _s;                              \
+    }                                         \
+  } while (0)
+
+// Device allocations freed together when the benchmark ends.
+class DeviceArena {
+ public:
+  ~DeviceArena() {
+    for (void* p : ptrs_) cudaFree(p);
+  }
+  absl::StatusOr<void*> Alloc(size_t bytes) {
+    void* p = nullptr;
+    QMM_RETURN_IF_ERROR(CudaStatus(cudaMalloc(&p, std::max<size_t>(bytes, 1)),
+                                   absl::StrCat("cudaMalloc(", bytes, ")")));
+    ptrs_.push_back(p);
+    return p;
+  }
+  absl::StatusOr<void*> Upload(const void* data, size_t bytes) {
+    absl::StatusOr<void*> p = Alloc(bytes);
+    if (!p.ok()) return p;
+    QMM_RETURN_IF_ERROR(CudaStatus(cudaMemcpy(*p, data, bytes, cudaMemcpyHostToDevice), "upload"));
+    return p;
+  }
+
+ private:
+  std::vector<void*> ptrs_;
+};
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Median time of `iters` runs of `run(i)`, each between its own event pair, in us.
+absl::StatusOr<double> TimeEach(cudaStream_t stream, int iters,
+                                const std::function<cudaError_t(int)>& run) {
+  for (int i = 0; i < 5; ++i) QMM_RETURN_IF_ERROR(CudaStatus(run(i), "warm-up"));
+  cudaEvent_t start = nullptr, stop = nullptr;
+  QMM_RETURN_IF_ERROR(CudaStatus(cudaEventCreate(&start), "cudaEventCreate"));
+  QMM_RETURN_IF_ERROR(CudaStatus(cudaEventCreate(&stop), "cudaEventCreate"));
+  std::vector<double> us;
+  absl::Status status;
+  for (int i = 0; i < iters && status.ok(); ++i) {
+    status = CudaStatus(cudaEventRecord(start, stream), "cudaEventRecord");
+    if (status.ok()) status = CudaStatus(run(i), "timed run");
+    if (status.ok()) status = CudaStatus(cudaEventRecord(stop, stream), "cudaEventRecord");
+    if (status.ok()) status = CudaStatus(cudaEventSynchronize(stop), "cudaEventSynchronize");
+    float ms = 0;
+    if (status.ok()) status = CudaStatus(cudaEventElapsedTime(&ms, start, stop), "elapsed");
+    us.push_back(ms * 1e3);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  if (!status.ok()) return status;
+  return Median(us);
+}
+
+// Per-launch time of `launch(i)` from a graph of `batch` back-to-back launches, replayed
+// `replays` times (median replay / batch), in us.
+absl::StatusOr<double> TimeAlone(cudaStream_t stream, int batch, int replays,
+                                 const std::function<cudaError_t(int)>& launch) {
+  cudaGraph_t graph = nullptr;
+  QMM_RETURN_IF_ERROR(CudaStatus(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
+                                 "begin capture"));
+  cudaError_t launched = cudaSuccess;
+  for (int i = 0; i < batch && launched == cudaSuccess; ++i) launched = launch(i);
+  const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
+  QMM_RETURN_IF_ERROR(CudaStatus(launched, "captured launch"));
+  QMM_RETURN_IF_ERROR(CudaStatus(ended, "end capture"));
+  cudaGraphExec_t exec = nullptr;
+  absl::Status status = CudaStatus(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+  cudaGraphDestroy(graph);
+  if (!status.ok()) return status;
+  absl::StatusOr<double> replay =
+      TimeEach(stream, replays, [&](int) { return cudaGraphLaunch(exec, stream); });
+  cudaGraphExecDestroy(exec);
+  if (!replay.ok()) return replay.status();
+  return *replay / batch;
+}
+
+struct Result {
+  std::string scheme;
+  int64_t m = 0;
+  std::vector<std::pair<std::string, double>> alone;
+  double sum_alone_us = 0;
+  double forward_us = 0;
+  double eager_us = 0;
+};
+
+// Everything one (scheme, M) measurement uses.
+class BlockBench {
+ public:
+  BlockBench(const ForwardBenchOptions& o, Scheme scheme, cudaStream_t stream,
+             cublasHandle_t cublas)
+      : o_(o), scheme_(scheme), stream_(stream), cublas_(cublas) {}
+
+  absl::Status Setup() {
+    ops_ = cuda::FindKernel(scheme_);
+    if (ops_ == nullptr) return absl::UnimplementedError("no CUDA kernel for the scheme");
+    const int32_t group = scheme_ == Scheme::kW4A16 ? kW4GroupSize : 0;
+    up_shape_ = {.n = o_.intermediate, .k = o_.hidden, .group_size = group};
+    down_shape_ = {.n = o_.hidden, .k = o_.intermediate, .group_size = group};
+    // One random weight set, repacked once, uploaded `copies` times at distinct addresses.
+    std::vector<uint8_t> layouts[3];
+    const WeightShape shapes[3] = {up_shape_, up_shape_, down_shape_};
+    for (int w = 0; w < 3; ++w) {
+      const std::vector<uint8_t> packed = RandomPacked(scheme_, shapes[w], 11 + w);
+      layouts[w] = ops_->repack(PackedWeight{scheme_, shapes[w], packed});
+    }
+    std::vector<float> gamma(o_.hidden), beta(o_.hidden);
+    for (int64_t i = 0; i < o_.hidden; ++i) {
+      gamma[i] = 0.5f + static_cast<float>(i % 7) / 8.0f;
+      beta[i] = static_cast<float>(i % 5) / 16.0f - 0.125f;
+    }
+    absl::StatusOr<void*> d_gamma = mem_.Upload(gamma.data(), gamma.size() * 4);
+    absl::StatusOr<void*> d_beta = mem_.Upload(beta.data(), beta.size() * 4);
+    if (!d_gamma.ok()) return d_gamma.status();
+    if (!d_beta.ok()) return d_beta.status();
+    gamma_ = static_cast<const float*>(*d_gamma);
+    beta_ = static_cast<const float*>(*d_beta);
+    for (int c = 0; c < o_.copies; ++c) {
+      std::array<ChainWeight, 3> set;
+      for (int w = 0; w < 3; ++w) {
+        absl::StatusOr<void*> p = mem_.Upload(layouts[w].data(), layouts[w].size());
+        if (!p.ok()) return p.status();
+        set[w] = ChainWeight{scheme_, shapes[w], ops_, *p};
+      }
+      weights_.push_back(set);
+      std::vector<ChainLayer> layers(3);
+      layers[0].kind = LayerKind::kDyT;
+      layers[0].alpha = kAlpha;
+      layers[0].gamma = gamma_;
+      layers[0].beta = beta_;
+      layers[0].in_features = layers[0].out_features = o_.hidden;
+      layers[1].kind = LayerKind::kGatedMlp;
+      for (int w = 0; w < 3; ++w) layers[1].weights[w] = set[w];
+      layers[1].in_features = layers[1].out_features = o_.hidden;
+      layers[2].kind = LayerKind::kResidual;
+      layers[2].block_start = 0;
+      layers[2].in_features = layers[2].out_features = o_.hidden;
+      plans_.push_back(std::make_unique<ChainPlan>(layers));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<Result> Measure(int64_t m) {
+    Result r;
+    r.scheme = std::string(SchemeName(scheme_));
+    r.m = m;
+    const int64_t h = o_.hidden, inter = o_.intermediate;
+    const std::vector<uint16_t> x_host = RandomHalves(false, m * h, 5);
+    absl::StatusOr<void*> x = mem_.Upload(x_host.data(), x_host.size() * 2);
+    absl::StatusOr<void*> y = mem_.Alloc(m * h * 2);
+    absl::StatusOr<void*> xn = mem_.Alloc(m * h * 2);
+    absl::StatusOr<void*> g = mem_.Alloc(m * inter * 4);
+    absl::StatusOr<void*> u = mem_.Alloc(m * inter * 4);
+    absl::StatusOr<void*> hid = mem_.Alloc(m * inter * 2);
+    absl::StatusOr<void*> d = mem_.Alloc(m * h * 4);
+    const size_t ws_bytes =
+        std::max(ops_->workspace_bytes(up_shape_, m), ops_->workspace_bytes(down_shape_, m));
+    absl::StatusOr<void*> ws = mem_.Alloc(ws_bytes);
+    absl::StatusOr<void*> arena = mem_.Alloc(plans_[0]->ArenaBytes(m));
+    for (const auto* p : {&x, &y, &xn, &g, &u, &hid, &d, &ws, &arena}) {
+      if (!p->ok()) return p->status();
+    }
+
+    // The kernels alone, in the order and dtypes the chain plan uses.
+    const auto gemm = [&](int copy, int w, const void* in, void* out) {
+      cuda::GemmArgs a;
+      a.weight = weights_[copy % o_.copies][w].data;
+      a.shape = weights_[copy % o_.copies][w].shape;
+      a.x_dtype = DType::kF16;
+      a.x = in;
+      a.m = m;
+      a.y_dtype = DType::kF32;
+      a.y = out;
+      a.workspace = *ws;
+      a.stream = stream_;
+      a.cublas = cublas_;
+      return ops_->launch(a);
+    };
+    const std::pair<std::string, std::function<cudaError_t(int)>> kernels[] = {
+        {"dyt",
+         [&](int) {
+           return cuda::LaunchDyT(DType::kF16, *x, m, h, kAlpha, gamma_, beta_, DType::kF16, *xn,
+                                  stream_);
+         }},
+        {"gate", [&](int i) { return gemm(i, 0, *xn, *g); }},
+        {"up", [&](int i) { return gemm(i, 1, *xn, *u); }},
+        {"silu_mul",
+         [&](int) {
+           return cuda::LaunchEpilogue({.x_dtype = DType::kF32,
+                                        .x = *g,
+                                        .m = m,
+                                        .n = inter,
+                                        .act = Activation::kSilu,
+                                        .up_dtype = DType::kF32,
+                                        .up = *u,
+                                        .y_dtype = DType::kF16,
+                                        .y = *hid},
+                                       stream_);
+         }},
+        {"down", [&](int i) { return gemm(i, 2, *hid, *d); }},
+        {"residual",
+         [&](int) {
+           return cuda::LaunchEpilogue({.x_dtype = DType::kF32,
+                                        .x = *d,
+                                        .m = m,
+                                        .n = h,
+                                        .skip_dtype = DType::kF16,
+                                        .skip = *x,
+                                        .y_dtype = DType::kF16,
+                                        .y = *y},
+                                       stream_);
+         }},
+    };
+    const int batch = std::max(o_.copies, o_.graph_batch / o_.copies * o_.copies);
+    for (const auto& [name, launch] : kernels) {
+      absl::StatusOr<double> us = TimeAlone(stream_, batch, std::max(5, o_.iters / 10), launch);
+      if (!us.ok())
+        return absl::Status(us.status().code(), absl::StrCat(name, ": ", us.status().message()));
+      r.alone.emplace_back(name, *us);
+      r.sum_alone_us += *us;
+    }
+
+    // The whole block, as the backend runs it.
+    ChainRun run;
+    run.x_dtype = DType::kF16;
+    run.x = *x;
+    run.m = m;
+    run.act_dtype = DType::kF16;
+    run.y_dtype = DType::kF16;
+    run.y = *y;
+    run.arena = *arena;
+    run.stream = stream_;
+    run.cublas = cublas_;
+    std::vector<std::unique_ptr<ChainGraph>> graphs;
+    for (const auto& plan : plans_) {
+      graphs.push_back(std::make_unique<ChainGraph>());
+      QMM_RETURN_IF_ERROR(CudaStatus(graphs.back()->Capture(*plan, run), "chain capture"));
+    }
+    absl::StatusOr<double> forward = TimeEach(
+        stream_, o_.iters, [&](int i) { return graphs[i % graphs.size()]->Launch(stream_); });
+    if (!forward.ok()) return forward.status();
+    r.forward_us = *forward;
+    absl::StatusOr<double> eager =
+        TimeEach(stream_, o_.iters, [&](int i) { return plans_[i % plans_.size()]->Enqueue(run); });
+    if (!eager.ok()) return eager.status();
+    r.eager_us = *eager;
+    return r;
+  }
+
+ private:
+  const ForwardBenchOptions& o_;
+  const Scheme scheme_;
+  cudaStream_t stream_;
+  cublasHandle_t cublas_;
+  const cuda::KernelOps* ops_ = nullptr;
+  WeightShape up_shape_, down_shape_;
+  DeviceArena mem_;
+  const float* gamma_ = nullptr;
+  const float* beta_ = nullptr;
+  std::vector<std::array<ChainWeight, 3>> weights_;
+  std::vector<std::unique_ptr<ChainPlan>> plans_;
+};
+
+}  // namespace
+
+absl::Status RunForwardBench(const ForwardBenchOptions& o) {
+  if (o.copies < 1 || o.iters < 1 || o.graph_batch < 1 || o.ms.empty()) {
+    return absl::InvalidArgumentError("copies, iters, graph_batch and m must be positive");
+  }
+  QMM_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(o.device), "cudaSetDevice"));
+  cudaDeviceProp prop{};
+  QMM_RETURN_IF_ERROR(CudaStatus(cudaGetDeviceProperties(&prop, o.device), "device properties"));
+  cudaStream_t stream = nullptr;
+  QMM_RETURN_IF_ERROR(
+      CudaStatus(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream"));
+  cublasHandle_t cublas = nullptr;
+  void* cublas_ws = nullptr;
+  QMM_RETURN_IF_ERROR(CudaStatus(cudaMalloc(&cublas_ws, kCublasWorkspaceBytes), "cuBLAS ws"));
+  if (cublasCreate(&cublas) != CUBLAS_STATUS_SUCCESS ||
+      cublasSetStream(cublas, stream) != CUBLAS_STATUS_SUCCESS ||
+      cublasSetWorkspace(cublas, cublas_ws, kCublasWorkspaceBytes) != CUBLAS_STATUS_SUCCESS) {
+    return absl::InternalError("cannot create a cuBLAS handle");
+  }
+
+  std::printf("Llama-3-8B MLP block on %s: DyT -> SwiGLU %lld -> 2x%lld -> %lld -> residual\n",
+              prop.name, static_cast<long long>(o.hidden), static_cast<long long>(o.intermediate),
+              static_cast<long long>(o.hidden));
+  std::vector<Result> results;
+  absl::Status status;
+  for (Scheme scheme : {Scheme::kW4A16, Scheme::kFp16}) {
+    BlockBench bench(o, scheme, stream, cublas);
+    status = bench.Setup();
+    for (int64_t m : o.ms) {
+      if (!status.ok()) break;
+      absl::StatusOr<Result> r = bench.Measure(m);
+      if (!r.ok()) {
+        status = r.status();
+        break;
+      }
+      std::printf("%-6s M=%-3lld alone:", r->scheme.c_str(), static_cast<long long>(m));
+      for (const auto& [name, us] : r->alone) std::printf(" %s %.1f", name.c_str(), us);
+      std::printf(" | sum %.1f us  forward %.1f us (%.2fx sum)  eager %.1f us\n", r->sum_alone_us,
+                  r->forward_us, r->forward_us / r->sum_alone_us, r->eager_us);
+      results.push_back(*std::move(r));
+    }
+    if (!status.ok()) break;
+  }
+  cublasDestroy(cublas);
+  cudaFree(cublas_ws);
+  cudaStreamDestroy(stream);
+  if (!status.ok()) return status;
+
+  nlohmann::json json;
+  json["command"] = o.command;
+  json["device"] = prop.name;
+  json["block"] = {{"hidden", o.hidden}, {"intermediate", o.intermediate}};
+  for (const Result& r : results) {
+    nlohmann::json row = {{"scheme", r.scheme},
+                          {"m", r.m},
+                          {"sum_alone_us", r.sum_alone_us},
+                          {"forward_us", r.forward_us},
+                          {"eager_us", r.eager_us},
+                          {"forward_over_sum", r.forward_us / r.sum_alone_us}};
+    for (const auto& [name, us] : r.alone) row["alone_us"][name] = us;
+    json["results"].push_back(row);
+  }
+  for (const Result& w4 : results) {
+    for (const Result& fp16 : results) {
+      if (w4.scheme == "W4A16" && fp16.scheme == "FP16" && w4.m == fp16.m) {
+        std::printf("M=%lld: W4A16 forward %.2fx faster than the cuBLAS fp16 block\n",
+                    static_cast<long long>(w4.m), fp16.forward_us / w4.forward_us);
+        json["speedup_vs_fp16"][std::to_string(w4.m)] = fp16.forward_us / w4.forward_us;
+      }
+    }
+  }
+  if (!o.json_path.empty()) {
+    std::ofstream out(o.json_path);
+    out << json.dump(2) << "\n";
+    if (!out) return absl::InternalError("cannot write " + o.json_path);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace qmm::bench

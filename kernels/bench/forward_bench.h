@@ -1,0 +1,43 @@
+// qmm-forward-bench: the Forward target of issue 7 on a Llama-3-8B-shaped MLP block,
+// DyT -> SwiGLU (gate, up: 4096 -> 14336; down: 14336 -> 4096) -> residual, at decode
+// sizes.
+//
+// Three numbers per (scheme, M), all medians:
+// - "alone": each of the block's kernels timed by itself (the launches the chain plan
+//   makes: DyT, gate, up, silu(gate) * up, down, + residual), per launch from replays of a
+//   CUDA graph of back-to-back launches (no host gaps), weights rotated over enough copies
+//   that every launch streams them from HBM. Their sum is the floor a chain can reach.
+// - "forward": one replay of the block's captured ChainGraph between its own event pair,
+//   which is exactly what the CUDA backend reports as Forward's compute time once the
+//   (model, batch size) graph exists; blocks rotated over copies as above.
+// - "eager": the same block enqueued kernel by kernel (the backend's first run of a shape).
+// The block runs with W4A16 weights (the target) and FP16 weights through cuBLAS (the
+// baseline); the report gives forward / sum(alone) and fp16 forward / W4A16 forward.
+#ifndef QMM_KERNELS_BENCH_FORWARD_BENCH_H_
+#define QMM_KERNELS_BENCH_FORWARD_BENCH_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace qmm::bench {
+
+struct ForwardBenchOptions {
+  int device = 0;
+  int64_t hidden = 4096;
+  int64_t intermediate = 14336;
+  std::vector<int64_t> ms = {1, 16};
+  int copies = 3;         // weight sets rotated over (each block is > 80 MB at W4A16)
+  int iters = 200;        // timed runs per number
+  int graph_batch = 48;   // launches per graph for the "alone" numbers
+  std::string json_path;  // empty: no JSON
+  std::string command;    // recorded in the JSON
+};
+
+absl::Status RunForwardBench(const ForwardBenchOptions& options);
+
+}  // namespace qmm::bench
+
+#endif  // QMM_KERNELS_BENCH_FORWARD_BENCH_H_

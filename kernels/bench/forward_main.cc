@@ -1,0 +1,56 @@
+// qmm-forward-bench: parses flags into ForwardBenchOptions and runs the benchmark
+// (forward_bench.h says what it measures and how).
+#include <cstdint>
+#include <iostream>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "kernels/bench/forward_bench.h"
+
+ABSL_FLAG(int, device, 0, "CUDA device ordinal");
+ABSL_FLAG(int64_t, hidden, 4096, "the block's input and output features");
+ABSL_FLAG(int64_t, intermediate, 14336, "the SwiGLU's inner features");
+ABSL_FLAG(std::string, m, "1,16", "comma-separated row counts M");
+ABSL_FLAG(int, copies, 3, "weight sets rotated over, so that weights stream from HBM");
+ABSL_FLAG(int, iters, 200, "timed runs per number (the median is reported)");
+ABSL_FLAG(int, graph_batch, 48, "launches per graph for the kernels-alone numbers");
+ABSL_FLAG(std::string, json, "", "write the results to this JSON file");
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Times the Llama-3-8B MLP block through qmm's chain runner: W4A16 vs cuBLAS fp16, "
+      "and against the sum of its kernels alone.");
+  const std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  if (args.size() > 1) {
+    std::cerr << "qmm-forward-bench: unexpected argument " << args[1] << "\n";
+    return 1;
+  }
+  qmm::bench::ForwardBenchOptions o;
+  o.command = absl::StrJoin(argv, argv + argc, " ");
+  o.device = absl::GetFlag(FLAGS_device);
+  o.hidden = absl::GetFlag(FLAGS_hidden);
+  o.intermediate = absl::GetFlag(FLAGS_intermediate);
+  o.copies = absl::GetFlag(FLAGS_copies);
+  o.iters = absl::GetFlag(FLAGS_iters);
+  o.graph_batch = absl::GetFlag(FLAGS_graph_batch);
+  o.json_path = absl::GetFlag(FLAGS_json);
+  o.ms.clear();
+  for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_m), ',', absl::SkipEmpty())) {
+    int64_t m = 0;
+    if (!absl::SimpleAtoi(s, &m) || m < 1) {
+      std::cerr << "qmm-forward-bench: bad --m value " << s << "\n";
+      return 1;
+    }
+    o.ms.push_back(m);
+  }
+  if (absl::Status s = qmm::bench::RunForwardBench(o); !s.ok()) {
+    std::cerr << "qmm-forward-bench: " << s << "\n";
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,458 @@
+#include "server/batcher.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/dtype.h"
+
+namespace qmm {
+namespace {
+
+double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
+
+// What the policy needs of a request, MatMul or Forward alike.
+bool IsForward(const BatchRequest& r) { return r.forward.model != nullptr; }
+int64_t Rows(const BatchRequest& r) { return IsForward(r) ? r.forward.spec.m : r.job.spec.m; }
+DType XDType(const BatchRequest& r) {
+  return IsForward(r) ? r.forward.spec.x_dtype : r.job.spec.x_dtype;
+}
+DType YDType(const BatchRequest& r) {
+  return IsForward(r) ? r.forward.spec.y_dtype : r.job.spec.y_dtype;
+}
+bool BeyondFp16(const BatchRequest& r) {
+  return IsForward(r) ? r.forward.beyond_fp16 : r.job.beyond_fp16;
+}
+int64_t ComputeNs(const BatchRequest& r) {
+  return IsForward(r) ? r.forward_response->compute_ns() : r.response->compute_ns();
+}
+
+}  // namespace
+
+absl::Status CheckBatcherOptions(const BatcherOptions& options) {
+  if (options.max_batch_rows < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_batch_rows = ", options.max_batch_rows, " must be at least 1"));
+  }
+  if (options.max_queue_delay < absl::ZeroDuration() ||
+      options.max_queue_delay > absl::Seconds(10)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_queue_delay = ", absl::FormatDuration(options.max_queue_delay),
+                     " must be in [0, 10s]"));
+  }
+  if (options.max_queue_rows < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_queue_rows = ", options.max_queue_rows, " must be at least 1"));
+  }
+  if (options.max_queued_requests < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_queued_requests = ", options.max_queued_requests, " must be at least 1"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Batcher>> Batcher::Create(Backend& backend, const WeightStore& store,
+                                                         Metrics& metrics,
+                                                         const BatcherOptions& options,
+                                                         const ModelStore* models) {
+  if (absl::Status status = CheckBatcherOptions(options); !status.ok()) return status;
+  return std::unique_ptr<Batcher>(new Batcher(backend, store, metrics, options, models));
+}
+
+Batcher::Batcher(Backend& backend, const WeightStore& store, Metrics& metrics,
+                 const BatcherOptions& options, const ModelStore* models)
+    : backend_(backend),
+      store_(store),
+      metrics_(metrics),
+      models_(models),
+      options_(options),
+      staging_(backend.num_workers()) {
+  // Launch tasks are few (at most one per worker and weight); the bound is for work that
+  // others submit to pool().
+  pool_ =
+      std::make_unique<ComputePool>("compute", backend.num_workers(), options_.max_queued_requests);
+  if (options_.max_queue_delay > absl::ZeroDuration())
+    timer_ = std::thread([this] { TimerLoop(); });
+}
+
+Batcher::~Batcher() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  timer_cv_.SignalAll();
+  if (timer_.joinable()) timer_.join();
+  pool_.reset();
+}
+
+void Batcher::Enqueue(BatchRequest request) {
+  const int64_t m = Rows(request);
+  const absl::Time now = absl::Now();
+  absl::Status refused;
+  Completions completions;
+  {
+    absl::MutexLock lock(&mu_);
+    const bool forward = IsForward(request);
+    const void* key = forward ? static_cast<const void*>(request.forward.model.get())
+                              : request.job.weight.get();
+    std::unique_ptr<WeightQueue>& slot = queues_[key];
+    if (slot == nullptr) {
+      slot = forward ? std::make_unique<WeightQueue>(nullptr, request.forward.model)
+                     : std::make_unique<WeightQueue>(request.job.weight, nullptr);
+    }
+    WeightQueue& q = *slot;
+    if (queued_requests_ >= options_.max_queued_requests) {
+      refused = absl::ResourceExhaustedError(
+          absl::StrCat("MatMul queues hold ", queued_requests_, " requests, limit ",
+                       options_.max_queued_requests, " (--max_queued_requests)"));
+    } else if (q.rows > 0 && q.rows + m > options_.max_queue_rows) {
+      refused = absl::ResourceExhaustedError(absl::StrCat(
+          "queue for ", q.weight != nullptr ? "weight" : "model", " \"",
+          q.weight != nullptr ? q.weight->name() : q.model->name(), "\" holds ", q.rows,
+          " rows, limit ",
+          options_.max_queue_rows, " (--max_queue_rows); this request has ", m, " rows"));
+    }
+    if (!refused.ok()) {
+      ++stats_.rejected_queue_full;
+      EraseIfIdleLocked(&q);
+    } else {
+      q.rows += m;
+      queued_rows_ += m;
+      ++queued_requests_;
+      metrics_.AddQueued(m, 1);
+      q.waiting.push_back(Waiting{std::move(request), now});
+      ScheduleLocked(q, now, completions);
+      EraseIfIdleLocked(&q);  // when the launch could not be submitted
+    }
+  }
+  if (!refused.ok()) {
+    metrics_.RecordRejected(RejectReason::kQueueFull);
+    std::move(request.done)(refused);
+  }
+  for (auto& [done, status] : completions) std::move(done)(status);
+}
+
+void Batcher::ScheduleLocked(WeightQueue& q, absl::Time now, Completions& completions) {
+  if (q.waiting.empty()) return;
+  const int workers = pool_->size();
+  int64_t wanted = 0;
+  if (q.running + q.scheduled == 0) {
+    const absl::Time due = q.waiting.front().enqueued + options_.max_queue_delay;
+    if (q.rows < options_.max_batch_rows && now < due) {
+      ArmTimerLocked(q, due);
+      return;
+    }
+    wanted = 1;
+  }
+  // Saturated: one more launch per full batch beyond what the scheduled ones will take.
+  while (q.running + q.scheduled + wanted < workers &&
+         q.rows >= (q.scheduled + wanted + 1) * options_.max_batch_rows) {
+    ++wanted;
+  }
+  for (; wanted > 0; --wanted) {
+    ++q.scheduled;
+    WeightQueue* queue = &q;
+    absl::Status submitted = pool_->Submit([this, queue](int worker) { RunBatch(queue, worker); });
+    if (submitted.ok()) continue;
+    // The pool is full of other work (or stopping): the requests of this queue that no
+    // running or scheduled launch will take fail with its status.
+    --q.scheduled;
+    if (q.running + q.scheduled > 0) return;
+    const bool full = submitted.code() == absl::StatusCode::kResourceExhausted;
+    while (!q.waiting.empty()) {
+      if (full) ++stats_.rejected_queue_full;
+      metrics_.RecordRejected(full ? RejectReason::kQueueFull : RejectReason::kDraining);
+      completions.emplace_back(std::move(PopLocked(q).request.done), submitted);
+    }
+    return;
+  }
+}
+
+void Batcher::ArmTimerLocked(WeightQueue& q, absl::Time due) {
+  if (q.timer_armed) return;  // it fires no later than `due`, and re-checks then
+  q.timer_armed = true;
+  const bool earliest = timers_.empty() || due < timers_.begin()->first;
+  timers_.emplace(due, &q);
+  if (earliest) timer_cv_.Signal();
+}
+
+bool Batcher::EraseIfIdleLocked(WeightQueue* q) {
+  if (!q->waiting.empty() || q->scheduled > 0 || q->running > 0 || q->timer_armed) return false;
+  queues_.erase(q->key());
+  return true;
+}
+
+Batcher::Waiting Batcher::PopLocked(WeightQueue& q) {
+  Waiting w = std::move(q.waiting.front());
+  q.waiting.pop_front();
+  const int64_t m = Rows(w.request);
+  q.rows -= m;
+  queued_rows_ -= m;
+  --queued_requests_;
+  metrics_.AddQueued(-m, -1);
+  return w;
+}
+
+void Batcher::TakeBatchLocked(WeightQueue& q, bool published, absl::Time now,
+                              std::vector<Waiting>& batch,
+                              std::vector<std::pair<Waiting, absl::Status>>& dropped) {
+  int64_t rows = 0;
+  std::vector<Waiting> passed;  // other dtypes: they keep their place for a later launch
+  auto drop = [&](absl::Status status) { dropped.emplace_back(PopLocked(q), std::move(status)); };
+  while (!q.waiting.empty() && rows < options_.max_batch_rows) {
+    const BatchRequest& r = q.waiting.front().request;
+    if (!published) {
+      ++stats_.dropped_weight_deleted;
+      drop(absl::NotFoundError(absl::StrCat(
+          q.weight != nullptr ? "weight \"" : "model \"",
+          q.weight != nullptr ? q.weight->name() : q.model->name(),
+          "\" was deleted while the request waited")));
+      continue;
+    }
+    if (now >= r.deadline) {
+      ++stats_.dropped_deadline;
+      drop(absl::DeadlineExceededError("the deadline passed while the request waited"));
+      continue;
+    }
+    if (r.cancelled && r.cancelled()) {
+      ++stats_.dropped_cancelled;
+      drop(absl::CancelledError("the client cancelled while the request waited"));
+      continue;
+    }
+    if (!batch.empty()) {
+      const BatchRequest& first = batch.front().request;
+      if (BeyondFp16(first)) break;  // it runs alone
+      if (BeyondFp16(r) || XDType(r) != XDType(first) || YDType(r) != YDType(first)) {
+        passed.push_back(std::move(q.waiting.front()));
+        q.waiting.pop_front();
+        continue;
+      }
+      if (rows + Rows(r) > options_.max_batch_rows) break;
+    }
+    rows += Rows(r);
+    batch.push_back(PopLocked(q));
+  }
+  for (auto it = passed.rbegin(); it != passed.rend(); ++it) q.waiting.push_front(std::move(*it));
+}
+
+void Batcher::RunBatch(WeightQueue* q, int worker) {
+  // Immutable and kept alive by the queue, which lives while a task of it is scheduled.
+  const std::shared_ptr<const StoredWeight> weight = q->weight;
+  const std::shared_ptr<const StoredModel> model = q->model;
+  bool published;
+  if (weight != nullptr) {
+    absl::StatusOr<std::shared_ptr<const StoredWeight>> current = store_.Get(weight->name());
+    published = current.ok() && current->get() == weight.get();
+  } else {
+    absl::StatusOr<std::shared_ptr<const StoredModel>> current = models_->Get(model->name());
+    published = current.ok() && current->get() == model.get();
+  }
+  std::vector<Waiting> batch;
+  std::vector<std::pair<Waiting, absl::Status>> dropped;
+  const absl::Time taken = absl::Now();
+  {
+    absl::MutexLock lock(&mu_);
+    --q->scheduled;
+    TakeBatchLocked(*q, published, taken, batch, dropped);
+    if (!batch.empty()) {
+      ++q->running;
+    } else {
+      EraseIfIdleLocked(q);
+    }
+  }
+  for (auto& [w, status] : dropped) {
+    metrics_.RecordQueue(w.request.method, Seconds(taken - w.enqueued));
+    if (status.code() == absl::StatusCode::kDeadlineExceeded) {
+      metrics_.RecordRejected(RejectReason::kDeadline);
+    } else if (status.code() == absl::StatusCode::kCancelled) {
+      metrics_.RecordRejected(RejectReason::kCancelled);
+    }
+    std::move(w.request.done)(status);
+  }
+  if (batch.empty()) return;
+  int64_t rows = 0;
+  for (const Waiting& w : batch) {
+    metrics_.RecordQueue(w.request.method, Seconds(taken - w.enqueued));
+    rows += Rows(w.request);
+  }
+
+  const absl::Status status = weight != nullptr ? Launch(worker, *weight, batch)
+                                                : LaunchForward(worker, *model, batch);
+
+  const auto requests = static_cast<int64_t>(batch.size());
+  Completions completions;
+  {
+    absl::MutexLock lock(&mu_);
+    --q->running;
+    ++stats_.launches;
+    if (!status.ok()) ++stats_.failed_launches;
+    stats_.requests += requests;
+    stats_.rows += rows;
+    if (requests > 1) ++stats_.multi_request_launches;
+    stats_.max_requests_per_launch = std::max(stats_.max_requests_per_launch, requests);
+    stats_.max_rows_per_launch = std::max(stats_.max_rows_per_launch, rows);
+    ScheduleLocked(*q, absl::Now(), completions);
+    EraseIfIdleLocked(q);
+  }
+  metrics_.RecordBatch(rows, requests);
+  if (status.ok() && weight != nullptr) {
+    // Every response carries the launch's time.
+    const double seconds = static_cast<double>(ComputeNs(batch.front().request)) * 1e-9;
+    metrics_.RecordCompute(weight->desc().scheme, seconds);
+    if (metrics_.per_weight()) {
+      for (const Waiting& w : batch) {
+        const int64_t m = w.request.job.spec.m;
+        metrics_.RecordWeightMatMul(weight->name(), m,
+                                    seconds * static_cast<double>(m) / static_cast<double>(rows));
+      }
+    }
+  }
+  for (auto& [done, s] : completions) std::move(done)(s);
+  for (Waiting& w : batch) std::move(w.request.done)(status);
+}
+
+absl::Status Batcher::Launch(int worker, const StoredWeight& weight, std::vector<Waiting>& batch) {
+  // Alone: straight from the request into its response, no copies.
+  if (batch.size() == 1) {
+    return RunMatMul(backend_, worker, batch.front().request.job, batch.front().request.response);
+  }
+  const MatMulSpec& spec = batch.front().request.job.spec;
+  const WeightShape& shape = weight.desc().shape;
+  const size_t x_row_bytes = static_cast<size_t>(shape.k) * DTypeSize(spec.x_dtype);
+  const size_t y_row_bytes = static_cast<size_t>(shape.n) * DTypeSize(spec.y_dtype);
+  int64_t m = 0;
+  for (const Waiting& w : batch) m += w.request.job.spec.m;
+
+  Staging& staging = staging_[worker];
+  staging.x.resize(static_cast<size_t>(m) * x_row_bytes);
+  staging.y.resize(static_cast<size_t>(m) * y_row_bytes);
+  size_t offset = 0;
+  for (const Waiting& w : batch) {
+    const std::string& x = w.request.job.request->input().data();
+    std::memcpy(staging.x.data() + offset, x.data(), x.size());
+    offset += x.size();
+  }
+  const MatMulCall call{
+      .weight = &weight.backend_weight(),
+      .x_dtype = spec.x_dtype,
+      .x = staging.x.data(),
+      .m = m,
+      .y_dtype = spec.y_dtype,
+      .y = staging.y.data(),
+  };
+  absl::StatusOr<int64_t> compute_ns = backend_.MatMul(worker, call);
+  if (!compute_ns.ok()) return compute_ns.status();
+  offset = 0;
+  for (Waiting& w : batch) {
+    const size_t bytes = static_cast<size_t>(w.request.job.spec.y_bytes);
+    StartResponse(w.request.job, w.request.response)
+        ->assign(reinterpret_cast<const char*>(staging.y.data()) + offset, bytes);
+    offset += bytes;
+    w.request.response->set_compute_ns(*compute_ns);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Batcher::LaunchForward(int worker, const StoredModel& model,
+                                    std::vector<Waiting>& batch) {
+  if (batch.size() == 1) {
+    return RunForward(backend_, worker, batch.front().request.forward,
+                      batch.front().request.forward_response);
+  }
+  const ForwardSpec& spec = batch.front().request.forward.spec;
+  const bool tokens = model.spec().token_input;
+  const size_t y_row_bytes = static_cast<size_t>(model.spec().out_features) * DTypeSize(spec.y_dtype);
+  int64_t m = 0;
+  for (const Waiting& w : batch) m += w.request.forward.spec.m;
+
+  // Token ids or input rows back to back, in batch order.
+  Staging& staging = staging_[worker];
+  staging.x.clear();
+  for (const Waiting& w : batch) {
+    const v1::ForwardRequest& r = *w.request.forward.request;
+    const char* begin = tokens ? reinterpret_cast<const char*>(r.token_ids().data())
+                               : r.input().data().data();
+    const size_t bytes = tokens ? r.token_ids_size() * sizeof(int32_t) : r.input().data().size();
+    staging.x.insert(staging.x.end(), begin, begin + bytes);
+  }
+  staging.y.resize(static_cast<size_t>(m) * y_row_bytes);
+  const ForwardCall call{
+      .model = model.prepared(),
+      .token_ids = tokens ? reinterpret_cast<const int32_t*>(staging.x.data()) : nullptr,
+      .x_dtype = spec.x_dtype,
+      .x = tokens ? nullptr : staging.x.data(),
+      .m = m,
+      .y_dtype = spec.y_dtype,
+      .y = staging.y.data(),
+  };
+  absl::StatusOr<int64_t> compute_ns = backend_.Forward(worker, call);
+  if (!compute_ns.ok()) return compute_ns.status();
+  size_t offset = 0;
+  for (Waiting& w : batch) {
+    const size_t bytes = static_cast<size_t>(w.request.forward.spec.y_bytes);
+    StartForwardResponse(w.request.forward, w.request.forward_response)
+        ->assign(reinterpret_cast<const char*>(staging.y.data()) + offset, bytes);
+    offset += bytes;
+    w.request.forward_response->set_compute_ns(*compute_ns);
+  }
+  return absl::OkStatus();
+}
+
+void Batcher::TimerLoop() {
+  // Locked by hand: the completions of a firing run with the mutex released.
+  mu_.Lock();
+  while (!stopping_) {
+    if (timers_.empty()) {
+      timer_cv_.Wait(&mu_);
+      continue;
+    }
+    const absl::Time now = absl::Now();
+    const auto first = timers_.begin();
+    if (now < first->first) {
+      timer_cv_.WaitWithDeadline(&mu_, first->first);
+      continue;
+    }
+    WeightQueue* q = first->second;
+    timers_.erase(first);
+    q->timer_armed = false;
+    Completions completions;
+    ScheduleLocked(*q, now, completions);
+    EraseIfIdleLocked(q);
+    if (completions.empty()) continue;
+    mu_.Unlock();
+    for (auto& [done, status] : completions) std::move(done)(status);
+    mu_.Lock();
+  }
+  mu_.Unlock();
+}
+
+BatchStats Batcher::stats() const {
+  absl::MutexLock lock(&mu_);
+  BatchStats s = stats_;
+  s.waiting_requests = queued_requests_;
+  s.waiting_rows = queued_rows_;
+  return s;
+}
+
+void Batcher::FillStats(v1::BatchingStats* out) const {
+  const BatchStats s = stats();
+  out->set_max_batch_rows(options_.max_batch_rows);
+  out->set_max_queue_delay_us(absl::ToInt64Microseconds(options_.max_queue_delay));
+  out->set_max_queue_rows(options_.max_queue_rows);
+  out->set_waiting_requests(s.waiting_requests);
+  out->set_waiting_rows(s.waiting_rows);
+  out->set_launches(s.launches);
+  out->set_failed_launches(s.failed_launches);
+  out->set_requests(s.requests);
+  out->set_rows(s.rows);
+  out->set_multi_request_launches(s.multi_request_launches);
+  out->set_max_requests_per_launch(s.max_requests_per_launch);
+  out->set_max_rows_per_launch(s.max_rows_per_launch);
+  out->set_rejected_queue_full(s.rejected_queue_full);
+  out->set_dropped_deadline(s.dropped_deadline);
+  out->set_dropped_cancelled(s.dropped_cancelled);
+  out->set_dropped_weight_deleted(s.dropped_weight_deleted);
+}
+
+}  // namespace qmm

@@ -1,0 +1,37 @@
+// The ForwardStream bidirectional stream, as MatMulStream: one request at a time, answered
+// in order. Read -> validate (gRPC thread) -> the model's batching queue -> write -> read
+// the next. A failed request ends the stream with its status; the client's half-close
+// ends it OK. Each request message is counted in the metrics on its own (ForwardStream).
+#ifndef QMM_SERVER_FORWARD_STREAM_REACTOR_H_
+#define QMM_SERVER_FORWARD_STREAM_REACTOR_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include "qmm/v1/qmm.grpc.pb.h"
+#include "server/request_clock.h"
+#include "server/service_context.h"
+
+namespace qmm {
+
+// Deletes itself when gRPC is done with the call (OnDone).
+class ForwardStreamReactor
+    : public grpc::ServerBidiReactor<v1::ForwardRequest, v1::ForwardResponse> {
+ public:
+  ForwardStreamReactor(const ServiceContext& context, grpc::CallbackServerContext* rpc);
+
+  void OnReadDone(bool ok) override;
+  void OnWriteDone(bool ok) override;
+  void OnDone() override { delete this; }
+
+ private:
+  const ServiceContext& context_;
+  grpc::CallbackServerContext* const rpc_;
+  // Reused for every request; only one is in flight at a time.
+  v1::ForwardRequest request_;
+  v1::ForwardResponse response_;
+  RequestClock clock_;
+};
+
+}  // namespace qmm
+
+#endif  // QMM_SERVER_FORWARD_STREAM_REACTOR_H_

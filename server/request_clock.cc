@@ -1,0 +1,19 @@
+#include "server/request_clock.h"
+
+#include "server/grpc_status.h"
+
+namespace qmm {
+
+grpc::Status RequestClock::Finish(const grpc::Status& status) const {
+  const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start_;
+  // gRPC's codes and absl's have the same numbers.
+  metrics_->RecordRequest(method_, static_cast<absl::StatusCode>(status.error_code()),
+                          elapsed.count());
+  return status;
+}
+
+grpc::Status RequestClock::Finish(const absl::Status& status) const {
+  return Finish(ToGrpcStatus(status));
+}
+
+}  // namespace qmm

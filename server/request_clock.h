@@ -1,0 +1,39 @@
+// Times one request from its arrival and records it in the metrics when it finishes: the
+// `qmm_requests_total{method,code}` count and the `qmm_request_duration_seconds{method}`
+// histogram, always together, so that the two agree.
+//
+// Threads: Finish may be called from any thread, once per request.
+#ifndef QMM_SERVER_REQUEST_CLOCK_H_
+#define QMM_SERVER_REQUEST_CLOCK_H_
+
+#include <grpcpp/support/status.h>
+
+#include <chrono>
+
+#include "absl/status/status.h"
+#include "server/metrics.h"
+
+namespace qmm {
+
+class RequestClock {
+ public:
+  // Starts timing now; `metrics` must outlive the request.
+  RequestClock(Metrics* metrics, RpcMethod method)
+      : metrics_(metrics), method_(method), start_(std::chrono::steady_clock::now()) {}
+
+  // Restarts timing (a stream's next request message).
+  void Restart() { start_ = std::chrono::steady_clock::now(); }
+
+  // Records the request with `status`'s code and returns the status to finish it with.
+  grpc::Status Finish(const grpc::Status& status) const;
+  grpc::Status Finish(const absl::Status& status) const;
+
+ private:
+  Metrics* metrics_;
+  RpcMethod method_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+}  // namespace qmm
+
+#endif  // QMM_SERVER_REQUEST_CLOCK_H_

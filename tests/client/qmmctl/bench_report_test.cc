@@ -1,0 +1,153 @@
+#include "client/qmmctl/bench_report.h"
+
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace qmm::ctl {
+namespace {
+
+BenchSetup ExampleSetup() {
+  BenchSetup s;
+  s.server = "127.0.0.1:1";
+  s.weight = "w";
+  s.scheme = "w4a16";
+  s.n = 8;
+  s.k = 128;
+  s.backend = "cpu";
+  s.concurrency = 2;
+  s.channels = 1;
+  s.rows = 4;
+  s.dtype = "fp16";
+  s.output_dtype = "fp16";
+  s.inputs = 3;
+  s.requests = 6;
+  s.verify_seed = 9;
+  s.tolerance = 1e-3;
+  return s;
+}
+
+std::vector<BenchTally> TwoCallers() {
+  std::vector<BenchTally> t(2);
+  t[0].RecordOk(absl::Milliseconds(1), 100);
+  t[0].RecordOk(absl::Milliseconds(3), 300);
+  t[0].RecordError(absl::ResourceExhaustedError("queue for weight \"w\" is full"));
+  t[0].verified = 2;
+  t[0].max_relative_error = 2e-4;
+  t[1].RecordOk(absl::Milliseconds(2), 200);
+  t[1].RecordError(absl::ResourceExhaustedError("another message"));
+  t[1].RecordError(absl::DeadlineExceededError("deadline"));
+  t[1].verified = 1;
+  t[1].mismatches = 1;
+  t[1].max_relative_error = 0.5;
+  t[1].first_mismatch = "request 4 (input 1): relative error 0.5, 0 non-finite";
+  return t;
+}
+
+TEST(SummarizeTest, AddsUpTheCallers) {
+  const BenchReport r = Summarize(ExampleSetup(), TwoCallers(), absl::Seconds(2));
+  EXPECT_EQ(r.ok, 3);
+  EXPECT_EQ(r.errors, 3);
+  EXPECT_EQ(r.errors_by_code.at(absl::StatusCode::kResourceExhausted), 2);
+  EXPECT_EQ(r.errors_by_code.at(absl::StatusCode::kDeadlineExceeded), 1);
+  // The first message seen for a code is kept.
+  EXPECT_EQ(r.error_examples.at(absl::StatusCode::kResourceExhausted),
+            "queue for weight \"w\" is full");
+  EXPECT_EQ(r.verified, 3);
+  EXPECT_EQ(r.mismatches, 1);
+  EXPECT_DOUBLE_EQ(r.max_relative_error, 0.5);
+  EXPECT_EQ(r.first_mismatch, "request 4 (input 1): relative error 0.5, 0 non-finite");
+  EXPECT_DOUBLE_EQ(r.requests_per_second, 1.5);
+  EXPECT_DOUBLE_EQ(r.rows_per_second, 6.0);
+  EXPECT_EQ(r.latency.count, 3);
+  EXPECT_EQ(r.latency.p50, absl::Milliseconds(2));
+  EXPECT_EQ(r.latency.max, absl::Milliseconds(3));
+  EXPECT_EQ(r.compute_p50, absl::Nanoseconds(200));
+  EXPECT_FALSE(r.passed());
+}
+
+TEST(SummarizeTest, ACleanRunPasses) {
+  std::vector<BenchTally> t(1);
+  t[0].RecordOk(absl::Milliseconds(1), 5);
+  const BenchReport r = Summarize(ExampleSetup(), std::move(t), absl::Milliseconds(10));
+  EXPECT_TRUE(r.passed());
+  EXPECT_DOUBLE_EQ(r.requests_per_second, 100);
+}
+
+TEST(SummarizeTest, NoTimeGivesNoRates) {
+  const BenchReport r = Summarize(ExampleSetup(), {}, absl::ZeroDuration());
+  EXPECT_EQ(r.ok, 0);
+  EXPECT_EQ(r.requests_per_second, 0);
+  EXPECT_EQ(r.latency.count, 0);
+}
+
+TEST(BatchingDeltaTest, CountersAreDifferencesTheRestIsTheEnd) {
+  v1::BatchingStats before;
+  before.set_launches(10);
+  before.set_requests(30);
+  before.set_rows(40);
+  before.set_multi_request_launches(5);
+  before.set_rejected_queue_full(1);
+  before.set_dropped_deadline(2);
+  before.set_max_requests_per_launch(9);
+  v1::BatchingStats after = before;
+  after.set_launches(15);
+  after.set_requests(80);
+  after.set_rows(100);
+  after.set_multi_request_launches(9);
+  after.set_rejected_queue_full(4);
+  after.set_dropped_deadline(2);
+  after.set_dropped_cancelled(1);
+  after.set_max_requests_per_launch(12);
+  after.set_max_batch_rows(64);
+  const v1::BatchingStats d = BatchingDelta(before, after);
+  EXPECT_EQ(d.launches(), 5);
+  EXPECT_EQ(d.requests(), 50);
+  EXPECT_EQ(d.rows(), 60);
+  EXPECT_EQ(d.multi_request_launches(), 4);
+  EXPECT_EQ(d.rejected_queue_full(), 3);
+  EXPECT_EQ(d.dropped_deadline(), 0);
+  EXPECT_EQ(d.dropped_cancelled(), 1);
+  EXPECT_EQ(d.max_requests_per_launch(), 12);
+  EXPECT_EQ(d.max_batch_rows(), 64);
+}
+
+TEST(FormatReportTest, SaysWhatHappened) {
+  BenchReport r = Summarize(ExampleSetup(), TwoCallers(), absl::Seconds(2));
+  v1::BatchingStats b;
+  b.set_launches(2);
+  b.set_requests(3);
+  b.set_rows(12);
+  b.set_max_batch_rows(64);
+  r.batching = b;
+  const std::string text = FormatReport(r);
+  for (const char* expected :
+       {"bench w (w4a16 [8, 128]) on 127.0.0.1:1 (cpu): 2 unary callers over 1 connection, "
+        "M=4 fp16 -> fp16, 3 inputs",
+        "3 ok, 3 errors, 3 verified against seed 9: 1 mismatch",
+        "RESOURCE_EXHAUSTED: 2 (queue for weight \"w\" is full)", "DEADLINE_EXCEEDED: 1",
+        "first mismatch: request 4", "1.5 requests/s, 6.0 rows/s over 2.000 s", "p50=2.000 ms",
+        "2 launches, 1.50 requests/launch, 6.00 rows/launch", "FAIL"}) {
+    EXPECT_NE(text.find(expected), std::string::npos) << expected << "\n" << text;
+  }
+}
+
+TEST(ReportJsonTest, HoldsTheNumbers) {
+  BenchReport r = Summarize(ExampleSetup(), TwoCallers(), absl::Seconds(2));
+  const nlohmann::ordered_json j = ReportJson(r);
+  EXPECT_EQ(j["setup"]["weight"], "w");
+  EXPECT_EQ(j["setup"]["requests"], 6);
+  EXPECT_TRUE(j["setup"]["duration_s"].is_null());
+  EXPECT_EQ(j["setup"]["verify_seed"], 9);
+  EXPECT_EQ(j["ok"], 3);
+  EXPECT_EQ(j["errors_by_code"]["RESOURCE_EXHAUSTED"], 2);
+  EXPECT_EQ(j["mismatches"], 1);
+  EXPECT_DOUBLE_EQ(j["latency_ms"]["p50"].get<double>(), 2.0);
+  EXPECT_DOUBLE_EQ(j["server_compute_p50_ms"].get<double>(), 0.0002);
+  EXPECT_EQ(j["passed"], false);
+  EXPECT_FALSE(j.contains("server_batching"));  // ServerInfo gave none
+}
+
+}  // namespace
+}  // namespace qmm::ctl

@@ -1,0 +1,105 @@
+// End to end: `qmmctl bench` against the real qmm-server on loopback. Every result is
+// verified, the JSON report agrees with itself and with the server's batch statistics,
+// and with --max_batch_rows=1 the server runs every request alone.
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/e2e/subprocess.h"
+
+namespace qmm::e2e {
+namespace {
+
+constexpr char kServer[] = QMM_SERVER_PATH;
+constexpr char kQmmctl[] = QMMCTL_PATH;
+
+class BenchEndToEndTest : public ::testing::Test {
+ protected:
+  void Start(std::vector<std::string> flags) {
+    scratch_ = ::testing::TempDir();
+    flags.insert(flags.begin(), {"--listen=127.0.0.1:0", "--backend=cpu", "--metrics_listen="});
+    absl::StatusOr<ServerProcess> server =
+        ServerProcess::Start(kServer, flags, scratch_, absl::Seconds(60));
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_.emplace(*std::move(server));
+    Ok({"upload", "--name=w", "--scheme=w4a16", "--random", "--n=256", "--k=512", "--seed=3"});
+  }
+
+  void TearDown() override {
+    std::remove(json_.c_str());
+    if (!server_) return;
+    absl::StatusOr<int> code = server_->Stop(SIGTERM, absl::Seconds(30));
+    ASSERT_TRUE(code.ok()) << code.status() << "\n" << server_->Log();
+    EXPECT_EQ(*code, 0) << server_->Log();
+  }
+
+  std::string Ok(std::vector<std::string> args) {
+    const std::string command = absl::StrJoin(args, " ");
+    args.insert(args.begin(), "--server=" + server_->address());
+    absl::StatusOr<RunResult> r = RunProcess(kQmmctl, args, scratch_);
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok()) return "";
+    EXPECT_EQ(r->exit_code, 0) << "qmmctl " << command << "\n"
+                               << r->output << "\nserver log:\n"
+                               << server_->Log();
+    return r->output;
+  }
+
+  // Runs a verified bench and returns its JSON report.
+  nlohmann::json Bench(std::vector<std::string> flags) {
+    json_ = absl::StrCat(scratch_, "/bench_e2e_", getpid(), ".json");
+    flags.insert(flags.end(), {"bench", "--weight=w", "--verify", "--verify_seed=3", "--dtype=fp16",
+                               "--json=" + json_});
+    const std::string output = Ok(flags);
+    EXPECT_NE(output.find("0 mismatches"), std::string::npos) << output;
+    std::ifstream in(json_);
+    return nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  }
+
+  std::string scratch_;
+  std::string json_;
+  std::optional<ServerProcess> server_;
+};
+
+TEST_F(BenchEndToEndTest, ConcurrentCallersAreBatchedAndEveryResultIsRight) {
+  Start({"--workers=1", "--cpu_threads=1"});
+  const nlohmann::json j =
+      Bench({"--concurrency=16", "--requests=400", "--rows=2", "--stream", "--warmup=1"});
+  ASSERT_TRUE(j.is_object());
+  EXPECT_EQ(j["ok"], 400);
+  EXPECT_EQ(j["errors"], 0);
+  EXPECT_EQ(j["verified"], 400);
+  EXPECT_EQ(j["mismatches"], 0);
+  EXPECT_EQ(j["passed"], true);
+  EXPECT_EQ(j["setup"]["backend"], "cpu");
+  const nlohmann::json& b = j["server_batching"];
+  EXPECT_EQ(b["requests"], 400);
+  EXPECT_EQ(b["rows"], 800);
+  // Sixteen callers and one worker: while one launch runs the others' requests queue.
+  EXPECT_LT(b["launches"].get<int64_t>(), 400);
+  EXPECT_GT(b["multi_request_launches"].get<int64_t>(), 0);
+}
+
+TEST_F(BenchEndToEndTest, MaxBatchRowsOneRunsEveryRequestAlone) {
+  Start({"--workers=1", "--cpu_threads=1", "--max_batch_rows=1"});
+  const nlohmann::json j = Bench({"--concurrency=8", "--duration=0.5s", "--rows=1"});
+  ASSERT_TRUE(j.is_object());
+  EXPECT_GT(j["ok"].get<int64_t>(), 0);
+  EXPECT_EQ(j["errors"], 0);
+  const nlohmann::json& b = j["server_batching"];
+  EXPECT_EQ(b["max_batch_rows"], 1);
+  EXPECT_EQ(b["launches"], j["ok"]);
+  EXPECT_EQ(b["multi_request_launches"], 0);
+}
+
+}  // namespace
+}  // namespace qmm::e2e

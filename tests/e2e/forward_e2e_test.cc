@@ -1,0 +1,143 @@
+// End to end for models: the real qmm-server and the real qmmctl upload random weights,
+// create a model from a JSON spec file, run `qmmctl forward` with the float64 check of
+// the whole model (--verify_seeds; tolerance ForwardTolerance in
+// client/qmmctl/forward_verify.h), list, refuse to delete a weight in use, and delete.
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/e2e/subprocess.h"
+
+namespace qmm::e2e {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+constexpr char kServer[] = QMM_SERVER_PATH;
+constexpr char kQmmctl[] = QMMCTL_PATH;
+
+class ForwardEndToEndTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    scratch_ = ::testing::TempDir();
+    absl::StatusOr<ServerProcess> server = ServerProcess::Start(
+        kServer, {"--listen=127.0.0.1:0", "--metrics_listen=", "--backend=auto"}, scratch_,
+        absl::Seconds(60));
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_.emplace(*std::move(server));
+  }
+
+  void TearDown() override {
+    for (const std::string& path : written_) std::remove(path.c_str());
+    if (!server_) return;
+    absl::StatusOr<int> code = server_->Stop(SIGTERM, absl::Seconds(30));
+    ASSERT_TRUE(code.ok()) << code.status() << "\n" << server_->Log();
+    EXPECT_EQ(*code, 0) << server_->Log();
+  }
+
+  RunResult Qmmctl(std::vector<std::string> args) {
+    args.insert(args.begin(), "--server=" + server_->address());
+    absl::StatusOr<RunResult> result = RunProcess(kQmmctl, args, scratch_);
+    EXPECT_TRUE(result.ok()) << result.status();
+    return result.ok() ? *result : RunResult{};
+  }
+
+  std::string Ok(std::vector<std::string> args) {
+    const std::string command = absl::StrJoin(args, " ");
+    RunResult r = Qmmctl(std::move(args));
+    EXPECT_EQ(r.exit_code, 0) << "qmmctl " << command << "\n"
+                              << r.output << "\nserver log:\n"
+                              << server_->Log();
+    return r.output;
+  }
+
+  std::string Write(const std::string& name, const std::string& text) {
+    written_.push_back(absl::StrCat(scratch_, "/fwd_e2e_", getpid(), "_", name));
+    std::ofstream(written_.back()) << text;
+    return written_.back();
+  }
+
+  std::string scratch_;
+  std::optional<ServerProcess> server_;
+  std::vector<std::string> written_;
+};
+
+TEST_F(ForwardEndToEndTest, CreateForwardVerifyAndDelete) {
+  Ok({"upload", "--name=tok", "--scheme=bf16", "--random", "--n=100", "--k=256", "--seed=1"});
+  Ok({"upload", "--name=gate", "--scheme=w4a16", "--random", "--n=512", "--k=256", "--seed=2"});
+  Ok({"upload", "--name=up", "--scheme=w4a16", "--random", "--n=512", "--k=256", "--seed=3"});
+  Ok({"upload", "--name=down", "--scheme=w2a8", "--random", "--n=256", "--k=512", "--seed=4"});
+  Ok({"upload", "--name=head", "--scheme=w8a16", "--random", "--n=64", "--k=256", "--seed=5"});
+  const std::string seeds = "--verify_seeds=tok=1,gate=2,up=3,down=4,head=5";
+
+  // The MLP block alone (float input), and a small LM (token input) around it.
+  const std::string block = Write("block.json", R"({
+    "name": "block",
+    "layers": [
+      {"dyt": {"alpha": 0.5, "gamma": 1.0, "beta": 0.125, "features": 256}},
+      {"gated_mlp": {"gate": "gate", "up": "up", "down": "down"}},
+      {"residual": 0}
+    ]})");
+  const std::string lm = Write("lm.json", R"({
+    "name": "lm",
+    "layers": [
+      {"embedding": "tok"},
+      {"dyt": {"alpha": 0.8, "gamma": 1.5, "features": 256}},
+      {"gated_mlp": {"gate": "gate", "up": "up", "down": "down"}},
+      {"residual": 1},
+      {"activation": "silu"},
+      {"linear": {"weight": "head", "bias": 0.25, "features": 64}}
+    ]})");
+  EXPECT_THAT(Ok({"create-model", block}), HasSubstr("created model block"));
+  EXPECT_THAT(Ok({"create-model", lm}), HasSubstr("created model lm"));
+
+  for (const std::string dtype : {"fp32", "fp16", "bf16"}) {
+    for (const std::string m : {"1", "5"}) {
+      EXPECT_THAT(Ok({"forward", "--model=block", "--random", "--m=" + m, "--dtype=" + dtype,
+                      "--seed=9", seeds}),
+                  HasSubstr(": PASS"));
+    }
+  }
+  EXPECT_THAT(Ok({"forward", "--model=lm", "--tokens=0,99,42", "--repeat=3", seeds}),
+              HasSubstr(": PASS"));
+  EXPECT_THAT(Ok({"forward", "--model=lm", "--random", "--m=6", "--out_dtype=bf16", seeds}),
+              HasSubstr(": PASS"));
+  // The wrong seed fails the check (exit 1), which shows the check can fail.
+  const RunResult wrong = Qmmctl({"forward", "--model=block", "--random", "--m=2",
+                                  "--verify_seeds=gate=2,up=3,down=5"});
+  EXPECT_EQ(wrong.exit_code, 1) << wrong.output;
+  EXPECT_THAT(wrong.output, HasSubstr(": FAIL"));
+
+  const std::string ls = Ok({"ls-models"});
+  EXPECT_THAT(ls, HasSubstr("block"));
+  EXPECT_THAT(ls, HasSubstr("lm"));
+  EXPECT_THAT(ls, HasSubstr("tokens"));
+
+  const RunResult in_use = Qmmctl({"rm", "gate"});
+  EXPECT_NE(in_use.exit_code, 0);
+  EXPECT_THAT(in_use.output, HasSubstr("FAILED_PRECONDITION"));
+  EXPECT_THAT(in_use.output, HasSubstr("weight \"gate\" is used by models \"block\", \"lm\""));
+  const RunResult bad = Qmmctl({"create-model", Write("bad.json", R"({"name": "x", "layers": [
+      {"linear": "head"}, {"linear": "head"}]})")});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_THAT(bad.output, HasSubstr("INVALID_ARGUMENT"));
+  EXPECT_THAT(bad.output, HasSubstr("layers[1].linear.weight"));
+
+  Ok({"rm-model", "block"});
+  Ok({"rm-model", "lm"});
+  EXPECT_THAT(Ok({"ls-models"}), Not(HasSubstr("block")));
+  Ok({"rm", "gate"});
+}
+
+}  // namespace
+}  // namespace qmm::e2e
