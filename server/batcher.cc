@@ -94,8 +94,8 @@ void Batcher::Enqueue(BatchRequest request) {
   {
     absl::MutexLock lock(&mu_);
     const bool forward = IsForward(request);
-    const void* key = forward ? static_cast<const void*>(request.forward.model.get())
-                              : request.job.weight.get();
+    const void* key =
+        forward ? static_cast<const void*>(request.forward.model.get()) : request.job.weight.get();
     std::unique_ptr<WeightQueue>& slot = queues_[key];
     if (slot == nullptr) {
       slot = forward ? std::make_unique<WeightQueue>(nullptr, request.forward.model)
@@ -107,11 +107,11 @@ void Batcher::Enqueue(BatchRequest request) {
           absl::StrCat("MatMul queues hold ", queued_requests_, " requests, limit ",
                        options_.max_queued_requests, " (--max_queued_requests)"));
     } else if (q.rows > 0 && q.rows + m > options_.max_queue_rows) {
-      refused = absl::ResourceExhaustedError(absl::StrCat(
-          "queue for ", q.weight != nullptr ? "weight" : "model", " \"",
-          q.weight != nullptr ? q.weight->name() : q.model->name(), "\" holds ", q.rows,
-          " rows, limit ",
-          options_.max_queue_rows, " (--max_queue_rows); this request has ", m, " rows"));
+      refused = absl::ResourceExhaustedError(
+          absl::StrCat("queue for ", q.weight != nullptr ? "weight" : "model", " \"",
+                       q.weight != nullptr ? q.weight->name() : q.model->name(), "\" holds ",
+                       q.rows, " rows, limit ", options_.max_queue_rows,
+                       " (--max_queue_rows); this request has ", m, " rows"));
     }
     if (!refused.ok()) {
       ++stats_.rejected_queue_full;
@@ -204,10 +204,10 @@ void Batcher::TakeBatchLocked(WeightQueue& q, bool published, absl::Time now,
     const BatchRequest& r = q.waiting.front().request;
     if (!published) {
       ++stats_.dropped_weight_deleted;
-      drop(absl::NotFoundError(absl::StrCat(
-          q.weight != nullptr ? "weight \"" : "model \"",
-          q.weight != nullptr ? q.weight->name() : q.model->name(),
-          "\" was deleted while the request waited")));
+      drop(
+          absl::NotFoundError(absl::StrCat(q.weight != nullptr ? "weight \"" : "model \"",
+                                           q.weight != nullptr ? q.weight->name() : q.model->name(),
+                                           "\" was deleted while the request waited")));
       continue;
     }
     if (now >= r.deadline) {
@@ -277,8 +277,8 @@ void Batcher::RunBatch(WeightQueue* q, int worker) {
     rows += Rows(w.request);
   }
 
-  const absl::Status status = weight != nullptr ? Launch(worker, *weight, batch)
-                                                : LaunchForward(worker, *model, batch);
+  const absl::Status status =
+      weight != nullptr ? Launch(worker, *weight, batch) : LaunchForward(worker, *model, batch);
 
   const auto requests = static_cast<int64_t>(batch.size());
   Completions completions;
@@ -362,7 +362,8 @@ absl::Status Batcher::LaunchForward(int worker, const StoredModel& model,
   }
   const ForwardSpec& spec = batch.front().request.forward.spec;
   const bool tokens = model.spec().token_input;
-  const size_t y_row_bytes = static_cast<size_t>(model.spec().out_features) * DTypeSize(spec.y_dtype);
+  const size_t y_row_bytes =
+      static_cast<size_t>(model.spec().out_features) * DTypeSize(spec.y_dtype);
   int64_t m = 0;
   for (const Waiting& w : batch) m += w.request.forward.spec.m;
 
@@ -371,8 +372,8 @@ absl::Status Batcher::LaunchForward(int worker, const StoredModel& model,
   staging.x.clear();
   for (const Waiting& w : batch) {
     const v1::ForwardRequest& r = *w.request.forward.request;
-    const char* begin = tokens ? reinterpret_cast<const char*>(r.token_ids().data())
-                               : r.input().data().data();
+    const char* begin =
+        tokens ? reinterpret_cast<const char*>(r.token_ids().data()) : r.input().data().data();
     const size_t bytes = tokens ? r.token_ids_size() * sizeof(int32_t) : r.input().data().size();
     staging.x.insert(staging.x.end(), begin, begin + bytes);
   }

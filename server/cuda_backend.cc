@@ -175,6 +175,8 @@ struct Worker {
 DType KernelXDtype(Scheme scheme, DType wire) {
   if (scheme == Scheme::kFp16) return DType::kF16;
   if (scheme == Scheme::kBf16) return DType::kBF16;
+  // W2A8 quantizes its activations to int8 itself: from fp32 as they came, like the CPU.
+  if (scheme == Scheme::kW2A8) return wire;
   return wire == DType::kBF16 ? DType::kBF16 : DType::kF16;
 }
 

@@ -111,13 +111,13 @@ grpc::ServerUnaryReactor* QmmService::CreateModel(grpc::CallbackServerContext* r
   const RequestClock clock(context_.metrics, RpcMethod::kCreateModel);
   grpc::ServerUnaryReactor* reactor = rpc->DefaultReactor();
   // The backend copies the model's parameters to the device: off the gRPC thread.
-  absl::Status submitted = context_.loader->Submit([this, request, response, reactor,
-                                                    clock](int /*worker*/) {
-    absl::StatusOr<std::shared_ptr<const StoredModel>> model =
-        qmm::CreateModel(*request, *context_.store, *context_.models, *context_.backend);
-    if (model.ok()) FillModelInfo((*model)->spec(), /*with_params=*/false, response);
-    reactor->Finish(clock.Finish(model.status()));
-  });
+  absl::Status submitted =
+      context_.loader->Submit([this, request, response, reactor, clock](int /*worker*/) {
+        absl::StatusOr<std::shared_ptr<const StoredModel>> model =
+            qmm::CreateModel(*request, *context_.store, *context_.models, *context_.backend);
+        if (model.ok()) FillModelInfo((*model)->spec(), /*with_params=*/false, response);
+        reactor->Finish(clock.Finish(model.status()));
+      });
   if (!submitted.ok()) reactor->Finish(clock.Finish(submitted));
   return reactor;
 }

@@ -116,7 +116,8 @@ cudaError_t LaunchW2A8(const GemmArgs& args, const W2A8Options& options) {
       args.y == nullptr || args.workspace == nullptr || args.shape.n < 1 ||
       args.shape.n > kMaxDim || args.shape.k < w2a8::kKPerBlock || args.shape.k > kMaxDim ||
       args.shape.k % w2a8::kKPerBlock != 0 ||
-      (args.x_dtype != DType::kF16 && args.x_dtype != DType::kBF16) ||
+      (args.x_dtype != DType::kF16 && args.x_dtype != DType::kBF16 &&
+       args.x_dtype != DType::kF32) ||
       (args.y_dtype != DType::kF32 && args.y_dtype != DType::kF16 &&
        args.y_dtype != DType::kBF16)) {
     return cudaErrorInvalidValue;
@@ -142,10 +143,16 @@ cudaError_t LaunchW2A8(const GemmArgs& args, const W2A8Options& options) {
   const int64_t zero_blocks =
       std::min<int64_t>((pro.zero_vectors + kZeroPerBlock - 1) / kZeroPerBlock, 1024);
   const dim3 pro_grid(static_cast<unsigned>(args.m + zero_blocks));
+  using w2a8::XKind;
   if (args.x_dtype == DType::kBF16) {
-    w2a8::W2A8PrologueKernel<true><<<pro_grid, w2a8::kPrologueThreads, 0, args.stream>>>(pro);
+    w2a8::W2A8PrologueKernel<XKind::kBF16>
+        <<<pro_grid, w2a8::kPrologueThreads, 0, args.stream>>>(pro);
+  } else if (args.x_dtype == DType::kF32) {
+    w2a8::W2A8PrologueKernel<XKind::kF32>
+        <<<pro_grid, w2a8::kPrologueThreads, 0, args.stream>>>(pro);
   } else {
-    w2a8::W2A8PrologueKernel<false><<<pro_grid, w2a8::kPrologueThreads, 0, args.stream>>>(pro);
+    w2a8::W2A8PrologueKernel<XKind::kF16>
+        <<<pro_grid, w2a8::kPrologueThreads, 0, args.stream>>>(pro);
   }
   if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
 

@@ -15,7 +15,7 @@ namespace qmm::cuda::w2a8 {
 inline constexpr int kPrologueThreads = 256;
 
 struct PrologueParams {
-  const void* x;  // [m, k] fp16 or bf16
+  const void* x;  // [m, k] fp16, bf16 or fp32
   int64_t m;
   int64_t k;       // a multiple of 128
   int8_t* xq;      // [m, k]
@@ -25,14 +25,30 @@ struct PrologueParams {
   int64_t zero_vectors;
 };
 
-__device__ __forceinline__ float HalfBitsToF32(uint32_t bits, bool bf16) {
-  return bf16 ? __uint_as_float(bits << 16) : __half2float(__ushort_as_half(bits & 0xffff));
+// The activation element types the prologue reads: fp32 input is quantized as it is, so
+// that an fp32 request gets exactly the int8 values the CPU backend computes.
+enum class XKind { kF16, kBF16, kF32 };
+
+template <XKind kKind>
+inline constexpr int kXPerVector = kKind == XKind::kF32 ? 4 : 8;  // per 16-byte vector
+
+// Element e of a 16-byte vector of activations, as fp32.
+template <XKind kKind>
+__device__ __forceinline__ float XElement(const uint4& v, int e) {
+  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+  if constexpr (kKind == XKind::kF32) {
+    return __uint_as_float(words[e]);
+  } else {
+    const uint32_t bits = words[e / 2] >> (16 * (e % 2));
+    return kKind == XKind::kBF16 ? __uint_as_float(bits << 16)
+                                 : __half2float(__ushort_as_half(bits & 0xffff));
+  }
 }
 
 // Blocks [0, m) quantize one row each; blocks from m on zero the workspace. The matmul
 // may be launched as soon as every block has started: it touches nothing written here
 // before its griddepcontrol.wait.
-template <bool kBf16>
+template <XKind kKind>
 __global__ void __launch_bounds__(kPrologueThreads) W2A8PrologueKernel(const PrologueParams p) {
   AllowDependentLaunch();
   if (blockIdx.x >= p.m) {
@@ -46,9 +62,10 @@ __global__ void __launch_bounds__(kPrologueThreads) W2A8PrologueKernel(const Pro
   __shared__ float warp_max[kPrologueThreads / 32];
   __shared__ int32_t warp_sum[kPrologueThreads / 32];
   const int64_t row = blockIdx.x;
-  // 8 values per 16-byte vector; a row of up to kCached vectors per thread is read once.
-  const uint4* xr = static_cast<const uint4*>(p.x) + row * (p.k / 8);
-  const int64_t vectors = p.k / 8;
+  // kPer values per 16-byte vector; a row of up to kCached vectors per thread is read once.
+  constexpr int kPer = kXPerVector<kKind>;
+  const uint4* xr = static_cast<const uint4*>(p.x) + row * (p.k / kPer);
+  const int64_t vectors = p.k / kPer;
   constexpr int kCached = 4;
   constexpr int64_t kStep = int64_t{kPrologueThreads} * kCached;
   uint4 cache[kCached];
@@ -62,11 +79,8 @@ __global__ void __launch_bounds__(kPrologueThreads) W2A8PrologueKernel(const Pro
     for (int i = 0; i < kCached; ++i) cache[i] = load(base, i);
 #pragma unroll
     for (int i = 0; i < kCached; ++i) {
-      const uint32_t words[4] = {cache[i].x, cache[i].y, cache[i].z, cache[i].w};
 #pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        max_abs = fmaxf(max_abs, fabsf(HalfBitsToF32(words[e / 2] >> (16 * (e % 2)), kBf16)));
-      }
+      for (int e = 0; e < kPer; ++e) max_abs = fmaxf(max_abs, fabsf(XElement<kKind>(cache[i], e)));
     }
   }
 #pragma unroll
@@ -81,7 +95,7 @@ __global__ void __launch_bounds__(kPrologueThreads) W2A8PrologueKernel(const Pro
   // IEEE division, as QuantizeRowsInt8, so both give the same scale and the same q.
   const float s = __fdiv_rn(max_abs, 127.0f);
   int32_t sum = 0;
-  uint2* qr = reinterpret_cast<uint2*>(p.xq + row * p.k);
+  int8_t* qr = p.xq + row * p.k;
   for (int64_t base = 0; base < vectors; base += kStep) {
     // A row longer than one step was not kept; read it again (from L2).
     if (vectors > kStep) {
@@ -92,18 +106,21 @@ __global__ void __launch_bounds__(kPrologueThreads) W2A8PrologueKernel(const Pro
     for (int i = 0; i < kCached; ++i) {
       const int64_t v = base + i * kPrologueThreads + threadIdx.x;
       if (v >= vectors) continue;
-      const uint32_t words[4] = {cache[i].x, cache[i].y, cache[i].z, cache[i].w};
       uint32_t packed[2] = {0, 0};
 #pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const float f = HalfBitsToF32(words[e / 2] >> (16 * (e % 2)), kBf16);
+      for (int e = 0; e < kPer; ++e) {
+        const float f = XElement<kKind>(cache[i], e);
         const int q =
             s == 0.0f ? 0
                       : static_cast<int>(fminf(fmaxf(roundf(__fdiv_rn(f, s)), -127.0f), 127.0f));
         sum += q;
         packed[e / 4] |= (static_cast<uint32_t>(q) & 0xff) << (8 * (e % 4));
       }
-      qr[v] = make_uint2(packed[0], packed[1]);
+      if constexpr (kPer == 8) {
+        reinterpret_cast<uint2*>(qr)[v] = make_uint2(packed[0], packed[1]);
+      } else {
+        reinterpret_cast<uint32_t*>(qr)[v] = packed[0];
+      }
     }
   }
 #pragma unroll

@@ -9,7 +9,8 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${BUILD_DIR:-$root/build-cuda}
 dest=${DEST:-$root/.dev-cuda}
 bundle=${BUNDLE_LIBS:-$root/../shared/device/bundle-libs}
-targets=(kernels_gpu_test cuda_backend_gpu_test qmm-kernel-bench qmm-server qmmctl)
+targets=(kernels_gpu_test cuda_backend_gpu_test batching_server_gpu_test qmm-kernel-bench qmm-server
+  qmmctl)
 
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DQMM_CUDA=ON \
   -DQMM_CUDA_ARCHS=90a >/dev/null
@@ -22,7 +23,8 @@ for t in "${targets[@]}"; do
 done
 "$bundle" "$dest/lib" "$dest"/bin/*
 rm -f "$dest"/lib/libcublas* "$dest"/lib/libcudart*
-cp "$root/scripts/device/run.sh" "$root/scripts/device/e2e-cuda.sh" "$dest/"
+cp "$root/scripts/device/run.sh" "$root/scripts/device/e2e-cuda.sh" \
+  "$root/scripts/device/batching-bench.sh" "$dest/"
 git -C "$root" rev-parse --short HEAD >"$dest/commit"
 git -C "$root" status --porcelain | grep -q . && echo "plus uncommitted work" >>"$dest/commit"
 du -sh "$dest"

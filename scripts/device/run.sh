@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the repository root, after build.sh carried .dev-cuda there:
-# the GPU tests, the CUDA end-to-end check and qmm-kernel-bench. Logs and JSON go to
-# $OUT; a summary is printed last.
-#   usage: .dev-cuda/run.sh [tests] [e2e] [bench] [tune]   (default: tests e2e bench)
+# the GPU tests, the CUDA end-to-end check, qmm-kernel-bench and the batching benchmark.
+# Logs and JSON come back as $OUT/device-out.tgz; a summary is printed last.
+#   usage: .dev-cuda/run.sh [tests] [e2e] [bench] [batching] [tune]
+#          (default: tests e2e bench batching)
 set -uo pipefail
 dev=${DEV:-$PWD/.dev-cuda}
-out=${OUT:-/tmp/qmm-device-out}
+# Everything is written under a work folder and packed into one archive in $OUT at the
+# end (the device tool brings back only a few files).
+out=${WORK:-$(mktemp -d)}
 mkdir -p "$out"
 export LD_LIBRARY_PATH=$dev/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 steps=("$@")
-[[ ${#steps[@]} -eq 0 ]] && steps=(tests e2e bench)
+[[ ${#steps[@]} -eq 0 ]] && steps=(tests e2e bench batching)
 summary=()
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.draw,temperature.gpu \
@@ -20,7 +23,7 @@ if ldd "$dev"/bin/* | grep "not found"; then echo "missing libraries"; fi
 for step in "${steps[@]}"; do
   case $step in
     tests)
-      for t in kernels_gpu_test cuda_backend_gpu_test; do
+      for t in kernels_gpu_test cuda_backend_gpu_test batching_server_gpu_test; do
         start=$SECONDS
         timeout 300 "$dev/bin/$t" --gtest_brief=1 >"$out/$t.log" 2>&1
         rc=$?
@@ -35,8 +38,15 @@ for step in "${steps[@]}"; do
       summary+=("e2e-cuda: exit $rc")
       ;;
     bench)
-      timeout 300 "$dev/bin/qmm-kernel-bench" --json="$out/bench-h200.json" 2>&1 | tee "$out/bench.txt"
+      timeout 300 "$dev/bin/qmm-kernel-bench" --warmup=5 --iters=30 --graph_replays=10 \
+        --json="$out/bench-h200.json" 2>&1 | tee "$out/bench.txt"
       summary+=("qmm-kernel-bench: exit ${PIPESTATUS[0]}")
+      ;;
+    batching)
+      timeout 240 "$dev/batching-bench.sh" "$dev/bin" "$out/batching" >"$out/batching.log" 2>&1
+      rc=$?
+      grep -E "requests/s|rows/s|p50|p99|mismatch|error|done|FAIL" "$out/batching.log" | tail -40
+      summary+=("batching-bench: exit $rc")
       ;;
     tune)
       # W8A16 split-K counts (0 = the launcher's choice) on the shapes that carry the targets.
@@ -49,4 +59,7 @@ for step in "${steps[@]}"; do
       ;;
   esac
 done
-printf '%s\n' "${summary[@]}"
+printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
+if [[ -n ${OUT:-} ]]; then
+  tar czf "$OUT/device-out.tgz" -C "$out" .
+fi

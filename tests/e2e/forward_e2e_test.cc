@@ -113,8 +113,8 @@ TEST_F(ForwardEndToEndTest, CreateForwardVerifyAndDelete) {
   EXPECT_THAT(Ok({"forward", "--model=lm", "--random", "--m=6", "--out_dtype=bf16", seeds}),
               HasSubstr(": PASS"));
   // The wrong seed fails the check (exit 1), which shows the check can fail.
-  const RunResult wrong = Qmmctl({"forward", "--model=block", "--random", "--m=2",
-                                  "--verify_seeds=gate=2,up=3,down=5"});
+  const RunResult wrong = Qmmctl(
+      {"forward", "--model=block", "--random", "--m=2", "--verify_seeds=gate=2,up=3,down=5"});
   EXPECT_EQ(wrong.exit_code, 1) << wrong.output;
   EXPECT_THAT(wrong.output, HasSubstr(": FAIL"));
 

@@ -34,19 +34,42 @@ int GatedBackend::max_concurrent() const {
   return max_running_;
 }
 
-absl::StatusOr<int64_t> GatedBackend::MatMul(int worker, const MatMulCall& call) {
-  {
-    absl::MutexLock lock(&mu_);
-    calls_.push_back({call.weight, call.x_dtype, call.y_dtype, call.m});
-    max_running_ = std::max(max_running_, ++running_);
-    if (closed_ && (!holds_ || holds_(call))) {
-      auto open = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !closed_; };
-      mu_.Await(absl::Condition(&open));
-    }
+void GatedBackend::Enter(const Call& call, bool held) {
+  absl::MutexLock lock(&mu_);
+  calls_.push_back(call);
+  max_running_ = std::max(max_running_, ++running_);
+  if (held) {
+    auto open = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !closed_; };
+    mu_.Await(absl::Condition(&open));
   }
-  absl::StatusOr<int64_t> result = inner_->MatMul(worker, call);
+}
+
+void GatedBackend::Leave() {
   absl::MutexLock lock(&mu_);
   --running_;
+}
+
+absl::StatusOr<int64_t> GatedBackend::MatMul(int worker, const MatMulCall& call) {
+  bool held;
+  {
+    absl::MutexLock lock(&mu_);
+    held = closed_ && (!holds_ || holds_(call));
+  }
+  Enter({call.weight, call.x_dtype, call.y_dtype, call.m}, held);
+  absl::StatusOr<int64_t> result = inner_->MatMul(worker, call);
+  Leave();
+  return result;
+}
+
+absl::StatusOr<int64_t> GatedBackend::Forward(int worker, const ForwardCall& call) {
+  bool held;
+  {
+    absl::MutexLock lock(&mu_);
+    held = closed_ && !holds_;
+  }
+  Enter({nullptr, call.x_dtype, call.y_dtype, call.m}, held);
+  absl::StatusOr<int64_t> result = inner_->Forward(worker, call);
+  Leave();
   return result;
 }
 

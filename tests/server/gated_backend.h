@@ -1,5 +1,6 @@
-// A test Backend that forwards to a real one, records every MatMul call, and can hold
-// calls at a gate until the test opens it: the way batching tests make "a launch is
+// A test Backend that forwards to a real one, records every MatMul and Forward call
+// (a Forward as a call with no weight), and can hold calls at a gate until the test
+// opens it: the way batching tests make "a launch is
 // running while these requests arrive" happen deterministically.
 //
 // Thread-safe; MatMul is called from the batcher's workers.
@@ -30,8 +31,8 @@ class GatedBackend : public Backend {
 
   explicit GatedBackend(std::unique_ptr<Backend> inner) : inner_(std::move(inner)) {}
 
-  // From now on, calls for which `holds` is true (every call when it is empty) wait at
-  // the gate, after being recorded, until Open().
+  // From now on, calls for which `holds` is true (every call when it is empty; every
+  // Forward only then) wait at the gate, after being recorded, until Open().
   void Close(std::function<bool(const MatMulCall&)> holds = nullptr);
   void Open();
   // Waits until `count` calls have started in all; false after `timeout`.
@@ -52,9 +53,18 @@ class GatedBackend : public Backend {
     return inner_->Load(packed);
   }
   absl::StatusOr<int64_t> MatMul(int worker, const MatMulCall& call) override;
+  absl::StatusOr<std::unique_ptr<BackendModel>> LoadModel(
+      std::span<const ModelLayer> layers) override {
+    return inner_->LoadModel(layers);
+  }
+  absl::StatusOr<int64_t> Forward(int worker, const ForwardCall& call) override;
   bool healthy() const override { return inner_->healthy(); }
 
  private:
+  // Records the call and waits at the gate when `held`.
+  void Enter(const Call& call, bool held);
+  void Leave();
+
   const std::unique_ptr<Backend> inner_;
   mutable absl::Mutex mu_;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;

@@ -18,7 +18,9 @@
 #include "kernels/cpu/chain.h"
 #include "kernels/format.h"
 #include "kernels/layers_reference.h"
+#include "server/cpu_backend.h"
 #include "server/proto_convert.h"
+#include "tests/server/gated_backend.h"
 #include "tests/server/server_test_util.h"
 
 namespace qmm {
@@ -351,6 +353,135 @@ TEST_F(ServiceForwardTest, ConcurrentCallersGetTheirOwnRows) {
     });
   }
   for (std::thread& th : threads) th.join();
+}
+
+// Forward requests share the MatMul batcher: requests that wait behind a running launch of
+// their model go together in the next one (each still gets exactly its own rows), and the
+// queue's drops apply (deadline passed, model deleted while waiting). A GatedBackend holds
+// the first launch so that the others queue deterministically.
+class ForwardBatchingTest : public ServiceForwardTest {
+ protected:
+  void SetUp() override {
+    BackendOptions backend_options;
+    backend_options.kind = BackendOptions::Kind::kCpu;
+    backend_options.num_workers = 2;
+    auto gated = std::make_unique<testing::GatedBackend>(CreateCpuBackend(backend_options));
+    gate_ = gated.get();
+    ServerOptions options;
+    options.listen_address = "127.0.0.1:0";
+    options.memory_limit_bytes = int64_t{256} << 20;
+    qmm_server_ = std::make_unique<QmmServer>(std::move(gated), options);
+    absl::StatusOr<int> port = qmm_server_->Start();
+    ASSERT_TRUE(port.ok()) << port.status();
+    server_.channel =
+        grpc::CreateChannel(absl::StrCat("127.0.0.1:", *port), grpc::InsecureChannelCredentials());
+    server_.stub = v1::Qmm::NewStub(server_.channel);
+  }
+  void TearDown() override {
+    gate_->Open();
+    qmm_server_->Shutdown();
+  }
+
+  v1::BatchingStats Stats() {
+    grpc::ClientContext context;
+    v1::ServerInfoResponse info;
+    EXPECT_TRUE(server_.stub->ServerInfo(&context, v1::ServerInfoRequest(), &info).ok());
+    return info.batching();
+  }
+  // Waits until `waiting` requests are queued (not launched).
+  bool WaitForWaiting(int64_t waiting) {
+    const absl::Time until = absl::Now() + absl::Seconds(30);
+    while (absl::Now() < until) {
+      if (Stats().waiting_requests() == waiting) return true;
+      absl::SleepFor(absl::Milliseconds(2));
+    }
+    return false;
+  }
+
+  std::unique_ptr<QmmServer> qmm_server_;
+  testing::GatedBackend* gate_ = nullptr;
+};
+
+TEST_F(ForwardBatchingTest, RequestsWaitingBehindALaunchGoTogether) {
+  const std::vector<CpuChainLayer> ref = CreateBlock("block", false);
+  gate_->Close();
+  constexpr int kCallers = 7;
+  std::vector<std::vector<float>> x(kCallers);
+  std::vector<int64_t> m(kCallers);
+  std::vector<grpc::Status> status(kCallers);
+  std::vector<v1::ForwardResponse> response(kCallers);
+  std::vector<std::thread> callers;
+  for (int c = 0; c < kCallers; ++c) {
+    m[c] = 1 + c % 3;
+    x[c] = RandomFloats(m[c] * 128, 500 + c);
+    if (c == 1) {
+      ASSERT_TRUE(gate_->WaitForCalls(1));  // the first launch is held
+    }
+    callers.emplace_back([&, c] {
+      status[c] = Forward(FloatRequest("block", DType::kF32, m[c], 128, x[c]), &response[c]);
+    });
+  }
+  ASSERT_TRUE(WaitForWaiting(kCallers - 1));
+  gate_->Open();
+  for (std::thread& t : callers) t.join();
+  for (int c = 0; c < kCallers; ++c) {
+    ASSERT_TRUE(status[c].ok()) << status[c].error_message();
+    ExpectClose(FromBytes(DType::kF32, response[c].output().data()),
+                ReferenceChain(ref, {}, x[c], m[c]), 3e-3, DType::kF32, absl::StrCat("caller ", c));
+  }
+  const v1::BatchingStats s = Stats();
+  EXPECT_EQ(s.requests(), kCallers);
+  EXPECT_EQ(s.launches(), 2);  // the held one, then every waiting request together
+  EXPECT_EQ(s.multi_request_launches(), 1);
+  EXPECT_EQ(s.max_requests_per_launch(), kCallers - 1);
+  const std::vector<testing::GatedBackend::Call> calls = gate_->calls();
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_EQ(calls[0].weight, nullptr);  // a Forward
+  EXPECT_EQ(calls[1].m, s.max_rows_per_launch());
+}
+
+TEST_F(ForwardBatchingTest, DeadlinesAndDeletionDropQueuedRequests) {
+  CreateBlock("block", false);
+  gate_->Close();
+  v1::ForwardResponse first_response;
+  grpc::Status first;
+  std::thread holder([&] {
+    first =
+        Forward(FloatRequest("block", DType::kF32, 1, 128, RandomFloats(128, 1)), &first_response);
+  });
+  ASSERT_TRUE(gate_->WaitForCalls(1));
+  // Queued behind the held launch: one with a short deadline, one without.
+  grpc::Status late, orphan;
+  std::thread late_caller([&] {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Milliseconds(50)));
+    v1::ForwardResponse r;
+    late = server_.stub->Forward(
+        &context, FloatRequest("block", DType::kF32, 1, 128, RandomFloats(128, 2)), &r);
+  });
+  late_caller.join();
+  EXPECT_EQ(late.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  std::thread orphan_caller([&] {
+    v1::ForwardResponse r;
+    orphan = Forward(FloatRequest("block", DType::kF32, 1, 128, RandomFloats(128, 3)), &r);
+  });
+  ASSERT_TRUE(WaitForWaiting(2));  // the late one still counts until its launch drops it
+  {
+    grpc::ClientContext context;
+    v1::DeleteModelRequest del;
+    del.set_name("block");
+    v1::DeleteModelResponse unused;
+    ASSERT_TRUE(server_.stub->DeleteModel(&context, del, &unused).ok());
+  }
+  gate_->Open();
+  holder.join();
+  orphan_caller.join();
+  EXPECT_TRUE(first.ok()) << first.error_message();  // running launches finish normally
+  EXPECT_EQ(orphan.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(orphan.error_message(), "model \"block\" was deleted while the request waited");
+  EXPECT_EQ(gate_->calls().size(), 1u);  // neither queued request launched
+  const v1::BatchingStats s = Stats();
+  EXPECT_EQ(s.dropped_weight_deleted() + s.dropped_deadline(), 2);
 }
 
 }  // namespace

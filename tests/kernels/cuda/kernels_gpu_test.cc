@@ -202,10 +202,12 @@ class GpuWeight {
   bool ok_ = false;
 };
 
-// Activation dtypes a scheme's kernel takes: dense cuBLAS needs the weight's own.
+// Activation dtypes a scheme's kernel takes: dense cuBLAS needs the weight's own; W2A8
+// quantizes fp32 activations as they are.
 std::vector<DType> XDtypes(Scheme scheme) {
   if (scheme == Scheme::kFp16) return {DType::kF16};
   if (scheme == Scheme::kBf16) return {DType::kBF16};
+  if (scheme == Scheme::kW2A8) return {DType::kF16, DType::kBF16, DType::kF32};
   return {DType::kF16, DType::kBF16};
 }
 

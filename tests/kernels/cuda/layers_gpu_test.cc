@@ -91,14 +91,20 @@ double UnitRoundoff(DType d) {
   return d == DType::kF32 ? 0.0 : d == DType::kF16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
 }
 
+double SubnormalStep(DType d) {
+  return d == DType::kF32 ? 1e-30 : d == DType::kF16 ? std::ldexp(1.0, -24) : std::ldexp(1.0, -133);
+}
+
 void ExpectClose(const std::vector<float>& got, const std::vector<double>& want,
                  const std::vector<float>& arg, double gain, DType y_dtype,
                  const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
   for (size_t i = 0; i < got.size(); ++i) {
     ASSERT_TRUE(std::isfinite(got[i])) << what << " element " << i;
+    // Relative terms, plus the spacing of the output dtype's subnormals (fp16 results
+    // below 2^-14 are rounded to multiples of 2^-24).
     const double tol = 4e-6 * (std::fabs(want[i]) + gain * std::fabs(double{arg[i]})) +
-                       UnitRoundoff(y_dtype) * std::fabs(want[i]) + 1e-30;
+                       UnitRoundoff(y_dtype) * std::fabs(want[i]) + SubnormalStep(y_dtype);
     ASSERT_NEAR(got[i], want[i], tol) << what << " element " << i;
   }
 }

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <deque>
 #include <random>
 #include <thread>
@@ -246,6 +247,10 @@ TEST(CudaBackendTest, AWorkerOutOfRangeIsInternal) {
 class CudaForwardTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    // A fresh seed every run, printed so that a failure can be replayed.
+    const uint64_t seed = std::random_device{}();
+    rng_.seed(seed);
+    std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
     cuda_ = MakeBackend(2);
     ASSERT_NE(cuda_, nullptr);
     BackendOptions options;
@@ -328,7 +333,7 @@ class CudaForwardTest : public ::testing::Test {
   std::unique_ptr<Backend> cuda_, cpu_;
   std::deque<Packed> packed_;
   std::vector<std::unique_ptr<BackendWeight>> weights_;
-  std::mt19937_64 rng_{std::random_device{}()};
+  std::mt19937_64 rng_;
 };
 
 TEST_F(CudaForwardTest, MixedModelForEveryDTypeAndBucket) {

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Issue 6 (dynamic batching) on a GPU machine: qmm-server with the CUDA backend on
+# loopback and qmmctl bench against an 8192 x 8192 W4A16 weight at M = 1 per request:
+# one unary client (latency), 256 streams (throughput, then verified), and 256 streams
+# with --max_batch_rows=1 (the no-batching baseline). JSON goes to OUT_DIR.
+#   usage: batching-bench.sh BIN_DIR OUT_DIR
+set -euo pipefail
+bin=$1
+out=$2
+mkdir -p "$out"
+pid=""
+trap '[[ -n $pid ]] && kill "$pid" 2>/dev/null || true' EXIT
+
+start_server() {  # extra server flags...
+  local log="$out/server-$#.log"
+  "$bin/qmm-server" --listen=127.0.0.1:0 --metrics_listen= --backend=cuda --workers=2 "$@" \
+    >"$log" 2>&1 &
+  pid=$!
+  for _ in $(seq 300); do
+    grep -q "listening on" "$log" && break
+    kill -0 "$pid" 2>/dev/null || { cat "$log"; echo "FAIL: server exited"; exit 1; }
+    sleep 0.1
+  done
+  addr=$(sed -n 's/.*listening on \([^ ]*\) .*/\1/p' "$log")
+  "$bin/qmmctl" --server="$addr" upload --name=w --scheme=w4a16 --random --n=8192 --k=8192 \
+    --seed=1
+}
+stop_server() {
+  kill -TERM "$pid"
+  wait "$pid"
+  pid=""
+}
+bench() {  # json-name flags...
+  local name=$1
+  shift
+  "$bin/qmmctl" --server="$addr" bench --weight=w --rows=1 --dtype=fp16 --json="$out/$name.json" \
+    "$@" | tee "$out/$name.txt"
+}
+
+start_server
+bench one_unary --concurrency=1 --requests=2000 --warmup=50
+bench streams256 --concurrency=256 --stream --duration=5s --warmup=1
+bench streams256_verify --concurrency=256 --stream --requests=10000 --verify --verify_seed=1
+stop_server
+
+start_server --max_batch_rows=1
+bench streams256_nobatch --concurrency=256 --stream --duration=5s --warmup=1
+stop_server
+echo "batching-bench: done"
