@@ -6,12 +6,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/grpc_status.h"
-#include "client/proto_enums.h"
+#include "proto/enum_convert.h"
 
 namespace qmm {
 
 using client_internal::BuildMatMulRequest;
-using client_internal::DTypeToProto;
 using client_internal::FromGrpcStatus;
 using client_internal::TakeMatMulResult;
 

@@ -1,7 +1,7 @@
 #include "client/matmul_messages.h"
 
 #include "absl/strings/str_cat.h"
-#include "client/proto_enums.h"
+#include "proto/enum_convert.h"
 
 namespace qmm::client_internal {
 

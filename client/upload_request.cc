@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "client/proto_enums.h"
 #include "client/sha256.h"
+#include "proto/enum_convert.h"
 
 namespace qmm::client_internal {
 

@@ -15,6 +15,7 @@
 #include "absl/strings/string_view.h"
 #include "kernels/cuda/chain.h"
 #include "kernels/cuda/convert.h"
+#include "kernels/cuda/cublas_api.h"
 #include "kernels/cuda/kernels.h"
 #include "kernels/dtype.h"
 #include "server/cuda_model.h"
@@ -163,7 +164,7 @@ struct Worker {
   GrowBuffer arena{GrowBuffer::Kind::kDevice};  // a Forward's intermediates (chain.h)
 
   ~Worker() {
-    if (cublas != nullptr) cublasDestroy(cublas);
+    if (cublas != nullptr) cuda::Cublas()->destroy(cublas);
     if (start != nullptr) cudaEventDestroy(start);
     if (stop != nullptr) cudaEventDestroy(stop);
     if (stream != nullptr) cudaStreamDestroy(stream);
@@ -224,6 +225,9 @@ class CudaBackend : public Backend {
         !s.ok()) {
       return s;
     }
+    std::string cublas_error;
+    const cuda::CublasApi* cublas = cuda::Cublas(&cublas_error);
+    if (cublas == nullptr) return absl::FailedPreconditionError(cublas_error);
     for (Worker& w : workers_) {
       // Non-blocking: uploads and other workers never serialize against these streams.
       if (absl::Status s = Check(cudaStreamCreateWithFlags(&w.stream, cudaStreamNonBlocking),
@@ -239,9 +243,9 @@ class CudaBackend : public Backend {
         return s;
       }
       // cublasSetStream resets the workspace, so the workspace comes second.
-      if (cublasCreate(&w.cublas) != CUBLAS_STATUS_SUCCESS ||
-          cublasSetStream(w.cublas, w.stream) != CUBLAS_STATUS_SUCCESS ||
-          cublasSetWorkspace(w.cublas, w.cublas_workspace, kCublasWorkspaceBytes) !=
+      if (cublas->create(&w.cublas) != CUBLAS_STATUS_SUCCESS ||
+          cublas->set_stream(w.cublas, w.stream) != CUBLAS_STATUS_SUCCESS ||
+          cublas->set_workspace(w.cublas, w.cublas_workspace, kCublasWorkspaceBytes) !=
               CUBLAS_STATUS_SUCCESS) {
         return absl::InternalError("cannot create a cuBLAS handle");
       }

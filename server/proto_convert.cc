@@ -2,64 +2,6 @@
 
 namespace qmm {
 
-std::optional<DType> DTypeFromProto(v1::DType dtype) {
-  switch (dtype) {
-    case v1::DTYPE_FP32:
-      return DType::kF32;
-    case v1::DTYPE_FP16:
-      return DType::kF16;
-    case v1::DTYPE_BF16:
-      return DType::kBF16;
-    default:
-      return std::nullopt;
-  }
-}
-
-v1::DType DTypeToProto(DType dtype) {
-  switch (dtype) {
-    case DType::kF32:
-      return v1::DTYPE_FP32;
-    case DType::kF16:
-      return v1::DTYPE_FP16;
-    case DType::kBF16:
-      return v1::DTYPE_BF16;
-  }
-  return v1::DTYPE_UNSPECIFIED;
-}
-
-std::optional<Scheme> SchemeFromProto(v1::Scheme scheme) {
-  switch (scheme) {
-    case v1::SCHEME_FP16:
-      return Scheme::kFp16;
-    case v1::SCHEME_BF16:
-      return Scheme::kBf16;
-    case v1::SCHEME_W8A16:
-      return Scheme::kW8A16;
-    case v1::SCHEME_W4A16:
-      return Scheme::kW4A16;
-    case v1::SCHEME_W2A8:
-      return Scheme::kW2A8;
-    default:
-      return std::nullopt;
-  }
-}
-
-v1::Scheme SchemeToProto(Scheme scheme) {
-  switch (scheme) {
-    case Scheme::kFp16:
-      return v1::SCHEME_FP16;
-    case Scheme::kBf16:
-      return v1::SCHEME_BF16;
-    case Scheme::kW8A16:
-      return v1::SCHEME_W8A16;
-    case Scheme::kW4A16:
-      return v1::SCHEME_W4A16;
-    case Scheme::kW2A8:
-      return v1::SCHEME_W2A8;
-  }
-  return v1::SCHEME_UNSPECIFIED;
-}
-
 void FillWeightInfo(const StoredWeight& weight, v1::WeightInfo* info) {
   const WeightDesc& desc = weight.desc();
   info->set_name(weight.name());

@@ -20,13 +20,13 @@
 #include "client/grpc_status.h"
 #include "client/matmul_messages.h"
 #include "client/nd_array.h"
-#include "client/proto_enums.h"
 #include "client/qmmctl/bench_report.h"
 #include "client/qmmctl/names.h"
 #include "client/qmmctl/verify.h"
 #include "client/random_data.h"
 #include "kernels/format.h"
 #include "kernels/reference.h"
+#include "proto/enum_convert.h"
 
 namespace qmm::ctl {
 namespace {
@@ -279,7 +279,7 @@ absl::StatusOr<bool> RunBench(Client& client, const ClientOptions& connection,
   if (absl::Status s = CheckBenchOptions(o); !s.ok()) return s;
   absl::StatusOr<v1::WeightInfo> weight = client.GetWeight(o.weight);
   if (!weight.ok()) return weight.status();
-  const std::optional<Scheme> scheme = client_internal::SchemeFromProto(weight->scheme());
+  const std::optional<Scheme> scheme = SchemeFromProto(weight->scheme());
   if (!scheme) return absl::InvalidArgumentError("the weight's scheme is unknown to qmmctl");
   absl::StatusOr<v1::ServerInfoResponse> info = client.ServerInfo();
   if (!info.ok()) return info.status();

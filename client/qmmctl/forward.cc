@@ -9,12 +9,12 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "client/npy.h"
-#include "client/proto_enums.h"
 #include "client/qmmctl/forward_verify.h"
 #include "client/qmmctl/model_commands.h"
 #include "client/qmmctl/stats.h"
 #include "client/qmmctl/verify.h"
 #include "client/random_data.h"
+#include "proto/enum_convert.h"
 
 namespace qmm::ctl {
 namespace {
@@ -45,7 +45,7 @@ absl::StatusOr<std::map<std::string, RandomWeight, std::less<>>> RandomWeights(
     }
     absl::StatusOr<v1::WeightInfo> w = client.GetWeight(name);
     if (!w.ok()) return w.status();
-    const std::optional<Scheme> scheme = client_internal::SchemeFromProto(w->scheme());
+    const std::optional<Scheme> scheme = SchemeFromProto(w->scheme());
     if (!scheme) return absl::InvalidArgumentError("a weight's scheme is unknown to qmmctl");
     out[name] = RandomWeight{*scheme, {w->n(), w->k(), w->group_size()}, seed->second};
   }

@@ -9,12 +9,12 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "client/npy.h"
-#include "client/proto_enums.h"
 #include "client/qmmctl/commands.h"
 #include "client/qmmctl/names.h"
 #include "client/qmmctl/stats.h"
 #include "client/qmmctl/verify.h"
 #include "client/random_data.h"
+#include "proto/enum_convert.h"
 
 namespace qmm::ctl {
 namespace {
@@ -128,7 +128,7 @@ void PrintSummary(const MatMulOptions& o, const NdArray& x, const Runs& runs,
 
 absl::StatusOr<bool> Verify(Client& client, const MatMulOptions& o, const v1::WeightInfo& w,
                             const NdArray& x, const NdArray& out, const std::vector<float>& y) {
-  const std::optional<Scheme> scheme = client_internal::SchemeFromProto(w.scheme());
+  const std::optional<Scheme> scheme = SchemeFromProto(w.scheme());
   if (!scheme) return absl::InvalidArgumentError("the weight's scheme is unknown to qmmctl");
   // The reference sees the activations as the server did, after rounding to the wire dtype.
   const std::vector<float> x_sent = ToFloats(x);

@@ -1,7 +1,7 @@
 #include "client/qmmctl/names.h"
 
 #include "absl/strings/str_cat.h"
-#include "client/proto_enums.h"
+#include "proto/enum_convert.h"
 
 namespace qmm::ctl {
 
@@ -30,7 +30,7 @@ std::string_view SchemeFlagName(Scheme scheme) {
 }
 
 std::string ProtoSchemeName(v1::Scheme scheme) {
-  const std::optional<Scheme> known = client_internal::SchemeFromProto(scheme);
+  const std::optional<Scheme> known = SchemeFromProto(scheme);
   if (!known) return absl::StrCat("scheme#", static_cast<int>(scheme));
   return std::string(SchemeFlagName(*known));
 }

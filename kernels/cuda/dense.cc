@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "kernels/cuda/convert.h"
+#include "kernels/cuda/cublas_api.h"
 
 namespace qmm::cuda {
 namespace {
@@ -22,7 +23,8 @@ cudaDataType_t CudaType(DType d) {
 }
 
 cudaError_t LaunchDense(const GemmArgs& args, DType weight_dtype) {
-  if (args.cublas == nullptr || args.x_dtype != weight_dtype || args.m < 1 ||
+  const CublasApi* cublas = Cublas();
+  if (cublas == nullptr || args.cublas == nullptr || args.x_dtype != weight_dtype || args.m < 1 ||
       args.m > std::numeric_limits<int>::max()) {
     return cudaErrorInvalidValue;
   }
@@ -38,9 +40,9 @@ cudaError_t LaunchDense(const GemmArgs& args, DType weight_dtype) {
   const DType c_dtype = direct ? args.y_dtype : DType::kF32;
   // Column-major: C (N x M, ldc N) = op(A)(N x K) * B (K x M), with A = W stored K x N.
   const cublasStatus_t status =
-      cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, args.weight,
-                   CudaType(weight_dtype), k, args.x, CudaType(args.x_dtype), k, &beta, c,
-                   CudaType(c_dtype), n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+      cublas->gemm_ex(handle, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, args.weight,
+                      CudaType(weight_dtype), k, args.x, CudaType(args.x_dtype), k, &beta, c,
+                      CudaType(c_dtype), n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
   if (status != CUBLAS_STATUS_SUCCESS) {
     const cudaError_t err = cudaGetLastError();
     return err != cudaSuccess ? err : cudaErrorLaunchFailure;

@@ -7,7 +7,7 @@
 set -euo pipefail
 bin=$1
 log=$(mktemp)
-"$bin/qmm-server" --listen=127.0.0.1:0 --metrics_listen= --backend=cuda >"$log" 2>&1 &
+"$bin/qmm-server" --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 --backend=cuda >"$log" 2>&1 &
 pid=$!
 trap 'kill "$pid" 2>/dev/null || true' EXIT
 for _ in $(seq 300); do

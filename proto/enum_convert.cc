@@ -1,6 +1,6 @@
-#include "client/proto_enums.h"
+#include "proto/enum_convert.h"
 
-namespace qmm::client_internal {
+namespace qmm {
 
 v1::DType DTypeToProto(DType dtype) {
   switch (dtype) {
@@ -60,4 +60,4 @@ std::optional<Scheme> SchemeFromProto(v1::Scheme scheme) {
   }
 }
 
-}  // namespace qmm::client_internal
+}  // namespace qmm

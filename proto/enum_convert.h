@@ -1,6 +1,6 @@
 // Conversions between the wire enums of qmm.v1 and the C++ enums of kernels/.
-#ifndef QMM_CLIENT_PROTO_ENUMS_H_
-#define QMM_CLIENT_PROTO_ENUMS_H_
+#ifndef QMM_PROTO_ENUM_CONVERT_H_
+#define QMM_PROTO_ENUM_CONVERT_H_
 
 #include <optional>
 
@@ -8,16 +8,16 @@
 #include "kernels/format.h"
 #include "qmm/v1/qmm.pb.h"
 
-namespace qmm::client_internal {
+namespace qmm {
 
 v1::DType DTypeToProto(DType dtype);
-// nullopt for DTYPE_UNSPECIFIED and values this client does not know.
+// nullopt for DTYPE_UNSPECIFIED and values this build does not know (proto3 enums are open).
 std::optional<DType> DTypeFromProto(v1::DType dtype);
 
 v1::Scheme SchemeToProto(Scheme scheme);
-// nullopt for SCHEME_UNSPECIFIED and values this client does not know.
+// nullopt for SCHEME_UNSPECIFIED and values this build does not know (proto3 enums are open).
 std::optional<Scheme> SchemeFromProto(v1::Scheme scheme);
 
-}  // namespace qmm::client_internal
+}  // namespace qmm
 
-#endif  // QMM_CLIENT_PROTO_ENUMS_H_
+#endif  // QMM_PROTO_ENUM_CONVERT_H_

@@ -1,0 +1,32 @@
+#include "proto/enum_convert.h"
+
+#include <gtest/gtest.h>
+
+namespace qmm {
+namespace {
+
+TEST(EnumConvertTest, DTypesRoundTrip) {
+  for (DType d : {DType::kF32, DType::kF16, DType::kBF16}) {
+    EXPECT_EQ(DTypeFromProto(DTypeToProto(d)), d);
+  }
+  EXPECT_EQ(DTypeToProto(DType::kF32), v1::DTYPE_FP32);
+  EXPECT_EQ(DTypeToProto(DType::kF16), v1::DTYPE_FP16);
+  EXPECT_EQ(DTypeToProto(DType::kBF16), v1::DTYPE_BF16);
+}
+
+TEST(EnumConvertTest, UnspecifiedAndUnknownDTypesAreRejected) {
+  EXPECT_FALSE(DTypeFromProto(v1::DTYPE_UNSPECIFIED).has_value());
+  EXPECT_FALSE(DTypeFromProto(static_cast<v1::DType>(4)).has_value());
+  EXPECT_FALSE(DTypeFromProto(static_cast<v1::DType>(-1)).has_value());
+}
+
+TEST(EnumConvertTest, SchemesRoundTrip) {
+  for (Scheme s : kAllSchemes) EXPECT_EQ(SchemeFromProto(SchemeToProto(s)), s);
+  EXPECT_EQ(SchemeToProto(Scheme::kW2A8), v1::SCHEME_W2A8);
+  EXPECT_EQ(SchemeToProto(Scheme::kW4A16), v1::SCHEME_W4A16);
+  EXPECT_FALSE(SchemeFromProto(v1::SCHEME_UNSPECIFIED).has_value());
+  EXPECT_FALSE(SchemeFromProto(static_cast<v1::Scheme>(6)).has_value());
+}
+
+}  // namespace
+}  // namespace qmm
