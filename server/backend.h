@@ -90,9 +90,9 @@ struct ForwardCall {
 struct BackendOptions {
   enum class Kind { kAuto, kCpu, kCuda };
   Kind kind = Kind::kAuto;
-  int device = 0;        // CUDA device ordinal
-  int num_workers = 2;   // concurrent MatMul calls (CUDA: one stream each)
-  int cpu_threads = 0;   // CPU kernel threads per call; 0 = hardware concurrency
+  int device = 0;       // CUDA device ordinal
+  int num_workers = 2;  // concurrent MatMul calls (CUDA: one stream each)
+  int cpu_threads = 0;  // CPU kernel threads per call; 0 = hardware concurrency
 };
 
 class Backend {

@@ -27,14 +27,14 @@ namespace qmm::cuda {
 struct GemmArgs {
   const void* weight = nullptr;  // device layout from Repack<Scheme>()
   WeightShape shape;
-  DType x_dtype = DType::kF16;   // kF16 or kBF16 (the backend converts fp32 input first)
-  const void* x = nullptr;       // device, [m, k] row-major
+  DType x_dtype = DType::kF16;  // kF16 or kBF16; W2A8 also takes kF32 (it quantizes x itself)
+  const void* x = nullptr;      // device, [m, k] row-major
   int64_t m = 0;
-  DType y_dtype = DType::kF16;   // kF32, kF16 or kBF16
-  void* y = nullptr;             // device, [m, n] row-major
-  void* workspace = nullptr;     // device, <Scheme>WorkspaceBytes(shape, m) bytes
+  DType y_dtype = DType::kF16;  // kF32, kF16 or kBF16
+  void* y = nullptr;            // device, [m, n] row-major
+  void* workspace = nullptr;    // device, <Scheme>WorkspaceBytes(shape, m) bytes
   cudaStream_t stream = nullptr;
-  void* cublas = nullptr;        // cublasHandle_t bound to `stream` (dense schemes only)
+  void* cublas = nullptr;  // cublasHandle_t bound to `stream` (dense schemes only)
 };
 
 }  // namespace qmm::cuda
