@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "kernels/bench/cuda_status.h"
 #include "kernels/bench/random_packed.h"
 #include "kernels/cuda/kernels.h"
 #include "kernels/cuda/w8a16.h"
@@ -27,19 +28,6 @@ namespace {
 
 constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
 constexpr size_t kCopyBytes = size_t{1} << 30;
-
-absl::Status CudaStatus(cudaError_t err, absl::string_view what) {
-  if (err == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(
-      absl::StrCat(what, ": ", cudaGetErrorName(err), " (", cudaGetErrorString(err), ")"));
-}
-
-#define QMM_RETURN_IF_ERROR(expr)             \
-  do {                                        \
-    if (absl::Status _s = (expr); !_s.ok()) { \
-      return _s;                              \
-    }                                         \
-  } while (0)
 
 class DeviceMem {
  public:
