@@ -1,36 +1,32 @@
-// The ForwardStream bidirectional stream, as MatMulStream: one request at a time, answered
-// in order. Read -> validate (gRPC thread) -> the model's batching queue -> write -> read
-// the next. A failed request ends the stream with its status; the client's half-close
-// ends it OK. Each request message is counted in the metrics on its own (ForwardStream).
+// The ForwardStream bidirectional stream (server/ordered_stream_reactor.h): requests join
+// the model's batching queue, shared with unary Forward.
 #ifndef QMM_SERVER_FORWARD_STREAM_REACTOR_H_
 #define QMM_SERVER_FORWARD_STREAM_REACTOR_H_
 
-#include <grpcpp/grpcpp.h>
+#include <utility>
 
 #include "qmm/v1/qmm.grpc.pb.h"
-#include "server/request_clock.h"
-#include "server/service_context.h"
+#include "server/model_runner.h"
+#include "server/ordered_stream_reactor.h"
 
 namespace qmm {
 
-// Deletes itself when gRPC is done with the call (OnDone).
-class ForwardStreamReactor
-    : public grpc::ServerBidiReactor<v1::ForwardRequest, v1::ForwardResponse> {
- public:
-  ForwardStreamReactor(const ServiceContext& context, grpc::CallbackServerContext* rpc);
+struct ForwardStreamTraits {
+  using Request = v1::ForwardRequest;
+  using Response = v1::ForwardResponse;
+  static constexpr RpcMethod kMethod = RpcMethod::kForwardStream;
 
-  void OnReadDone(bool ok) override;
-  void OnWriteDone(bool ok) override;
-  void OnDone() override { delete this; }
-
- private:
-  const ServiceContext& context_;
-  grpc::CallbackServerContext* const rpc_;
-  // Reused for every request; only one is in flight at a time.
-  v1::ForwardRequest request_;
-  v1::ForwardResponse response_;
-  RequestClock clock_;
+  static absl::StatusOr<ForwardJob> Prepare(const Request& request, const ServiceContext& context) {
+    return PrepareForward(request, *context.models, context.limits);
+  }
+  static void Dispatch(const ServiceContext& context, grpc::CallbackServerContext* rpc,
+                       ForwardJob job, Response* response,
+                       absl::AnyInvocable<void(const absl::Status&) &&> done) {
+    DispatchForward(context, kMethod, rpc, std::move(job), response, std::move(done));
+  }
 };
+
+using ForwardStreamReactor = OrderedStreamReactor<ForwardStreamTraits>;
 
 }  // namespace qmm
 
