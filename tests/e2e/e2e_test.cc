@@ -15,6 +15,7 @@
 #include "client/safetensors.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/e2e/server_fixture.h"
 #include "tests/e2e/subprocess.h"
 
 namespace qmm::e2e {
@@ -26,52 +27,11 @@ using ::testing::Not;
 constexpr char kServer[] = QMM_SERVER_PATH;
 constexpr char kQmmctl[] = QMMCTL_PATH;
 
-class EndToEndTest : public ::testing::Test {
+class EndToEndTest : public ServerFixture {
  protected:
-  void SetUp() override {
-    scratch_ = testing::TempDir();
-    absl::StatusOr<ServerProcess> server = ServerProcess::Start(
-        kServer, {"--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0", "--backend=auto"},
-        scratch_, absl::Seconds(60));
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_.emplace(*std::move(server));
+  std::vector<std::string> ServerFlags() const override {
+    return {"--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0", "--backend=auto"};
   }
-
-  // Every test ends with a graceful stop: SIGTERM drains and exits 0.
-  void TearDown() override {
-    for (const std::string& path : written_) std::remove(path.c_str());
-    if (!server_) return;
-    absl::StatusOr<int> code = server_->Stop(SIGTERM, absl::Seconds(30));
-    ASSERT_TRUE(code.ok()) << code.status() << "\n" << server_->Log();
-    EXPECT_EQ(*code, 0) << server_->Log();
-  }
-
-  RunResult Qmmctl(std::vector<std::string> args) {
-    args.insert(args.begin(), "--server=" + server_->address());
-    absl::StatusOr<RunResult> result = RunProcess(kQmmctl, args, scratch_);
-    EXPECT_TRUE(result.ok()) << result.status();
-    return result.ok() ? *result : RunResult{};
-  }
-
-  // Runs qmmctl and expects exit code 0, printing its output otherwise.
-  std::string Ok(std::vector<std::string> args) {
-    const std::string command = absl::StrJoin(args, " ");
-    RunResult r = Qmmctl(std::move(args));
-    EXPECT_EQ(r.exit_code, 0) << "qmmctl " << command << "\n"
-                              << r.output << "\nserver log:\n"
-                              << server_->Log();
-    return r.output;
-  }
-
-  // A scratch file name, removed after the test.
-  std::string Path(std::string_view name) {
-    written_.push_back(absl::StrCat(scratch_, "/e2e_", getpid(), "_", std::string(name)));
-    return written_.back();
-  }
-
-  std::string scratch_;
-  std::optional<ServerProcess> server_;
-  std::vector<std::string> written_;
 };
 
 constexpr int64_t kN = 192;

@@ -15,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/e2e/server_fixture.h"
 #include "tests/e2e/subprocess.h"
 
 namespace qmm::e2e {
@@ -23,53 +24,14 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-constexpr char kServer[] = QMM_SERVER_PATH;
-constexpr char kQmmctl[] = QMMCTL_PATH;
-
-class ForwardEndToEndTest : public ::testing::Test {
+class ForwardEndToEndTest : public ServerFixture {
  protected:
-  void SetUp() override {
-    scratch_ = ::testing::TempDir();
-    absl::StatusOr<ServerProcess> server = ServerProcess::Start(
-        kServer, {"--listen=127.0.0.1:0", "--metrics_listen=", "--backend=auto"}, scratch_,
-        absl::Seconds(60));
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_.emplace(*std::move(server));
-  }
-
-  void TearDown() override {
-    for (const std::string& path : written_) std::remove(path.c_str());
-    if (!server_) return;
-    absl::StatusOr<int> code = server_->Stop(SIGTERM, absl::Seconds(30));
-    ASSERT_TRUE(code.ok()) << code.status() << "\n" << server_->Log();
-    EXPECT_EQ(*code, 0) << server_->Log();
-  }
-
-  RunResult Qmmctl(std::vector<std::string> args) {
-    args.insert(args.begin(), "--server=" + server_->address());
-    absl::StatusOr<RunResult> result = RunProcess(kQmmctl, args, scratch_);
-    EXPECT_TRUE(result.ok()) << result.status();
-    return result.ok() ? *result : RunResult{};
-  }
-
-  std::string Ok(std::vector<std::string> args) {
-    const std::string command = absl::StrJoin(args, " ");
-    RunResult r = Qmmctl(std::move(args));
-    EXPECT_EQ(r.exit_code, 0) << "qmmctl " << command << "\n"
-                              << r.output << "\nserver log:\n"
-                              << server_->Log();
-    return r.output;
-  }
-
+  // Writes `text` to a scratch file and returns its path.
   std::string Write(const std::string& name, const std::string& text) {
-    written_.push_back(absl::StrCat(scratch_, "/fwd_e2e_", getpid(), "_", name));
-    std::ofstream(written_.back()) << text;
-    return written_.back();
+    const std::string path = Path(name);
+    std::ofstream(path) << text;
+    return path;
   }
-
-  std::string scratch_;
-  std::optional<ServerProcess> server_;
-  std::vector<std::string> written_;
 };
 
 TEST_F(ForwardEndToEndTest, CreateForwardVerifyAndDelete) {
