@@ -15,6 +15,8 @@ absl::StatusOr<std::unique_ptr<BackendModel>> Backend::LoadModel(std::span<const
       absl::StrCat("the ", std::string(name()), " backend does not run models"));
 }
 
+absl::StatusOr<HostStaging> Backend::StageHost(int, size_t, size_t) { return HostStaging{}; }
+
 absl::StatusOr<int64_t> Backend::Forward(int, const ForwardCall&) {
   return absl::UnimplementedError(
       absl::StrCat("the ", std::string(name()), " backend does not run models"));

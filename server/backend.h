@@ -10,6 +10,7 @@
 #ifndef QMM_SERVER_BACKEND_H_
 #define QMM_SERVER_BACKEND_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -37,6 +38,16 @@ class BackendWeight {
   virtual int64_t device_bytes() const = 0;
 };
 
+// How long one call spent moving its data between the host and the memory its kernels use
+// (the qmm_transfer_duration_seconds histogram): CUDA's copy of x to the device and of y
+// back (device time, from events); the CPU backend's conversion of x into its fp32 working
+// buffer and of y out of it (wall time; 0 when the data is fp32 and used in place).
+// Negative: not measured.
+struct TransferTimes {
+  int64_t h2d_ns = -1;
+  int64_t d2h_ns = -1;
+};
+
 // One MatMul: y[m][n] = sum_k x[m][k] * w[n][k]. Host pointers; x is [m, k] of x_dtype,
 // y is [m, n] of y_dtype, both row-major and already validated by the caller.
 struct MatMulCall {
@@ -45,6 +56,14 @@ struct MatMulCall {
   const void* x = nullptr;
   int64_t m = 0;
   DType y_dtype = DType::kF32;
+  void* y = nullptr;
+  // When set, receives the call's transfer times (written only when it succeeds).
+  TransferTimes* transfer = nullptr;
+};
+
+// Host buffers a backend stages its copies through (Backend::StageHost).
+struct HostStaging {
+  void* x = nullptr;
   void* y = nullptr;
 };
 
@@ -85,6 +104,8 @@ struct ForwardCall {
   int64_t m = 0;
   DType y_dtype = DType::kF32;
   void* y = nullptr;
+  // As MatMulCall::transfer.
+  TransferTimes* transfer = nullptr;
 };
 
 struct BackendOptions {
@@ -119,6 +140,15 @@ class Backend {
   // the GPU, wall time on the CPU). Errors are INTERNAL (a device fault); a sticky device
   // error is reported through healthy().
   virtual absl::StatusOr<int64_t> MatMul(int worker, const MatMulCall& call) = 0;
+
+  // Host buffers of `worker`, of at least x_bytes and y_bytes, that the next MatMul on
+  // `worker` may take as its x and y: a backend that copies through staging memory of its
+  // own (CUDA's pinned buffers) then skips those copies, so a caller that gathers a batch
+  // gathers it there. The worker contract of MatMul applies; they stay valid until the
+  // next StageHost, or MatMul on `worker` with more bytes. Null members (the default):
+  // the backend has none, and the caller uses memory of its own. RESOURCE_EXHAUSTED when
+  // they cannot be allocated.
+  virtual absl::StatusOr<HostStaging> StageHost(int worker, size_t x_bytes, size_t y_bytes);
 
   // Prepares a checked chain of layers for Forward. RESOURCE_EXHAUSTED when the device
   // cannot hold its parameters. Backends without models answer UNIMPLEMENTED.

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
+#include <memory>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -45,6 +47,14 @@ absl::Status CheckBatcherOptions(const BatcherOptions& options) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_queue_rows = ", options.max_queue_rows, " must be at least 1"));
   }
+  if (options.worker_spin < absl::ZeroDuration() || options.worker_spin > absl::Milliseconds(10)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "worker_spin = ", absl::FormatDuration(options.worker_spin), " must be in [0, 10ms]"));
+  }
+  if (options.completion_threads < 0 || options.completion_threads > 256) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("completion_threads = ", options.completion_threads, " must be in [0, 256]"));
+  }
   if (options.max_queued_requests < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_queued_requests = ", options.max_queued_requests, " must be at least 1"));
@@ -70,8 +80,13 @@ Batcher::Batcher(Backend& backend, const WeightStore& store, Metrics& metrics,
       staging_(backend.num_workers()) {
   // Launch tasks are few (at most one per worker and weight); the bound is for work that
   // others submit to pool().
-  pool_ =
-      std::make_unique<ComputePool>("compute", backend.num_workers(), options_.max_queued_requests);
+  pool_ = std::make_unique<ComputePool>("compute", backend.num_workers(),
+                                        options_.max_queued_requests, options_.worker_spin);
+  // Unbounded: it holds only requests that were admitted and have run.
+  if (options_.completion_threads > 0) {
+    completion_ = std::make_unique<ComputePool>("completion", options_.completion_threads,
+                                                std::numeric_limits<int64_t>::max());
+  }
   if (options_.max_queue_delay > absl::ZeroDuration())
     timer_ = std::thread([this] { TimerLoop(); });
 }
@@ -84,6 +99,7 @@ Batcher::~Batcher() {
   timer_cv_.SignalAll();
   if (timer_.joinable()) timer_.join();
   pool_.reset();
+  completion_.reset();
 }
 
 void Batcher::Enqueue(BatchRequest request) {
@@ -277,8 +293,9 @@ void Batcher::RunBatch(WeightQueue* q, int worker) {
     rows += Rows(w.request);
   }
 
-  const absl::Status status =
-      weight != nullptr ? Launch(worker, *weight, batch) : LaunchForward(worker, *model, batch);
+  TransferTimes transfer;
+  const absl::Status status = weight != nullptr ? Launch(worker, *weight, batch, transfer)
+                                                : LaunchForward(worker, *model, batch, transfer);
 
   const auto requests = static_cast<int64_t>(batch.size());
   Completions completions;
@@ -296,6 +313,16 @@ void Batcher::RunBatch(WeightQueue* q, int worker) {
     EraseIfIdleLocked(q);
   }
   metrics_.RecordBatch(rows, requests);
+  if (status.ok()) {
+    if (transfer.h2d_ns >= 0) {
+      metrics_.RecordTransfer(TransferDirection::kHostToDevice,
+                              static_cast<double>(transfer.h2d_ns) * 1e-9);
+    }
+    if (transfer.d2h_ns >= 0) {
+      metrics_.RecordTransfer(TransferDirection::kDeviceToHost,
+                              static_cast<double>(transfer.d2h_ns) * 1e-9);
+    }
+  }
   if (status.ok() && weight != nullptr) {
     // Every response carries the launch's time.
     const double seconds = static_cast<double>(ComputeNs(batch.front().request)) * 1e-9;
@@ -309,13 +336,42 @@ void Batcher::RunBatch(WeightQueue* q, int worker) {
     }
   }
   for (auto& [done, s] : completions) std::move(done)(s);
-  for (Waiting& w : batch) std::move(w.request.done)(status);
+  FinishBatch(batch, status);
 }
 
-absl::Status Batcher::Launch(int worker, const StoredWeight& weight, std::vector<Waiting>& batch) {
+void Batcher::FinishBatch(std::vector<Waiting>& batch, const absl::Status& status) {
+  // Below this many requests per chunk, the hop to a completion thread costs more than
+  // it spreads.
+  constexpr size_t kMinChunk = 4;
+  const size_t n = batch.size();
+  if (n == 1 || completion_ == nullptr) {
+    for (Waiting& w : batch) std::move(w.request.done)(status);
+    return;
+  }
+  using Done = absl::AnyInvocable<void(const absl::Status&) &&>;
+  const size_t chunks =
+      std::min<size_t>(static_cast<size_t>(completion_->size()), (n + kMinChunk - 1) / kMinChunk);
+  for (size_t c = 0; c < chunks; ++c) {
+    // Shared, so that the dones survive a refused Submit (which drops the task).
+    auto part = std::make_shared<std::vector<Done>>();
+    part->reserve(n / chunks + 1);
+    for (size_t i = c * n / chunks; i < (c + 1) * n / chunks; ++i) {
+      part->push_back(std::move(batch[i].request.done));
+    }
+    const auto run = [part, status] {
+      for (Done& done : *part) std::move(done)(status);
+      part->clear();
+    };
+    if (!completion_->Submit([run](int) { run(); }).ok()) run();
+  }
+}
+
+absl::Status Batcher::Launch(int worker, const StoredWeight& weight, std::vector<Waiting>& batch,
+                             TransferTimes& transfer) {
   // Alone: straight from the request into its response, no copies.
   if (batch.size() == 1) {
-    return RunMatMul(backend_, worker, batch.front().request.job, batch.front().request.response);
+    return RunMatMul(backend_, worker, batch.front().request.job, batch.front().request.response,
+                     &transfer);
   }
   const MatMulSpec& spec = batch.front().request.job.spec;
   const WeightShape& shape = weight.desc().shape;
@@ -323,31 +379,42 @@ absl::Status Batcher::Launch(int worker, const StoredWeight& weight, std::vector
   const size_t y_row_bytes = static_cast<size_t>(shape.n) * DTypeSize(spec.y_dtype);
   int64_t m = 0;
   for (const Waiting& w : batch) m += w.request.job.spec.m;
+  const size_t x_bytes = static_cast<size_t>(m) * x_row_bytes;
+  const size_t y_bytes = static_cast<size_t>(m) * y_row_bytes;
 
+  // Gather where the backend would copy the batch anyway (CUDA: its pinned buffers), else
+  // into this worker's own buffers.
+  absl::StatusOr<HostStaging> host = backend_.StageHost(worker, x_bytes, y_bytes);
+  if (!host.ok()) return host.status();
   Staging& staging = staging_[worker];
-  staging.x.resize(static_cast<size_t>(m) * x_row_bytes);
-  staging.y.resize(static_cast<size_t>(m) * y_row_bytes);
+  if (host->x == nullptr || host->y == nullptr) {
+    staging.x.resize(x_bytes);
+    staging.y.resize(y_bytes);
+    host = HostStaging{.x = staging.x.data(), .y = staging.y.data()};
+  }
+  auto* x = static_cast<uint8_t*>(host->x);
   size_t offset = 0;
   for (const Waiting& w : batch) {
-    const std::string& x = w.request.job.request->input().data();
-    std::memcpy(staging.x.data() + offset, x.data(), x.size());
-    offset += x.size();
+    const std::string& data = w.request.job.request->input().data();
+    std::memcpy(x + offset, data.data(), data.size());
+    offset += data.size();
   }
   const MatMulCall call{
       .weight = &weight.backend_weight(),
       .x_dtype = spec.x_dtype,
-      .x = staging.x.data(),
+      .x = x,
       .m = m,
       .y_dtype = spec.y_dtype,
-      .y = staging.y.data(),
+      .y = host->y,
+      .transfer = &transfer,
   };
   absl::StatusOr<int64_t> compute_ns = backend_.MatMul(worker, call);
   if (!compute_ns.ok()) return compute_ns.status();
+  const auto* y = static_cast<const char*>(host->y);
   offset = 0;
   for (Waiting& w : batch) {
     const size_t bytes = static_cast<size_t>(w.request.job.spec.y_bytes);
-    StartResponse(w.request.job, w.request.response)
-        ->assign(reinterpret_cast<const char*>(staging.y.data()) + offset, bytes);
+    StartResponse(w.request.job, w.request.response)->assign(y + offset, bytes);
     offset += bytes;
     w.request.response->set_compute_ns(*compute_ns);
   }
@@ -355,10 +422,10 @@ absl::Status Batcher::Launch(int worker, const StoredWeight& weight, std::vector
 }
 
 absl::Status Batcher::LaunchForward(int worker, const StoredModel& model,
-                                    std::vector<Waiting>& batch) {
+                                    std::vector<Waiting>& batch, TransferTimes& transfer) {
   if (batch.size() == 1) {
     return RunForward(backend_, worker, batch.front().request.forward,
-                      batch.front().request.forward_response);
+                      batch.front().request.forward_response, &transfer);
   }
   const ForwardSpec& spec = batch.front().request.forward.spec;
   const bool tokens = model.spec().token_input;
@@ -386,6 +453,7 @@ absl::Status Batcher::LaunchForward(int worker, const StoredModel& model,
       .m = m,
       .y_dtype = spec.y_dtype,
       .y = staging.y.data(),
+      .transfer = &transfer,
   };
   absl::StatusOr<int64_t> compute_ns = backend_.Forward(worker, call);
   if (!compute_ns.ok()) return compute_ns.status();

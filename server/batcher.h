@@ -27,8 +27,11 @@
 // queue holds a reference to the weight until it is empty and idle.
 //
 // Threads. Enqueue, stats and pool may be called from any thread. Each request's `done`
-// runs exactly once, on a worker, or on the thread that found its launch could not be
-// queued (Enqueue refusing it, a full pool()). Destroy the batcher only after every
+// runs exactly once: on a worker; for a launch of several requests, on the completion
+// threads (BatcherOptions::completion_threads), so that handing the results to gRPC, which
+// costs about as much per request as the kernel, does not hold the worker back from the
+// next launch; or on the thread that found its launch could not be queued (Enqueue
+// refusing it, a full pool()). Destroy the batcher only after every
 // request has finished (the server's Shutdown guarantees it); the destructor then stops
 // the delay timer and joins the workers.
 #ifndef QMM_SERVER_BATCHER_H_
@@ -69,6 +72,11 @@ struct BatcherOptions {
   int64_t max_queue_rows = 65536;
   // Most requests waiting, all weights together.
   int64_t max_queued_requests = 4096;
+  // How long an idle worker polls for the next launch before it sleeps (ComputePool).
+  absl::Duration worker_spin = absl::ZeroDuration();
+  // Threads that finish the requests of multi-request launches, in parallel chunks; 0: the
+  // worker finishes them itself.
+  int completion_threads = 2;
 };
 
 // INVALID_ARGUMENT naming the option when one is out of range.
@@ -183,11 +191,17 @@ class Batcher {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // One pool task: takes a batch of `q`, launches it on `worker`, answers its requests.
   void RunBatch(WeightQueue* q, int worker);
-  // Runs `batch` (all of one weight and one dtype pair) and fills every response.
-  absl::Status Launch(int worker, const StoredWeight& weight, std::vector<Waiting>& batch);
+  // Runs `batch` (all of one weight and one dtype pair) and fills every response;
+  // `transfer` receives the backend's transfer times.
+  absl::Status Launch(int worker, const StoredWeight& weight, std::vector<Waiting>& batch,
+                      TransferTimes& transfer);
   // The same for a model's Forward requests.
-  absl::Status LaunchForward(int worker, const StoredModel& model, std::vector<Waiting>& batch);
+  absl::Status LaunchForward(int worker, const StoredModel& model, std::vector<Waiting>& batch,
+                             TransferTimes& transfer);
   void TimerLoop();
+  // Runs every request's `done` with `status`: on this thread for a single request (no
+  // extra thread hop for it), else in chunks on the completion threads.
+  void FinishBatch(std::vector<Waiting>& batch, const absl::Status& status);
 
   Backend& backend_;
   const WeightStore& store_;
@@ -207,6 +221,9 @@ class Batcher {
   BatchStats stats_ ABSL_GUARDED_BY(mu_);
 
   std::thread timer_;  // only with a non-zero max_queue_delay
+  // Finishes requests for pool_'s tasks (nullptr without completion threads); destroyed
+  // after pool_, so that it runs what the last launches handed it.
+  std::unique_ptr<ComputePool> completion_;
   // Last: its tasks use everything above, so it is destroyed (drained) first.
   std::unique_ptr<ComputePool> pool_;
 };

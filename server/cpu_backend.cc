@@ -100,7 +100,8 @@ class CpuBackend : public Backend {
   explicit CpuBackend(const BackendOptions& options)
       : num_workers_(options.num_workers),
         cpu_threads_(options.cpu_threads),
-        device_name_(CpuModelName()) {}
+        device_name_(CpuModelName()),
+        scratch_(options.num_workers) {}
 
   std::string_view name() const override { return "cpu"; }
   std::string device_name() const override { return device_name_; }
@@ -120,30 +121,25 @@ class CpuBackend : public Backend {
       return absl::InternalError(
           absl::StrCat("worker ", worker, " is out of range [0, ", num_workers_, ")"));
     }
-    const auto start = std::chrono::steady_clock::now();
+    const auto start = Clock::now();
     const auto& weight = static_cast<const CpuWeight&>(*call.weight);
     const int64_t x_count = call.m * weight.shape().k;
     const int64_t y_count = call.m * weight.shape().n;
+    Scratch& scratch = scratch_[worker];
 
     // The kernels work in fp32; convert only what is not fp32 already.
-    std::vector<float> x_f32;
     const float* x = static_cast<const float*>(call.x);
     if (call.x_dtype != DType::kF32) {
-      x_f32.resize(x_count);
-      ToFloat(call.x_dtype, call.x, x_count, x_f32.data());
-      x = x_f32.data();
+      x = ToFloatScratch(call.x_dtype, call.x, x_count, scratch.x);
     }
-    std::vector<float> y_f32;
     float* y = static_cast<float*>(call.y);
-    if (call.y_dtype != DType::kF32) {
-      y_f32.resize(y_count);
-      y = y_f32.data();
-    }
+    if (call.y_dtype != DType::kF32) y = Grow(scratch.y, y_count);
+    const auto converted = Clock::now();
     CpuMatMul(weight.view(), x, call.m, y, cpu_threads_);
+    const auto computed = Clock::now();
     if (call.y_dtype != DType::kF32) FromFloat(call.y_dtype, y, y_count, call.y);
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
-                                                                start)
-        .count();
+    scratch.Trim();
+    return Finish(start, converted, computed, call.transfer);
   }
 
   absl::StatusOr<std::unique_ptr<BackendModel>> LoadModel(
@@ -156,34 +152,71 @@ class CpuBackend : public Backend {
       return absl::InternalError(
           absl::StrCat("worker ", worker, " is out of range [0, ", num_workers_, ")"));
     }
-    const auto start = std::chrono::steady_clock::now();
+    const auto start = Clock::now();
     const std::vector<CpuChainLayer>& layers = static_cast<const CpuModel&>(*call.model).layers();
     const int64_t x_count = call.m * layers.front().in_features;
     const int64_t y_count = call.m * layers.back().out_features;
-    std::vector<float> x_f32;
+    Scratch& scratch = scratch_[worker];
     const float* x = static_cast<const float*>(call.x);
     if (call.x != nullptr && call.x_dtype != DType::kF32) {
-      x_f32.resize(x_count);
-      ToFloat(call.x_dtype, call.x, x_count, x_f32.data());
-      x = x_f32.data();
+      x = ToFloatScratch(call.x_dtype, call.x, x_count, scratch.x);
     }
-    std::vector<float> y_f32;
     float* y = static_cast<float*>(call.y);
-    if (call.y_dtype != DType::kF32) {
-      y_f32.resize(y_count);
-      y = y_f32.data();
-    }
+    if (call.y_dtype != DType::kF32) y = Grow(scratch.y, y_count);
+    const auto converted = Clock::now();
     CpuRunChain(layers, call.token_ids, x, call.m, y, cpu_threads_);
+    const auto computed = Clock::now();
     if (call.y_dtype != DType::kF32) FromFloat(call.y_dtype, y, y_count, call.y);
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
-                                                                start)
-        .count();
+    scratch.Trim();
+    return Finish(start, converted, computed, call.transfer);
   }
 
  private:
+  using Clock = std::chrono::steady_clock;
+
+  // A worker's fp32 conversion buffers: they only grow, so that a steady load allocates
+  // nothing per call. Used by one call at a time (the worker contract).
+  struct Scratch {
+    // What a worker keeps between calls: enough for decode-sized batches, while a rare
+    // huge request does not hold its memory for good.
+    static constexpr size_t kKeepFloats = size_t{16} << 20;
+    void Trim() {
+      for (std::vector<float>* v : {&x, &y}) {
+        if (v->capacity() > kKeepFloats) std::vector<float>().swap(*v);
+      }
+    }
+    std::vector<float> x;
+    std::vector<float> y;
+  };
+
+  static float* Grow(std::vector<float>& buffer, int64_t count) {
+    if (buffer.size() < static_cast<size_t>(count)) buffer.resize(count);
+    return buffer.data();
+  }
+  static const float* ToFloatScratch(DType dtype, const void* src, int64_t count,
+                                     std::vector<float>& buffer) {
+    float* dst = Grow(buffer, count);
+    ToFloat(dtype, src, count, dst);
+    return dst;
+  }
+  static int64_t Nanos(Clock::duration d) {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
+  }
+  // The compute time, and the conversions before and after it as the transfer times.
+  static int64_t Finish(Clock::time_point start, Clock::time_point converted,
+                        Clock::time_point computed, TransferTimes* transfer) {
+    const Clock::time_point end = Clock::now();
+    if (transfer != nullptr) {
+      transfer->h2d_ns = Nanos(converted - start);
+      transfer->d2h_ns = Nanos(end - computed);
+    }
+    return Nanos(computed - converted);
+  }
+
   const int num_workers_;
   const int cpu_threads_;
   const std::string device_name_;
+  std::vector<Scratch> scratch_;
 };
 
 }  // namespace

@@ -151,8 +151,11 @@ class CudaWeight : public BackendWeight {
 struct Worker {
   cudaStream_t stream = nullptr;
   cublasHandle_t cublas = nullptr;
+  // Around each call: copy_in, H2D copy, start, kernels, stop, D2H copy, copy_out.
+  cudaEvent_t copy_in = nullptr;
   cudaEvent_t start = nullptr;
   cudaEvent_t stop = nullptr;
+  cudaEvent_t copy_out = nullptr;
   void* cublas_workspace = nullptr;
   GrowBuffer host_x{GrowBuffer::Kind::kPinnedHost};
   GrowBuffer host_y{GrowBuffer::Kind::kPinnedHost};
@@ -165,8 +168,9 @@ struct Worker {
 
   ~Worker() {
     if (cublas != nullptr) cuda::Cublas()->destroy(cublas);
-    if (start != nullptr) cudaEventDestroy(start);
-    if (stop != nullptr) cudaEventDestroy(stop);
+    for (cudaEvent_t event : {copy_in, start, stop, copy_out}) {
+      if (event != nullptr) cudaEventDestroy(event);
+    }
     if (stream != nullptr) cudaStreamDestroy(stream);
     cudaFree(cublas_workspace);
   }
@@ -181,22 +185,53 @@ DType KernelXDtype(Scheme scheme, DType wire) {
   return wire == DType::kBF16 ? DType::kBF16 : DType::kF16;
 }
 
-// Copies `count` elements of `dtype` from src to dst and returns max|x| over them as fp32
-// (NaN ignored).
-float CopyWithMaxAbs(DType dtype, const void* src, size_t count, void* dst) {
-  std::memcpy(dst, src, count * DTypeSize(dtype));
+// max|x| over `count` elements of `dtype` as fp32 (NaN ignored).
+float MaxAbs(DType dtype, const void* data, size_t count) {
   float max_abs = 0.0f;
   if (dtype == DType::kF32) {
-    const float* v = static_cast<const float*>(dst);
+    const float* v = static_cast<const float*>(data);
     for (size_t i = 0; i < count; ++i) max_abs = std::fmax(max_abs, std::fabs(v[i]));
   } else {
-    const uint16_t* v = static_cast<const uint16_t*>(dst);
+    const uint16_t* v = static_cast<const uint16_t*>(data);
     for (size_t i = 0; i < count; ++i) {
       const float f = dtype == DType::kBF16 ? Bf16ToFloat(v[i]) : HalfToFloat(v[i]);
       max_abs = std::fmax(max_abs, std::fabs(f));
     }
   }
   return max_abs;
+}
+
+// Copies `count` elements of `dtype` from src to dst (skipped when they are the same
+// buffer) and returns MaxAbs over them.
+float CopyWithMaxAbs(DType dtype, const void* src, size_t count, void* dst) {
+  if (src != dst) std::memcpy(dst, src, count * DTypeSize(dtype));
+  return MaxAbs(dtype, dst, count);
+}
+
+// Waits for `event` by polling it. cudaStreamSynchronize may put the thread to sleep
+// (blocking sync, or a yield under the driver's scheduling heuristic), and waking it
+// costs tens of microseconds per launch, more than a decode kernel runs.
+cudaError_t SpinWait(cudaEvent_t event) {
+  cudaError_t err;
+  bool polled = false;
+  while ((err = cudaEventQuery(event)) == cudaErrorNotReady) {
+    polled = true;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  }
+  // "Not ready" is a status, not an error; make sure no launch check after this reads it
+  // as one. Every earlier call's error was checked where it was returned.
+  if (polled && err == cudaSuccess) cudaGetLastError();
+  return err;
+}
+
+// The time between two completed events, in nanoseconds.
+cudaError_t ElapsedNs(cudaEvent_t from, cudaEvent_t to, int64_t* ns) {
+  float ms = 0.0f;
+  const cudaError_t err = cudaEventElapsedTime(&ms, from, to);
+  *ns = static_cast<int64_t>(std::llround(static_cast<double>(ms) * 1e6));
+  return err;
 }
 
 // The power of two that brings max_abs within fp16 range (1 when it already is, or when
@@ -235,8 +270,9 @@ class CudaBackend : public Backend {
           !s.ok()) {
         return s;
       }
-      if (absl::Status s = Check(cudaEventCreate(&w.start), "cudaEventCreate"); !s.ok()) return s;
-      if (absl::Status s = Check(cudaEventCreate(&w.stop), "cudaEventCreate"); !s.ok()) return s;
+      for (cudaEvent_t* event : {&w.copy_in, &w.start, &w.stop, &w.copy_out}) {
+        if (absl::Status s = Check(cudaEventCreate(event), "cudaEventCreate"); !s.ok()) return s;
+      }
       if (absl::Status s = Check(cudaMalloc(&w.cublas_workspace, kCublasWorkspaceBytes),
                                  "cudaMalloc (cuBLAS workspace)");
           !s.ok()) {
@@ -314,6 +350,20 @@ class CudaBackend : public Backend {
       cudaGetLastError();
     }
     return result;
+  }
+
+  absl::StatusOr<HostStaging> StageHost(int worker, size_t x_bytes, size_t y_bytes) override {
+    if (worker < 0 || worker >= num_workers()) {
+      return absl::InternalError(
+          absl::StrCat("worker ", worker, " is out of range [0, ", num_workers(), ")"));
+    }
+    if (!healthy()) return LostError();
+    if (absl::Status s = Check(cudaSetDevice(device_), "cudaSetDevice"); !s.ok()) return s;
+    // No queued work uses these buffers: each call waits for its stream before returning.
+    Worker& w = workers_[worker];
+    if (absl::Status s = Reserve(w.host_x, x_bytes, "x staging"); !s.ok()) return s;
+    if (absl::Status s = Reserve(w.host_y, y_bytes, "y staging"); !s.ok()) return s;
+    return HostStaging{.x = w.host_x.get(), .y = w.host_y.get()};
   }
 
   absl::StatusOr<std::unique_ptr<BackendModel>> LoadModel(
@@ -406,6 +456,9 @@ class CudaBackend : public Backend {
     // Zero rows: valid token ids and finite activations, whose results are dropped.
     std::memset(static_cast<char*>(w.host_x.get()) + pad_from, 0, in_bytes - pad_from);
     if (absl::Status s = Reserve(w.wire_x, in_bytes, "input"); !s.ok()) return s;
+    if (absl::Status s = Check(cudaEventRecord(w.copy_in, w.stream), "cudaEventRecord"); !s.ok()) {
+      return s;
+    }
     if (absl::Status s = Check(cudaMemcpyAsync(w.wire_x.get(), w.host_x.get(), in_bytes,
                                                cudaMemcpyHostToDevice, w.stream),
                                "input upload");
@@ -444,14 +497,9 @@ class CudaBackend : public Backend {
         !s.ok()) {
       return s;
     }
-    if (absl::Status s = Check(cudaStreamSynchronize(w.stream), "Forward"); !s.ok()) return s;
+    if (absl::Status s = Finish(w, "Forward"); !s.ok()) return s;
     std::memcpy(call.y, w.host_y.get(), result_bytes);
-    float ms = 0.0f;
-    if (absl::Status s = Check(cudaEventElapsedTime(&ms, w.start, w.stop), "cudaEventElapsedTime");
-        !s.ok()) {
-      return s;
-    }
-    return static_cast<int64_t>(std::llround(static_cast<double>(ms) * 1e6));
+    return Times(w, call.transfer);
   }
 
   absl::StatusOr<int64_t> Run(Worker& w, const MatMulCall& call) {
@@ -462,16 +510,24 @@ class CudaBackend : public Backend {
     const size_t y_count = static_cast<size_t>(m * shape.n);
     const DType kernel_x_dtype = KernelXDtype(weight.scheme(), call.x_dtype);
 
-    // Stage x; measure its range only where fp16 might not hold it.
+    // Stage x (unless the caller gathered it in host_x: StageHost); measure its range only
+    // where fp16 might not hold it.
     const size_t wire_x_bytes = x_count * DTypeSize(call.x_dtype);
+    const bool staged_x = call.x == w.host_x.get();
     if (absl::Status s = Reserve(w.host_x, wire_x_bytes, "x staging"); !s.ok()) return s;
+    if (staged_x && call.x != w.host_x.get()) {
+      return absl::InternalError("MatMul: x staged by StageHost was smaller than the call");
+    }
     float scale = 1.0f;
     if (kernel_x_dtype == DType::kF16 && call.x_dtype != DType::kF16) {
       scale = RangeScale(CopyWithMaxAbs(call.x_dtype, call.x, x_count, w.host_x.get()));
-    } else {
+    } else if (!staged_x) {
       std::memcpy(w.host_x.get(), call.x, wire_x_bytes);
     }
     if (absl::Status s = Reserve(w.wire_x, wire_x_bytes, "x"); !s.ok()) return s;
+    if (absl::Status s = Check(cudaEventRecord(w.copy_in, w.stream), "cudaEventRecord"); !s.ok()) {
+      return s;
+    }
     if (absl::Status s = Check(cudaMemcpyAsync(w.wire_x.get(), w.host_x.get(), wire_x_bytes,
                                                cudaMemcpyHostToDevice, w.stream),
                                "x upload");
@@ -536,21 +592,50 @@ class CudaBackend : public Backend {
       return s;
     }
 
+    const bool staged_y = call.y == w.host_y.get();
     if (absl::Status s = Reserve(w.host_y, y_bytes, "y staging"); !s.ok()) return s;
+    if (staged_y && call.y != w.host_y.get()) {
+      return absl::InternalError("MatMul: y staged by StageHost was smaller than the call");
+    }
     if (absl::Status s = Check(
             cudaMemcpyAsync(w.host_y.get(), w.y.get(), y_bytes, cudaMemcpyDeviceToHost, w.stream),
             "y download");
         !s.ok()) {
       return s;
     }
-    if (absl::Status s = Check(cudaStreamSynchronize(w.stream), "MatMul"); !s.ok()) return s;
-    std::memcpy(call.y, w.host_y.get(), y_bytes);
-    float ms = 0.0f;
-    if (absl::Status s = Check(cudaEventElapsedTime(&ms, w.start, w.stop), "cudaEventElapsedTime");
+    if (absl::Status s = Finish(w, "MatMul"); !s.ok()) return s;
+    if (call.y != w.host_y.get()) std::memcpy(call.y, w.host_y.get(), y_bytes);
+    return Times(w, call.transfer);
+  }
+
+  // Records copy_out after everything queued on the worker's stream and waits for it.
+  absl::Status Finish(Worker& w, absl::string_view what) {
+    if (absl::Status s = Check(cudaEventRecord(w.copy_out, w.stream), "cudaEventRecord"); !s.ok()) {
+      return s;
+    }
+    return Check(SpinWait(w.copy_out), what);
+  }
+
+  // The compute time of the finished call, and its transfer times into `transfer`.
+  absl::StatusOr<int64_t> Times(Worker& w, TransferTimes* transfer) {
+    int64_t compute_ns = 0;
+    if (absl::Status s = Check(ElapsedNs(w.start, w.stop, &compute_ns), "cudaEventElapsedTime");
         !s.ok()) {
       return s;
     }
-    return static_cast<int64_t>(std::llround(static_cast<double>(ms) * 1e6));
+    if (transfer != nullptr) {
+      TransferTimes t;
+      if (absl::Status s = Check(ElapsedNs(w.copy_in, w.start, &t.h2d_ns), "cudaEventElapsedTime");
+          !s.ok()) {
+        return s;
+      }
+      if (absl::Status s = Check(ElapsedNs(w.stop, w.copy_out, &t.d2h_ns), "cudaEventElapsedTime");
+          !s.ok()) {
+        return s;
+      }
+      *transfer = t;
+    }
+    return compute_ns;
   }
 
   absl::Status Reserve(GrowBuffer& buffer, size_t bytes, absl::string_view what) {

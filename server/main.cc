@@ -1,13 +1,16 @@
 // qmm-server: parses flags into option structs and runs QmmServer until SIGINT/SIGTERM.
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <iostream>
 #include <string>
+#include <thread>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_replace.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "server/backend.h"
 #include "server/lifecycle.h"
@@ -31,6 +34,12 @@ ABSL_FLAG(int64_t, max_queue_rows, 65536,
           "most rows waiting per weight before MatMul gets RESOURCE_EXHAUSTED");
 ABSL_FLAG(int64_t, max_queued_requests, 4096,
           "most MatMul requests waiting, all weights together, before RESOURCE_EXHAUSTED");
+ABSL_FLAG(int64_t, worker_spin_us, -1,
+          "how long an idle batch worker polls for the next launch before sleeping (us); "
+          "-1 = 50 on hosts with 8 or more hardware threads, else 0");
+ABSL_FLAG(int, completion_threads, -1,
+          "threads that hand the results of multi-request launches to gRPC; 0 = none (the "
+          "batch worker does it); -1 = half the hardware threads, at most 8");
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464",
           "host:port of the Prometheus endpoint (/metrics); port 0 picks one; empty turns it off");
 ABSL_FLAG(bool, metrics_per_weight, false,
@@ -48,6 +57,10 @@ int Fail(const absl::Status& status) {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("Serves quantized matmuls over gRPC (qmm.v1.Qmm).");
   absl::ParseCommandLine(argc, argv);
+  // Debian's Abseil is built with deadlock detection on, which records every Mutex
+  // acquisition in a global graph: a measurable share of each request's host time.
+  // The tests keep it on; the server does not pay for it.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   // Before any thread exists, so that every thread inherits the blocked mask.
   if (absl::Status status = qmm::BlockTerminationSignals(); !status.ok()) return Fail(status);
 
@@ -78,6 +91,13 @@ int main(int argc, char** argv) {
   options.max_queue_delay = absl::Microseconds(absl::GetFlag(FLAGS_max_queue_delay_us));
   options.max_queue_rows = absl::GetFlag(FLAGS_max_queue_rows);
   options.max_queued_requests = absl::GetFlag(FLAGS_max_queued_requests);
+  // Spinning pays off only where an idle core is there to spin on.
+  const int hardware_threads = static_cast<int>(std::thread::hardware_concurrency());
+  const int64_t spin_us = absl::GetFlag(FLAGS_worker_spin_us);
+  options.worker_spin = absl::Microseconds(spin_us >= 0 ? spin_us : hardware_threads >= 8 ? 50 : 0);
+  const int completion_threads = absl::GetFlag(FLAGS_completion_threads);
+  options.completion_threads =
+      completion_threads >= 0 ? completion_threads : std::clamp(hardware_threads / 2, 1, 8);
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   options.metrics_per_weight = absl::GetFlag(FLAGS_metrics_per_weight);
   qmm::QmmServer server(*std::move(backend), options);

@@ -63,7 +63,7 @@ std::string* StartResponse(const MatMulJob& job, v1::MatMulResponse* response) {
 }
 
 absl::Status RunMatMul(Backend& backend, int worker, const MatMulJob& job,
-                       v1::MatMulResponse* response) {
+                       v1::MatMulResponse* response, TransferTimes* transfer) {
   std::string* data = StartResponse(job, response);
   data->resize(job.spec.y_bytes);
   MatMulCall call{
@@ -73,6 +73,7 @@ absl::Status RunMatMul(Backend& backend, int worker, const MatMulJob& job,
       .m = job.spec.m,
       .y_dtype = job.spec.y_dtype,
       .y = data->data(),
+      .transfer = transfer,
   };
   absl::StatusOr<int64_t> compute_ns = backend.MatMul(worker, call);
   if (!compute_ns.ok()) {

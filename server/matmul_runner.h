@@ -38,9 +38,10 @@ struct MatMulJob {
 absl::StatusOr<MatMulJob> PrepareMatMul(const v1::MatMulRequest& request, const WeightStore& store,
                                         const ServiceLimits& limits);
 
-// Runs the job on `worker` and writes the whole response (cleared first).
+// Runs the job on `worker` and writes the whole response (cleared first); `transfer`, when
+// set, receives the backend's transfer times (MatMulCall::transfer).
 absl::Status RunMatMul(Backend& backend, int worker, const MatMulJob& job,
-                       v1::MatMulResponse* response);
+                       v1::MatMulResponse* response, TransferTimes* transfer = nullptr);
 
 // Clears `response` and gives it the job's output tensor (dtype, shape [M, N]); returns
 // its data, empty, for the caller to fill with job.spec.y_bytes bytes.

@@ -58,7 +58,7 @@ std::string* StartForwardResponse(const ForwardJob& job, v1::ForwardResponse* re
 }
 
 absl::Status RunForward(Backend& backend, int worker, const ForwardJob& job,
-                        v1::ForwardResponse* response) {
+                        v1::ForwardResponse* response, TransferTimes* transfer) {
   std::string* data = StartForwardResponse(job, response);
   const bool tokens = job.model->spec().token_input;
   ForwardCall call{
@@ -69,6 +69,7 @@ absl::Status RunForward(Backend& backend, int worker, const ForwardJob& job,
       .m = job.spec.m,
       .y_dtype = job.spec.y_dtype,
       .y = data->data(),
+      .transfer = transfer,
   };
   absl::StatusOr<int64_t> compute_ns = backend.Forward(worker, call);
   if (!compute_ns.ok()) {

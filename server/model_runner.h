@@ -52,9 +52,10 @@ absl::StatusOr<ForwardJob> PrepareForward(const v1::ForwardRequest& request,
 // with its data sized to the result; returns the data, for the caller to fill.
 std::string* StartForwardResponse(const ForwardJob& job, v1::ForwardResponse* response);
 
-// Runs the job alone on `worker` and writes the whole response (cleared first).
+// Runs the job alone on `worker` and writes the whole response (cleared first);
+// `transfer` as RunMatMul's.
 absl::Status RunForward(Backend& backend, int worker, const ForwardJob& job,
-                        v1::ForwardResponse* response);
+                        v1::ForwardResponse* response, TransferTimes* transfer = nullptr);
 
 // Hands `job` to the model's batching queue (server/batcher.h), exactly as DispatchMatMul
 // does for a weight: same admission, deadlines, cancellation and metrics; `done` runs

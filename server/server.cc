@@ -68,7 +68,9 @@ absl::StatusOr<int> QmmServer::Start() {
                       {.max_batch_rows = options_.max_batch_rows,
                        .max_queue_delay = options_.max_queue_delay,
                        .max_queue_rows = options_.max_queue_rows,
-                       .max_queued_requests = options_.max_queued_requests},
+                       .max_queued_requests = options_.max_queued_requests,
+                       .worker_spin = options_.worker_spin,
+                       .completion_threads = options_.completion_threads},
                       models_.get());
   if (!batcher.ok()) return batcher.status();
   batcher_ = *std::move(batcher);

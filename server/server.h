@@ -40,6 +40,9 @@ struct ServerOptions {
   int64_t max_batch_rows = 64;
   absl::Duration max_queue_delay = absl::ZeroDuration();
   int64_t max_queue_rows = 65536;
+  // BatcherOptions::worker_spin and completion_threads.
+  absl::Duration worker_spin = absl::ZeroDuration();
+  int completion_threads = 2;
   // Threads that quantize and load uploads.
   int upload_threads = 2;
   // How long Shutdown lets in-flight calls run before cancelling them.

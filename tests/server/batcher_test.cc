@@ -176,6 +176,12 @@ TEST_F(BatcherTest, RejectsBadOptions) {
   EXPECT_EQ(CheckBatcherOptions({.max_queue_rows = 0}).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(CheckBatcherOptions({.max_queued_requests = 0}).code(),
             absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CheckBatcherOptions({.worker_spin = absl::Microseconds(-1)}).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CheckBatcherOptions({.completion_threads = -1}).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(CheckBatcherOptions({.worker_spin = absl::Microseconds(50)}).ok());
+  EXPECT_TRUE(CheckBatcherOptions({.completion_threads = 0}).ok());
   EXPECT_TRUE(CheckBatcherOptions({}).ok());
 }
 
@@ -233,6 +239,27 @@ TEST_F(BatcherTest, BatchesStopAtMaxBatchRowsWithoutSplittingARequest) {
   const std::vector<int64_t> launched = CallRows();
   EXPECT_EQ(launched, (std::vector<int64_t>{1, 7, 8}));
   EXPECT_EQ(batcher_->stats().launches, 3);
+}
+
+// Large batches are finished in chunks on the completion threads, or by the worker
+// itself without them; every request gets its own rows either way.
+TEST_F(BatcherTest, EveryRequestOfABigBatchIsFinishedWithOrWithoutCompletionThreads) {
+  for (int threads : {0, 3}) {
+    SCOPED_TRACE(threads);
+    Init({.max_batch_rows = 64, .completion_threads = threads}, /*workers=*/1);
+    const Weight w = AddWeight("w", Scheme::kW8A16, {16, 128, 0}, 3);
+    backend_->Close();
+    std::vector<std::unique_ptr<Call>> calls;
+    calls.push_back(Submit(w, 1));
+    ASSERT_TRUE(backend_->WaitForCalls(1));
+    for (int i = 0; i < 30; ++i) calls.push_back(Submit(w, 1 + i % 2));
+    ASSERT_TRUE(WaitForWaiting(30));
+    backend_->Open();
+    for (auto& call : calls) ExpectCorrect(w, *call);
+    EXPECT_EQ(batcher_->stats().launches, 2);
+    EXPECT_EQ(batcher_->stats().max_requests_per_launch, 30);
+    batcher_.reset();
+  }
 }
 
 TEST_F(BatcherTest, ARequestLargerThanMaxBatchRowsRunsAlone) {

@@ -9,6 +9,7 @@
 
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 
 namespace qmm {
 namespace {
@@ -29,6 +30,19 @@ TEST(ComputePoolTest, RunsEveryTaskWithAValidWorkerIndex) {
   }  // the destructor drains the queue
   EXPECT_EQ(ran.load(), 1000);
   EXPECT_EQ(bad_index.load(), 0);
+}
+
+TEST(ComputePoolTest, SpinningWorkersRunEveryTask) {
+  std::atomic<int> ran{0};
+  {
+    ComputePool pool("test", 2, 10000, absl::Microseconds(200));
+    for (int i = 0; i < 200; ++i) {
+      ASSERT_TRUE(pool.Submit([&](int) { ran.fetch_add(1); }).ok());
+      // Some tasks find a worker spinning, some find it asleep.
+      if (i % 50 == 0) absl::SleepFor(absl::Milliseconds(2));
+    }
+  }
+  EXPECT_EQ(ran.load(), 200);
 }
 
 TEST(ComputePoolTest, AWorkerIndexIsNeverBusyTwice) {

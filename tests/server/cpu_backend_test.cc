@@ -77,6 +77,31 @@ TEST(CpuBackendTest, WorkerOutOfRangeIsInternal) {
   EXPECT_EQ(backend->MatMul(-1, call).status().code(), absl::StatusCode::kInternal);
 }
 
+TEST(CpuBackendTest, ReportsItsConversionsAsTransfers) {
+  std::unique_ptr<Backend> backend = Make(2);
+  const WeightShape shape{16, 256, 128};
+  std::vector<uint8_t> packed =
+      PackLocally(Scheme::kW4A16, shape, DType::kF32, RandomFloats(16 * 256, 1));
+  absl::StatusOr<PackedWeight> view = ViewPacked(Scheme::kW4A16, shape, packed);
+  auto weight = backend->Load(*view);
+  ASSERT_TRUE(weight.ok());
+  // No staging of its own: callers gather into their own memory.
+  absl::StatusOr<HostStaging> staging = backend->StageHost(0, 1024, 1024);
+  ASSERT_TRUE(staging.ok());
+  EXPECT_EQ(staging->x, nullptr);
+  EXPECT_EQ(staging->y, nullptr);
+  for (DType dtype : {DType::kF16, DType::kF32}) {
+    const std::string x = ToBytes(dtype, RandomFloats(4 * 256, 2));
+    std::string y(4 * 16 * DTypeSize(dtype), '\xff');
+    TransferTimes transfer;
+    MatMulCall call{weight->get(), dtype, x.data(), 4, dtype, y.data(), &transfer};
+    ASSERT_TRUE(backend->MatMul(1, call).ok());
+    EXPECT_GE(transfer.h2d_ns, 0);
+    EXPECT_GE(transfer.d2h_ns, 0);
+    ExpectMatchesReference(*view, FromBytes(dtype, x), 4, FromBytes(dtype, y), dtype);
+  }
+}
+
 // Every scheme and every input/output dtype, with the output poisoned beforehand so that
 // an unwritten element shows up.
 TEST(CpuBackendTest, EverySchemeAndDtypeMatchesTheReference) {
