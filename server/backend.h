@@ -137,17 +137,19 @@ class Backend {
   virtual absl::StatusOr<std::unique_ptr<BackendWeight>> Load(const PackedWeight& packed) = 0;
 
   // Runs one call on `worker`; returns the compute time in nanoseconds (device time on
-  // the GPU, wall time on the CPU). Errors are INTERNAL (a device fault); a sticky device
-  // error is reported through healthy().
+  // the GPU, wall time of the kernel on the CPU; transfers apart: MatMulCall::transfer).
+  // Errors are INTERNAL (a device fault); a sticky device error is reported through
+  // healthy().
   virtual absl::StatusOr<int64_t> MatMul(int worker, const MatMulCall& call) = 0;
 
-  // Host buffers of `worker`, of at least x_bytes and y_bytes, that the next MatMul (not
-  // Forward, which may stage more than it is given) on `worker` may take as its x and y: a backend
-  // that copies through staging memory of its own (CUDA's pinned buffers) then skips those copies,
-  // so a caller that gathers a batch gathers it there. The worker contract of MatMul applies; they
-  // stay valid until the next StageHost, or MatMul on `worker` with more bytes. Null members (the
-  // default): the backend has none, and the caller uses memory of its own. RESOURCE_EXHAUSTED when
-  // they cannot be allocated.
+  // Host buffers of `worker`, of at least x_bytes and y_bytes, that the next MatMul on
+  // `worker` may take as its x and y (not Forward, which may stage more than it is
+  // given): a backend that copies through staging memory of its own (CUDA's pinned
+  // buffers) then skips those copies, so a caller that gathers a batch gathers it there.
+  // The worker contract of MatMul applies; they stay valid until the next StageHost, or
+  // MatMul on `worker` with more bytes. Null members (the default): the backend has none,
+  // and the caller uses memory of its own. RESOURCE_EXHAUSTED when they cannot be
+  // allocated.
   virtual absl::StatusOr<HostStaging> StageHost(int worker, size_t x_bytes, size_t y_bytes);
 
   // Prepares a checked chain of layers for Forward. RESOURCE_EXHAUSTED when the device
