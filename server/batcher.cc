@@ -149,7 +149,8 @@ void Batcher::Enqueue(BatchRequest request) {
   for (auto& [done, status] : completions) std::move(done)(status);
 }
 
-void Batcher::ScheduleLocked(WeightQueue& q, absl::Time now, Completions& completions) {
+void Batcher::ScheduleLocked(WeightQueue& q, absl::Time now, Completions& completions,
+                             bool* run_here) {
   if (q.waiting.empty()) return;
   const int workers = pool_->size();
   int64_t wanted = 0;
@@ -168,6 +169,10 @@ void Batcher::ScheduleLocked(WeightQueue& q, absl::Time now, Completions& comple
   }
   for (; wanted > 0; --wanted) {
     ++q.scheduled;
+    if (run_here != nullptr && !*run_here && pool_->queued() == 0) {
+      *run_here = true;
+      continue;
+    }
     WeightQueue* queue = &q;
     absl::Status submitted = pool_->Submit([this, queue](int worker) { RunBatch(queue, worker); });
     if (submitted.ok()) continue;
@@ -253,6 +258,11 @@ void Batcher::TakeBatchLocked(WeightQueue& q, bool published, absl::Time now,
 }
 
 void Batcher::RunBatch(WeightQueue* q, int worker) {
+  while (RunOneBatch(q, worker)) {
+  }
+}
+
+bool Batcher::RunOneBatch(WeightQueue* q, int worker) {
   // Immutable and kept alive by the queue, which lives while a task of it is scheduled.
   const std::shared_ptr<const StoredWeight> weight = q->weight;
   const std::shared_ptr<const StoredModel> model = q->model;
@@ -286,7 +296,7 @@ void Batcher::RunBatch(WeightQueue* q, int worker) {
     }
     std::move(w.request.done)(status);
   }
-  if (batch.empty()) return;
+  if (batch.empty()) return false;
   int64_t rows = 0;
   for (const Waiting& w : batch) {
     metrics_.RecordQueue(w.request.method, Seconds(taken - w.enqueued));
@@ -299,6 +309,7 @@ void Batcher::RunBatch(WeightQueue* q, int worker) {
 
   const auto requests = static_cast<int64_t>(batch.size());
   Completions completions;
+  bool run_here = false;
   {
     absl::MutexLock lock(&mu_);
     --q->running;
@@ -309,8 +320,10 @@ void Batcher::RunBatch(WeightQueue* q, int worker) {
     if (requests > 1) ++stats_.multi_request_launches;
     stats_.max_requests_per_launch = std::max(stats_.max_requests_per_launch, requests);
     stats_.max_rows_per_launch = std::max(stats_.max_rows_per_launch, rows);
-    ScheduleLocked(*q, absl::Now(), completions);
-    EraseIfIdleLocked(q);
+    // Only when others finish this batch's requests: else the worker would hold its next
+    // launch back until it has finished them, where another worker could start it now.
+    ScheduleLocked(*q, absl::Now(), completions, completion_ != nullptr ? &run_here : nullptr);
+    EraseIfIdleLocked(q);  // never when run_here: the launch counts as scheduled
   }
   metrics_.RecordBatch(rows, requests);
   if (status.ok()) {
@@ -336,15 +349,16 @@ void Batcher::RunBatch(WeightQueue* q, int worker) {
     }
   }
   for (auto& [done, s] : completions) std::move(done)(s);
-  FinishBatch(batch, status);
+  FinishBatch(batch, status, /*busy=*/run_here);
+  return run_here;
 }
 
-void Batcher::FinishBatch(std::vector<Waiting>& batch, const absl::Status& status) {
+void Batcher::FinishBatch(std::vector<Waiting>& batch, const absl::Status& status, bool busy) {
   // Below this many requests per chunk, the hop to a completion thread costs more than
   // it spreads.
   constexpr size_t kMinChunk = 4;
   const size_t n = batch.size();
-  if (n == 1 || completion_ == nullptr) {
+  if ((n == 1 && !busy) || completion_ == nullptr) {
     for (Waiting& w : batch) std::move(w.request.done)(status);
     return;
   }

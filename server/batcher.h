@@ -13,7 +13,9 @@
 // a worker starts it, so requests that arrive while it waits for a worker still join. A
 // weight gets a second concurrent launch only when a full batch is waiting beyond what is
 // already scheduled (saturating load), never more than the backend has workers. Different
-// weights run concurrently on the backend's workers, which take work in submission order.
+// weights run concurrently on the backend's workers, which take work in submission order;
+// a worker that finishes a launch runs its weight's next one itself when no other work
+// waits for a worker (rather than waking another worker for it).
 //
 // Admission. A request is refused with RESOURCE_EXHAUSTED when max_queued_requests
 // requests already wait (all weights together) or when its weight's waiting rows plus its
@@ -176,9 +178,12 @@ class Batcher {
   Batcher(Backend& backend, const WeightStore& store, Metrics& metrics,
           const BatcherOptions& options, const ModelStore* models);
 
-  // Submits launches (or arms the delay timer) as the policy in the header says.
-  void ScheduleLocked(WeightQueue& q, absl::Time now, Completions& completions)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Submits launches (or arms the delay timer) as the policy in the header says. With
+  // `run_here` (a worker that just finished a launch of `q`), the first launch is not
+  // submitted when no task waits for a worker: *run_here is set and the caller runs it,
+  // which saves waking another worker for it.
+  void ScheduleLocked(WeightQueue& q, absl::Time now, Completions& completions,
+                      bool* run_here = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ArmTimerLocked(WeightQueue& q, absl::Time due) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes `q` when nothing refers to it any more; `q` is gone if this returns true.
   bool EraseIfIdleLocked(WeightQueue* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -189,8 +194,11 @@ class Batcher {
   void TakeBatchLocked(WeightQueue& q, bool published, absl::Time now, std::vector<Waiting>& batch,
                        std::vector<std::pair<Waiting, absl::Status>>& dropped)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // One pool task: takes a batch of `q`, launches it on `worker`, answers its requests.
+  // One pool task: takes a batch of `q`, launches it on `worker`, answers its requests;
+  // then the next batch of `q` while ScheduleLocked hands it back (run_here).
   void RunBatch(WeightQueue* q, int worker);
+  // One launch of RunBatch; true when the worker should run the next one of `q` itself.
+  bool RunOneBatch(WeightQueue* q, int worker);
   // Runs `batch` (all of one weight and one dtype pair) and fills every response;
   // `transfer` receives the backend's transfer times.
   absl::Status Launch(int worker, const StoredWeight& weight, std::vector<Waiting>& batch,
@@ -200,8 +208,9 @@ class Batcher {
                              TransferTimes& transfer);
   void TimerLoop();
   // Runs every request's `done` with `status`: on this thread for a single request (no
-  // extra thread hop for it), else in chunks on the completion threads.
-  void FinishBatch(std::vector<Waiting>& batch, const absl::Status& status);
+  // extra thread hop for it) unless the worker has another launch to run (`busy`), else
+  // in chunks on the completion threads.
+  void FinishBatch(std::vector<Waiting>& batch, const absl::Status& status, bool busy);
 
   Backend& backend_;
   const WeightStore& store_;

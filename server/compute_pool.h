@@ -44,6 +44,8 @@ class ComputePool {
   absl::Status Submit(Task task);
 
   int size() const { return static_cast<int>(threads_.size()); }
+  // Tasks waiting for a worker now (a snapshot).
+  int64_t queued() const { return queued_.load(std::memory_order_relaxed); }
 
  private:
   void Loop(int worker);

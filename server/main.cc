@@ -39,7 +39,7 @@ ABSL_FLAG(int64_t, worker_spin_us, -1,
           "-1 = 50 on hosts with 8 or more hardware threads, else 0");
 ABSL_FLAG(int, completion_threads, -1,
           "threads that hand the results of multi-request launches to gRPC; 0 = none (the "
-          "batch worker does it); -1 = half the hardware threads, at most 8");
+          "batch worker does it); -1 = half the hardware threads, at most 8 (0 below 4)");
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464",
           "host:port of the Prometheus endpoint (/metrics); port 0 picks one; empty turns it off");
 ABSL_FLAG(bool, metrics_per_weight, false,
@@ -96,8 +96,9 @@ int main(int argc, char** argv) {
   const int64_t spin_us = absl::GetFlag(FLAGS_worker_spin_us);
   options.worker_spin = absl::Microseconds(spin_us >= 0 ? spin_us : hardware_threads >= 8 ? 50 : 0);
   const int completion_threads = absl::GetFlag(FLAGS_completion_threads);
-  options.completion_threads =
-      completion_threads >= 0 ? completion_threads : std::clamp(hardware_threads / 2, 1, 8);
+  options.completion_threads = completion_threads >= 0 ? completion_threads
+                               : hardware_threads >= 4 ? std::clamp(hardware_threads / 2, 1, 8)
+                                                       : 0;  // no core to spread them over
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   options.metrics_per_weight = absl::GetFlag(FLAGS_metrics_per_weight);
   qmm::QmmServer server(*std::move(backend), options);
