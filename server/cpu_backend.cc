@@ -138,8 +138,9 @@ class CpuBackend : public Backend {
     CpuMatMul(weight.view(), x, call.m, y, cpu_threads_);
     const auto computed = Clock::now();
     if (call.y_dtype != DType::kF32) FromFloat(call.y_dtype, y, y_count, call.y);
+    const int64_t compute_ns = Finish(start, converted, computed, call.transfer);
     scratch.Trim();
-    return Finish(start, converted, computed, call.transfer);
+    return compute_ns;
   }
 
   absl::StatusOr<std::unique_ptr<BackendModel>> LoadModel(
@@ -167,8 +168,9 @@ class CpuBackend : public Backend {
     CpuRunChain(layers, call.token_ids, x, call.m, y, cpu_threads_);
     const auto computed = Clock::now();
     if (call.y_dtype != DType::kF32) FromFloat(call.y_dtype, y, y_count, call.y);
+    const int64_t compute_ns = Finish(start, converted, computed, call.transfer);
     scratch.Trim();
-    return Finish(start, converted, computed, call.transfer);
+    return compute_ns;
   }
 
  private:
