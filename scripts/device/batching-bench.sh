@@ -2,7 +2,10 @@
 # Issue 6 (dynamic batching) on a GPU machine: qmm-server with the CUDA backend on
 # loopback and qmmctl bench against an 8192 x 8192 W4A16 weight at M = 1 per request:
 # one unary client (latency), 256 streams (throughput, then verified), and 256 streams
-# with --max_batch_rows=1 (the no-batching baseline). JSON goes to OUT_DIR.
+# with --max_batch_rows=1 (the no-batching baseline); then the same latency and throughput
+# with the host-path helpers off (--completion_threads=0 --worker_spin_us=0), for
+# comparison, and the transfer and compute histograms of the first server (metrics.txt).
+# JSON goes to OUT_DIR.
 #   usage: batching-bench.sh BIN_DIR OUT_DIR
 set -euo pipefail
 bin=$1
@@ -37,10 +40,20 @@ bench() {  # json-name flags...
     "$@" | tee "$out/$name.txt"
 }
 
-start_server
+start_server --metrics_listen=127.0.0.1:0
 bench one_unary --concurrency=1 --requests=2000 --warmup=50
 bench streams256 --concurrency=256 --stream --duration=5s --warmup=1
 bench streams256_verify --concurrency=256 --stream --requests=10000 --verify --verify_seed=1
+metrics=$(sed -n 's/.*metrics on \(http[^ ]*\).*/\1/p' "$out/server-1.log")
+if command -v curl >/dev/null && [[ -n $metrics ]]; then
+  curl -s "$metrics" | grep -E '^qmm_(transfer|compute)_duration_seconds_(count|sum)' \
+    | tee "$out/metrics.txt"
+fi
+stop_server
+
+start_server --completion_threads=0 --worker_spin_us=0
+bench one_unary_nohelpers --concurrency=1 --requests=2000 --warmup=50
+bench streams256_nohelpers --concurrency=256 --stream --duration=5s --warmup=1
 stop_server
 
 start_server --max_batch_rows=1
