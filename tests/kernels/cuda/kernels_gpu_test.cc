@@ -25,6 +25,7 @@
 #include "kernels/cuda/convert.h"
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/kernels.h"
+#include "kernels/cuda/w4a16.h"
 #include "kernels/cuda/w8a16.h"
 #include "kernels/dtype.h"
 #include "kernels/format.h"
@@ -319,6 +320,49 @@ TEST(W8A16Test, EverySplitMatchesCpu) {
       for (int64_t m : {1, 9, 17, 40, 100}) {
         for (DType x_dtype : {DType::kF16, DType::kBF16})
           gpu.Check(x_dtype, DType::kF32, m, rng, launch);
+      }
+    }
+  }
+}
+
+// Every W4A16 path beyond the main sweep: token counts around the kernels' tile sizes
+// through the default launch, and the cluster kernels through every forced split count
+// (which the default launch never picks for some M on an H200).
+template <int kSplits>
+cudaError_t LaunchW4A16With(const GemmArgs& args) {
+  W4A16Options options;
+  options.splits = kSplits;
+  return LaunchW4A16(args, options);
+}
+
+TEST(W4A16Test, EveryPathMatchesCpu) {
+  DeviceInfo device;
+  ASSERT_CUDA(CurrentDeviceInfo(&device));
+  const uint64_t seed = FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  const KernelOps* ops = FindKernel(Scheme::kW4A16);
+  ASSERT_NE(ops, nullptr);
+  using Launch = cudaError_t (*)(const GemmArgs&);
+  std::vector<std::pair<int, Launch>> variants = {{0, &LaunchW4A16With<0>},
+                                                  {1, &LaunchW4A16With<1>}};
+  if (device.clusters()) {
+    variants.push_back({2, &LaunchW4A16With<2>});
+    variants.push_back({4, &LaunchW4A16With<4>});
+    variants.push_back({8, &LaunchW4A16With<8>});
+  }
+  for (const WeightShape& shape :
+       {WeightShape{1000, 2048, kW4GroupSize}, WeightShape{300, 1152, 0}}) {
+    const Weight w = RandomWeight(Scheme::kW4A16, shape, rng);
+    GpuWeight gpu(*ops, w);
+    ASSERT_TRUE(gpu.ok());
+    for (const auto& [splits, launch] : variants) {
+      SCOPED_TRACE(::testing::Message() << "splits " << splits);
+      for (int64_t m : {17, 32, 40, 100, 128, 129, 300}) {
+        for (DType x_dtype : {DType::kF16, DType::kBF16}) {
+          gpu.Check(x_dtype, DType::kF32, m, rng, launch);
+          if (HasFatalFailure()) return;
+        }
       }
     }
   }
