@@ -10,6 +10,7 @@
 #include "kernels/cuda/w4a16_direct.cuh"
 #include "kernels/cuda/w4a16_layout.h"
 #include "kernels/cuda/w4a16_staged.cuh"
+#include "kernels/cuda/w4a16_wgmma.cuh"
 
 namespace qmm::cuda {
 namespace {
@@ -129,6 +130,36 @@ cudaError_t LaunchStaged(const GemmArgs& args, const W4A16Options& options) {
       args, options);
 }
 
+template <int NT, bool kBf16>
+cudaError_t LaunchWgmma(const GemmArgs& args, const W4A16Options& options) {
+  return Launch<w4a16::WgmmaKernel<NT, kBf16>, NT / 8, w4a16::WgmmaTile<NT>::kGroups,
+                w4a16::WgmmaTile<NT>::kSmemBytes>(args, options);
+}
+
+// The wgmma kernel for M > 16 where it runs as sm_90a code: tiles of 32 tokens up to 32,
+// else of 64; several token tiles read each weight tile together (mostly once from HBM,
+// then from L2).
+template <bool kBf16>
+cudaError_t LaunchWgmmaForM(const GemmArgs& args, const W4A16Options& options, bool* launched) {
+  // Per device: bit 2d says device d was checked, bit 2d + 1 that it runs the kernel.
+  static std::atomic<uint64_t> checked{0};
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  uint64_t bits = device < 32 ? checked.load() >> (2 * device) : 0;
+  if ((bits & 1) == 0) {
+    bool ok = false;
+    err = wgmma::Available(w4a16::WgmmaKernel<32, kBf16>, &ok);
+    if (err != cudaSuccess) return err;
+    bits = ok ? 3 : 1;
+    if (device < 32) checked.fetch_or(bits << (2 * device));
+  }
+  *launched = (bits & 2) != 0;
+  if (!*launched) return cudaSuccess;
+  if (args.m <= 32) return LaunchWgmma<32, kBf16>(args, options);
+  return LaunchWgmma<64, kBf16>(args, options);
+}
+
 // Below this many bytes of weights the launch and pipeline fill dominate.
 constexpr int64_t kSmallWeightBytes = int64_t{16} << 20;
 
@@ -218,7 +249,8 @@ cudaError_t LaunchForM(const GemmArgs& args, const W4A16Options& options) {
   // kernel, except for up to 8 tokens on more strips than its CTAs cover at once (N >=
   // 14336 there): the last turn of its persistent grid leaves SMs with few bytes in
   // flight, and the cluster kernels were faster (36 against 40-42 us on 8192 x 28672).
-  // A forced split count (tuning) takes the cluster kernels at every M. Those: up to 8
+  // Beyond 16 tokens the wgmma kernel (sm_90a). A forced split count (tuning) takes the
+  // mma.sync cluster kernels at every M, as does a device without wgmma. Those: up to 8
   // tokens, small weights stream through registers and larger ones through 2-group
   // shared-memory stages; up to 16 tokens one group per CTA; beyond, 32 tokens x 256 rows
   // per CTA keeps the shared-memory traffic per mma low, and further token tiles run side
@@ -239,6 +271,11 @@ cudaError_t LaunchForM(const GemmArgs& args, const W4A16Options& options) {
                : LaunchStaged<1, 2, kBf16>(args, options);
   }
   if (args.m <= 16) return LaunchStaged<2, 1, kBf16>(args, options);
+  if (options.splits == 0) {
+    bool launched = false;
+    const cudaError_t err = LaunchWgmmaForM<kBf16>(args, options, &launched);
+    if (err != cudaSuccess || launched) return err;
+  }
   return LaunchStaged<4, 2, kBf16>(args, options);
 }
 

@@ -1,15 +1,16 @@
 // W4A16: int4 weights (symmetric, fp16 scales per 128 k or per row) times fp16/bf16
-// activations, fp32 accumulation, on tensor cores (mma.m16n8k16 with the weights in the M
-// slot, so 1..8 tokens fill one n8 tile; the scale is applied to each 128-k partial sum
-// in fp32). The device layout is in w4a16_layout.h; three kernels read it. Up to 16
+// activations, fp32 accumulation, on tensor cores (the weights in the M slot, so 1..8
+// tokens fill one n8 tile of mma.m16n8k16; the scale is applied to each 128-k partial sum
+// in fp32). The device layout is in w4a16_layout.h; four kernels read it. Up to 16
 // tokens the decode kernel (w4a16_decode.cuh): a persistent one-wave grid whose warps
 // stream the weights straight into registers, split K inside each CTA and reduce through
 // shared memory, on any sm_80+ device (up to 8 tokens only when its CTAs cover all rows
-// at once). Otherwise (or with a forced split count) one of two cluster kernels: one
-// streaming the weights through registers (w4a16_direct.cuh) and one through a
-// shared-memory pipeline fed by bulk copies (w4a16_staged.cuh), both splitting K across
-// the CTAs of a thread-block cluster (reduced through distributed shared memory) on
-// sm_90; before sm_90 every CTA covers all of K. No workspace, one launch.
+// at once). Beyond 16 tokens on sm_90a the wgmma kernel (w4a16_wgmma.cuh). Otherwise (or
+// with a forced split count) one of two mma.sync cluster kernels: one streaming the
+// weights through registers (w4a16_direct.cuh) and one through a shared-memory pipeline
+// fed by bulk copies (w4a16_staged.cuh). All but the decode kernel split K across the
+// CTAs of a thread-block cluster (reduced through distributed shared memory) on sm_90;
+// before sm_90 every CTA covers all of K. No workspace, one launch.
 #ifndef QMM_KERNELS_CUDA_W4A16_H_
 #define QMM_KERNELS_CUDA_W4A16_H_
 
@@ -38,7 +39,7 @@ cudaError_t LaunchW4A16(const GemmArgs& args);
 // LaunchW4A16 uses.
 struct W4A16Options {
   // CTAs that split K (1, 2, 4 or 8; 0 picks the kernel and the split from M, the shape
-  // and the device). A nonzero value forces the cluster kernels, also for M <= 16. More
+  // and the device). A nonzero value forces the mma.sync cluster kernels at every M. More
   // than 1 needs sm_90 (cluster launch); the launch fails with cudaErrorInvalidValue
   // before that.
   int splits = 0;

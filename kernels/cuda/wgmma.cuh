@@ -1,0 +1,110 @@
+// sm_90a warpgroup matrix multiply (wgmma) primitives: the A operand from registers (so a
+// kernel can dequantize weights straight into it) and B from shared memory through a
+// matrix descriptor, fp32 accumulators. Only the sm_90a pass defines QMM_WGMMA; kernels
+// built on these compile to an empty body elsewhere, and their launchers check the
+// binary version before choosing them (WgmmaAvailable).
+#ifndef QMM_KERNELS_CUDA_WGMMA_CUH_
+#define QMM_KERNELS_CUDA_WGMMA_CUH_
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define QMM_WGMMA 1
+#endif
+
+namespace qmm::cuda::wgmma {
+
+// True when `kernel` runs sm_90a machine code on the current device (not an sm_80 build
+// of it, whose wgmma body is empty).
+template <typename Kernel>
+cudaError_t Available(Kernel kernel, bool* available) {
+  cudaFuncAttributes attrs = {};
+  const cudaError_t err = cudaFuncGetAttributes(&attrs, kernel);
+  *available = err == cudaSuccess && attrs.binaryVersion >= 90;
+  return err;
+}
+
+#ifdef QMM_WGMMA
+
+// Descriptor of a K-major tile in the 128-byte swizzle: atoms of 8 rows (N or M) x 128
+// bytes of K, 1024-byte aligned, in which 16-byte chunk j of row r sits at chunk j ^ r
+// (so the tensor cores read 8 rows' chunks from 8 different banks); `atom_stride` bytes
+// from one 8-row atom to the next. `smem` may point into an atom's first row to select
+// the k offset of one step.
+__device__ inline uint64_t SmemDescSw128(const void* smem, uint32_t atom_stride) {
+  const auto addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  return uint64_t{(addr & 0x3ffff) >> 4} | uint64_t{1} << 16 |
+         uint64_t{(atom_stride >> 4) & 0x3fff} << 32 | uint64_t{1} << 62;
+}
+
+// Orders this thread's earlier register writes before the wgmma that reads them.
+__device__ inline void Fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ inline void Commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int kPending>
+__device__ inline void Wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(kPending) : "memory");
+}
+// Makes this thread's ordinary shared-memory stores visible to the tensor cores (the
+// async proxy); a barrier must follow before another thread's wgmma reads them.
+__device__ inline void FenceProxyAsync() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+// d[64 x 8J] = A[64 x 16] * B[16 x 8J] (+ d when `accumulate`) for J n8 tiles (J = 4 or 8): A as the four
+// m16n8k16-style registers of each warp's 16 rows, B by descriptor; d[j] is the j-th n8
+// tile's accumulator quad (rows g, g + 8; columns 2t, 2t + 1 of the tile).
+template <int J, bool kBf16>
+__device__ inline void MmaRs(float (&d)[J][4], const uint32_t (&a)[4], uint64_t b, bool accumulate);
+
+#define QMM_WGMMA_ACC4(j) "+f"(d[j][0]), "+f"(d[j][1]), "+f"(d[j][2]), "+f"(d[j][3])
+
+#define QMM_WGMMA_N32(TYPE)                                                                 \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"                           \
+               "wgmma.mma_async.sync.aligned.m64n32k16.f32." TYPE "." TYPE                 \
+               " {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15},"                 \
+               " {%16,%17,%18,%19}, %20, p, 1, 1, 0;\n}"                                  \
+               : QMM_WGMMA_ACC4(0), QMM_WGMMA_ACC4(1), QMM_WGMMA_ACC4(2), QMM_WGMMA_ACC4(3) \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(int{accumulate}))
+
+#define QMM_WGMMA_N64(TYPE)                                                                 \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                           \
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE                 \
+               " {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"                  \
+               "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31},"         \
+               " {%32,%33,%34,%35}, %36, p, 1, 1, 0;\n}"                                  \
+               : QMM_WGMMA_ACC4(0), QMM_WGMMA_ACC4(1), QMM_WGMMA_ACC4(2), QMM_WGMMA_ACC4(3), \
+                 QMM_WGMMA_ACC4(4), QMM_WGMMA_ACC4(5), QMM_WGMMA_ACC4(6), QMM_WGMMA_ACC4(7) \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(int{accumulate}))
+
+template <>
+__device__ inline void MmaRs<4, false>(float (&d)[4][4], const uint32_t (&a)[4], uint64_t b,
+                                        bool accumulate) {
+  QMM_WGMMA_N32("f16");
+}
+template <>
+__device__ inline void MmaRs<4, true>(float (&d)[4][4], const uint32_t (&a)[4], uint64_t b,
+                                        bool accumulate) {
+  QMM_WGMMA_N32("bf16");
+}
+template <>
+__device__ inline void MmaRs<8, false>(float (&d)[8][4], const uint32_t (&a)[4], uint64_t b,
+                                        bool accumulate) {
+  QMM_WGMMA_N64("f16");
+}
+template <>
+__device__ inline void MmaRs<8, true>(float (&d)[8][4], const uint32_t (&a)[4], uint64_t b,
+                                        bool accumulate) {
+  QMM_WGMMA_N64("bf16");
+}
+
+#undef QMM_WGMMA_N64
+#undef QMM_WGMMA_N32
+#undef QMM_WGMMA_ACC4
+
+#endif  // QMM_WGMMA
+
+}  // namespace qmm::cuda::wgmma
+
+#endif  // QMM_KERNELS_CUDA_WGMMA_CUH_
