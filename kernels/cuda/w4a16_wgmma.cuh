@@ -67,9 +67,9 @@ struct WgmmaTile {
   static constexpr int kXTasksPerThread = (kXTasks + kThreads - 1) / kThreads;
   static constexpr int kStrips = kGroups * kGroupStrips;
   static constexpr int kReduceBytes = kStrips * NT / 8 * 32 * 16;
-  static constexpr int kSmemBytes = 1024 + (kXOffset + 2 * kXBytes > kStagesOffset + kReduceBytes
-                                                ? kXOffset + 2 * kXBytes
-                                                : kStagesOffset + kReduceBytes);
+  static constexpr int kSmemBytes =
+      1024 + (kXOffset + 2 * kXBytes > kStagesOffset + kReduceBytes ? kXOffset + 2 * kXBytes
+                                                                    : kStagesOffset + kReduceBytes);
 };
 
 // Grid: x = token tiles of NT, y = pairs of 128-row groups, z = K splits (one cluster).
@@ -107,11 +107,10 @@ __global__ void __launch_bounds__(kThreads, 1) WgmmaKernel(const __grid_constant
       for (int r = 0; r < kGroups; ++r) {
         const int64_t group = group0 + r < p.groups ? group0 + r : p.groups - 1;
         uint8_t* dst = stage + r * Tl::kGroupStageBytes;
-        BulkCopy(dst, p.w + group * p.w_group_stride + chunk * p.w_chunk_stride,
-                 kGroupChunkBytes, bar);
-        BulkCopy(dst + kGroupChunkBytes,
-                 p.s + group * p.s_group_stride + chunk * p.s_chunk_stride, kGroupScaleBytes,
+        BulkCopy(dst, p.w + group * p.w_group_stride + chunk * p.w_chunk_stride, kGroupChunkBytes,
                  bar);
+        BulkCopy(dst + kGroupChunkBytes, p.s + group * p.s_group_stride + chunk * p.s_chunk_stride,
+                 kGroupScaleBytes, bar);
       }
     }
 #pragma unroll
@@ -120,7 +119,8 @@ __global__ void __launch_bounds__(kThreads, 1) WgmmaKernel(const __grid_constant
       if (Tl::kXPieces % kThreads != 0 && piece >= Tl::kXPieces) continue;
       const int tok = piece / 16;
       const bool ok = tok0 + tok < p.m;
-      const uint8_t* src = x + ((ok ? tok0 + tok : 0) * p.k + chunk * kChunkK) * 2 + piece % 16 * 16;
+      const uint8_t* src =
+          x + ((ok ? tok0 + tok : 0) * p.k + chunk * kChunkK) * 2 + piece % 16 * 16;
       CpAsync16(stage + Tl::kRawXOffset + tok * Tl::kXRowBytes + piece % 16 * 16, src, ok);
     }
     CpAsyncCommit();
@@ -147,8 +147,8 @@ __global__ void __launch_bounds__(kThreads, 1) WgmmaKernel(const __grid_constant
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int core = 4 * half + j;  // 2s + h with s = 2 half + j / 2, h = j % 2
-        *reinterpret_cast<uint4*>(atom + (core ^ (tok % 8)) * 16) = make_uint4(
-            WordAt(q[0], j), WordAt(q[1], j), WordAt(q[2], j), WordAt(q[3], j));
+        *reinterpret_cast<uint4*>(atom + (core ^ (tok % 8)) * 16) =
+            make_uint4(WordAt(q[0], j), WordAt(q[1], j), WordAt(q[2], j), WordAt(q[3], j));
       }
     }
     wgmma::FenceProxyAsync();
@@ -193,10 +193,10 @@ __global__ void __launch_bounds__(kThreads, 1) WgmmaKernel(const __grid_constant
     for (int r = 0; r < kGroups; ++r) {
       const uint8_t* gs = stage + r * Tl::kGroupStageBytes;
       const uint4 w0 = *reinterpret_cast<const uint4*>(gs + warp * kStripChunkBytes + lane * 16);
-      const uint4 w1 = *reinterpret_cast<const uint4*>(gs + warp * kStripChunkBytes +
-                                                       kBlockBytes + lane * 16);
-      pair[r] = *reinterpret_cast<const uint32_t*>(gs + kGroupChunkBytes +
-                                                   warp * kStripScaleBytes + g * 4);
+      const uint4 w1 =
+          *reinterpret_cast<const uint4*>(gs + warp * kStripChunkBytes + kBlockBytes + lane * 16);
+      pair[r] = *reinterpret_cast<const uint32_t*>(gs + kGroupChunkBytes + warp * kStripScaleBytes +
+                                                   g * 4);
       Dequant<kBf16>(w0.x, a[r][0]);
       Dequant<kBf16>(w0.y, a[r][1]);
       Dequant<kBf16>(w0.z, a[r][2]);
