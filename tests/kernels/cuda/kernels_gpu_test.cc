@@ -288,84 +288,72 @@ TEST(RegistryEntriesTest, CoversDenseAndW8A16) {
   EXPECT_NE(FindKernel(Scheme::kW8A16), nullptr);
 }
 
-// Every split count of W8A16, not only the ones the heuristic picks.
-template <int kSplits>
-cudaError_t LaunchW8A16With(const GemmArgs& args) {
-  W8A16Options options;
+using Launch = cudaError_t (*)(const GemmArgs&);
+
+// A launcher with a forced split count (0: its own choice of kernel and split).
+template <typename Options, cudaError_t (*kLaunch)(const GemmArgs&, const Options&), int kSplits>
+cudaError_t LaunchWithSplits(const GemmArgs& args) {
+  Options options;
   options.splits = kSplits;
-  return LaunchW8A16(args, options);
+  return kLaunch(args, options);
 }
 
-TEST(W8A16Test, EverySplitMatchesCpu) {
-  DeviceInfo device;
-  ASSERT_CUDA(CurrentDeviceInfo(&device));
+// Every split count the device runs (more than 1 needs clusters), labelled by count.
+template <typename Options, cudaError_t (*kLaunch)(const GemmArgs&, const Options&)>
+std::vector<std::pair<int, Launch>> SplitVariants(const DeviceInfo& device) {
+  std::vector<std::pair<int, Launch>> variants = {{1, &LaunchWithSplits<Options, kLaunch, 1>}};
+  if (device.clusters()) {
+    variants.push_back({2, &LaunchWithSplits<Options, kLaunch, 2>});
+    variants.push_back({4, &LaunchWithSplits<Options, kLaunch, 4>});
+    variants.push_back({8, &LaunchWithSplits<Options, kLaunch, 8>});
+  }
+  return variants;
+}
+
+// Each launch variant against the CPU on fresh random weights of each shape, at each M,
+// for fp16 and bf16 activations.
+void CheckVariants(Scheme scheme, const std::vector<WeightShape>& shapes,
+                   const std::vector<int64_t>& ms,
+                   const std::vector<std::pair<int, Launch>>& variants) {
   const uint64_t seed = FreshSeed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937_64 rng(seed);
-  const KernelOps* ops = FindKernel(Scheme::kW8A16);
+  const KernelOps* ops = FindKernel(scheme);
   ASSERT_NE(ops, nullptr);
-  using Launch = cudaError_t (*)(const GemmArgs&);
-  std::vector<std::pair<int, Launch>> variants = {{1, &LaunchW8A16With<1>}};
-  if (device.clusters()) {
-    variants.push_back({2, &LaunchW8A16With<2>});
-    variants.push_back({4, &LaunchW8A16With<4>});
-    variants.push_back({8, &LaunchW8A16With<8>});
-  }
-  for (const WeightShape& shape : {WeightShape{1000, 4096, 0}, WeightShape{300, 1088, 0}}) {
-    const Weight w = RandomWeight(Scheme::kW8A16, shape, rng);
+  for (const WeightShape& shape : shapes) {
+    const Weight w = RandomWeight(scheme, shape, rng);
     GpuWeight gpu(*ops, w);
     ASSERT_TRUE(gpu.ok());
     for (const auto& [splits, launch] : variants) {
       SCOPED_TRACE(::testing::Message() << "splits " << splits);
-      for (int64_t m : {1, 9, 17, 40, 100}) {
-        for (DType x_dtype : {DType::kF16, DType::kBF16})
+      for (int64_t m : ms) {
+        for (DType x_dtype : {DType::kF16, DType::kBF16}) {
           gpu.Check(x_dtype, DType::kF32, m, rng, launch);
+          if (::testing::Test::HasFatalFailure()) return;
+        }
       }
     }
   }
+}
+
+// Every split count of W8A16, not only the ones the heuristic picks.
+TEST(W8A16Test, EverySplitMatchesCpu) {
+  DeviceInfo device;
+  ASSERT_CUDA(CurrentDeviceInfo(&device));
+  CheckVariants(Scheme::kW8A16, {{1000, 4096, 0}, {300, 1088, 0}}, {1, 9, 17, 40, 100},
+                SplitVariants<W8A16Options, &LaunchW8A16>(device));
 }
 
 // Every W4A16 path beyond the main sweep: token counts around the kernels' tile sizes
 // through the default launch, and the cluster kernels through every forced split count
 // (which the default launch never picks for some M on an H200).
-template <int kSplits>
-cudaError_t LaunchW4A16With(const GemmArgs& args) {
-  W4A16Options options;
-  options.splits = kSplits;
-  return LaunchW4A16(args, options);
-}
-
 TEST(W4A16Test, EveryPathMatchesCpu) {
   DeviceInfo device;
   ASSERT_CUDA(CurrentDeviceInfo(&device));
-  const uint64_t seed = FreshSeed();
-  SCOPED_TRACE(::testing::Message() << "seed " << seed);
-  std::mt19937_64 rng(seed);
-  const KernelOps* ops = FindKernel(Scheme::kW4A16);
-  ASSERT_NE(ops, nullptr);
-  using Launch = cudaError_t (*)(const GemmArgs&);
-  std::vector<std::pair<int, Launch>> variants = {{0, &LaunchW4A16With<0>},
-                                                  {1, &LaunchW4A16With<1>}};
-  if (device.clusters()) {
-    variants.push_back({2, &LaunchW4A16With<2>});
-    variants.push_back({4, &LaunchW4A16With<4>});
-    variants.push_back({8, &LaunchW4A16With<8>});
-  }
-  for (const WeightShape& shape :
-       {WeightShape{1000, 2048, kW4GroupSize}, WeightShape{300, 1152, 0}}) {
-    const Weight w = RandomWeight(Scheme::kW4A16, shape, rng);
-    GpuWeight gpu(*ops, w);
-    ASSERT_TRUE(gpu.ok());
-    for (const auto& [splits, launch] : variants) {
-      SCOPED_TRACE(::testing::Message() << "splits " << splits);
-      for (int64_t m : {17, 32, 40, 100, 128, 129, 300}) {
-        for (DType x_dtype : {DType::kF16, DType::kBF16}) {
-          gpu.Check(x_dtype, DType::kF32, m, rng, launch);
-          if (HasFatalFailure()) return;
-        }
-      }
-    }
-  }
+  std::vector<std::pair<int, Launch>> variants = SplitVariants<W4A16Options, &LaunchW4A16>(device);
+  variants.insert(variants.begin(), {0, &LaunchWithSplits<W4A16Options, &LaunchW4A16, 0>});
+  CheckVariants(Scheme::kW4A16, {{1000, 2048, kW4GroupSize}, {300, 1152, 0}},
+                {17, 32, 40, 100, 128, 129, 300}, variants);
 }
 
 TEST(W8A16Test, RejectsBadArguments) {
