@@ -336,13 +336,9 @@ class CudaBackend : public Backend {
   }
 
   absl::StatusOr<int64_t> MatMul(int worker, const MatMulCall& call) override {
-    if (worker < 0 || worker >= num_workers()) {
-      return absl::InternalError(
-          absl::StrCat("worker ", worker, " is out of range [0, ", num_workers(), ")"));
-    }
-    if (!healthy()) return LostError();
-    if (absl::Status s = Check(cudaSetDevice(device_), "cudaSetDevice"); !s.ok()) return s;
-    Worker& w = workers_[worker];
+    absl::StatusOr<Worker*> entered = Enter(worker);
+    if (!entered.ok()) return entered.status();
+    Worker& w = **entered;
     absl::StatusOr<int64_t> result = Run(w, call);
     if (!result.ok()) {
       // Nothing queued may outlive the call: the buffers can be reallocated by the next.
@@ -353,14 +349,10 @@ class CudaBackend : public Backend {
   }
 
   absl::StatusOr<HostStaging> StageHost(int worker, size_t x_bytes, size_t y_bytes) override {
-    if (worker < 0 || worker >= num_workers()) {
-      return absl::InternalError(
-          absl::StrCat("worker ", worker, " is out of range [0, ", num_workers(), ")"));
-    }
-    if (!healthy()) return LostError();
-    if (absl::Status s = Check(cudaSetDevice(device_), "cudaSetDevice"); !s.ok()) return s;
+    absl::StatusOr<Worker*> entered = Enter(worker);
+    if (!entered.ok()) return entered.status();
     // No queued work uses these buffers: each call waits for its stream before returning.
-    Worker& w = workers_[worker];
+    Worker& w = **entered;
     if (absl::Status s = Reserve(w.host_x, x_bytes, "x staging"); !s.ok()) return s;
     if (absl::Status s = Reserve(w.host_y, y_bytes, "y staging"); !s.ok()) return s;
     return HostStaging{.x = w.host_x.get(), .y = w.host_y.get()};
@@ -402,13 +394,9 @@ class CudaBackend : public Backend {
   }
 
   absl::StatusOr<int64_t> Forward(int worker, const ForwardCall& call) override {
-    if (worker < 0 || worker >= num_workers()) {
-      return absl::InternalError(
-          absl::StrCat("worker ", worker, " is out of range [0, ", num_workers(), ")"));
-    }
-    if (!healthy()) return LostError();
-    if (absl::Status s = Check(cudaSetDevice(device_), "cudaSetDevice"); !s.ok()) return s;
-    Worker& w = workers_[worker];
+    absl::StatusOr<Worker*> entered = Enter(worker);
+    if (!entered.ok()) return entered.status();
+    Worker& w = **entered;
     absl::StatusOr<int64_t> result = RunForward(w, worker, call);
     if (!result.ok()) {
       cudaStreamSynchronize(w.stream);
@@ -420,6 +408,17 @@ class CudaBackend : public Backend {
   bool healthy() const override { return healthy_.load(std::memory_order_relaxed); }
 
  private:
+  // A worker's entry: its index in range, the device healthy and current on this thread.
+  absl::StatusOr<Worker*> Enter(int worker) {
+    if (worker < 0 || worker >= num_workers()) {
+      return absl::InternalError(
+          absl::StrCat("worker ", worker, " is out of range [0, ", num_workers(), ")"));
+    }
+    if (!healthy()) return LostError();
+    if (absl::Status s = Check(cudaSetDevice(device_), "cudaSetDevice"); !s.ok()) return s;
+    return &workers_[worker];
+  }
+
   // Stages the input (padded with zero rows to ForwardRows(m), so that graphs repeat),
   // runs the chain and copies the first m result rows back. The intermediates are fp16,
   // or bf16 for bf16 input, bf16 tables and fp32 input beyond the fp16 range.
