@@ -19,6 +19,7 @@
 #include "kernels/bench/cuda_status.h"
 #include "kernels/bench/random_packed.h"
 #include "kernels/cuda/chain.h"
+#include "kernels/cuda/dependent_launch.h"
 #include "kernels/cuda/kernels.h"
 #include "kernels/cuda/layers.h"
 #include "nlohmann/json.hpp"
@@ -117,6 +118,7 @@ struct Result {
   std::vector<std::pair<std::string, double>> alone;
   double sum_alone_us = 0;
   double forward_us = 0;
+  double forward_serial_us = 0;  // the same graphs captured with dependent launch off
   double eager_us = 0;
 };
 
@@ -267,15 +269,28 @@ class BlockBench {
     run.arena = *arena;
     run.stream = stream_;
     run.cublas = cublas_;
-    std::vector<std::unique_ptr<ChainGraph>> graphs;
-    for (const auto& plan : plans_) {
-      graphs.push_back(std::make_unique<ChainGraph>());
-      QMM_RETURN_IF_ERROR(CudaStatus(graphs.back()->Capture(*plan, run), "chain capture"));
-    }
-    absl::StatusOr<double> forward = TimeEach(
-        stream_, o_.iters, [&](int i) { return graphs[i % graphs.size()]->Launch(stream_); });
+    // Replays of the block's graphs, captured with dependent launch on (as the backend
+    // runs them) or off.
+    auto time_graphs = [&](bool dependent) -> absl::StatusOr<double> {
+      cuda::EnableDependentLaunch(dependent);
+      std::vector<std::unique_ptr<ChainGraph>> graphs;
+      absl::Status captured;
+      for (const auto& plan : plans_) {
+        graphs.push_back(std::make_unique<ChainGraph>());
+        captured = CudaStatus(graphs.back()->Capture(*plan, run), "chain capture");
+        if (!captured.ok()) break;
+      }
+      cuda::EnableDependentLaunch(true);
+      if (!captured.ok()) return captured;
+      return TimeEach(stream_, o_.iters,
+                      [&](int i) { return graphs[i % graphs.size()]->Launch(stream_); });
+    };
+    absl::StatusOr<double> forward = time_graphs(true);
     if (!forward.ok()) return forward.status();
     r.forward_us = *forward;
+    absl::StatusOr<double> serial = time_graphs(false);
+    if (!serial.ok()) return serial.status();
+    r.forward_serial_us = *serial;
     absl::StatusOr<double> eager =
         TimeEach(stream_, o_.iters, [&](int i) { return plans_[i % plans_.size()]->Enqueue(run); });
     if (!eager.ok()) return eager.status();
@@ -335,8 +350,10 @@ absl::Status RunForwardBench(const ForwardBenchOptions& o) {
       }
       std::printf("%-6s M=%-3lld alone:", r->scheme.c_str(), static_cast<long long>(m));
       for (const auto& [name, us] : r->alone) std::printf(" %s %.1f", name.c_str(), us);
-      std::printf(" | sum %.1f us  forward %.1f us (%.2fx sum)  eager %.1f us\n", r->sum_alone_us,
-                  r->forward_us, r->forward_us / r->sum_alone_us, r->eager_us);
+      std::printf(
+          " | sum %.1f us  forward %.1f us (%.2fx sum)  serialized %.1f us  eager %.1f us\n",
+          r->sum_alone_us, r->forward_us, r->forward_us / r->sum_alone_us, r->forward_serial_us,
+          r->eager_us);
       results.push_back(*std::move(r));
     }
     if (!status.ok()) break;
@@ -355,6 +372,7 @@ absl::Status RunForwardBench(const ForwardBenchOptions& o) {
                           {"m", r.m},
                           {"sum_alone_us", r.sum_alone_us},
                           {"forward_us", r.forward_us},
+                          {"forward_serialized_us", r.forward_serial_us},
                           {"eager_us", r.eager_us},
                           {"forward_over_sum", r.forward_us / r.sum_alone_us}};
     for (const auto& [name, us] : r.alone) row["alone_us"][name] = us;

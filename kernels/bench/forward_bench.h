@@ -9,7 +9,9 @@
 //   that every launch streams them from HBM. Their sum is the floor a chain can reach.
 // - "forward": one replay of the block's captured ChainGraph between its own event pair,
 //   which is exactly what the CUDA backend reports as Forward's compute time once the
-//   (model, batch size) graph exists; blocks rotated over copies as above.
+//   (model, batch size) graph exists; blocks rotated over copies as above. Every launch
+//   in it may start during the one before it (cuda/dependent_launch.h); "serialized" is
+//   the same graph captured with that off.
 // - "eager": the same block enqueued kernel by kernel (the backend's first run of a shape).
 // The block runs with W4A16 weights (the target) and FP16 weights through cuBLAS (the
 // baseline); the report gives forward / sum(alone) and fp16 forward / W4A16 forward.

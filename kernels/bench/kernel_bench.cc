@@ -19,6 +19,7 @@
 #include "absl/strings/string_view.h"
 #include "kernels/bench/cuda_status.h"
 #include "kernels/bench/random_packed.h"
+#include "kernels/cuda/dependent_launch.h"
 #include "kernels/cuda/kernels.h"
 #include "kernels/cuda/w8a16.h"
 #include "nlohmann/json.hpp"
@@ -54,6 +55,9 @@ struct Timing {
   double median_us = 0;  // one launch between its own event pair
   double min_us = 0;
   double graph_us = 0;  // per launch, from replays of a graph of back-to-back launches
+  // The same with dependent launch off (cuda/dependent_launch.h): each launch waits for
+  // the previous one to end before it starts.
+  double graph_serial_us = 0;
 };
 
 // warmup + iters launches, an event pair around each timed one. On this VM a host launch
@@ -264,6 +268,11 @@ absl::Status RunKernelBench(const BenchOptions& o) {
         absl::StatusOr<double> graph_us = TimeGraph(stream, batch, o.graph_replays, launch);
         if (!graph_us.ok()) return graph_us.status();
         t->graph_us = *graph_us;
+        cuda::EnableDependentLaunch(false);
+        absl::StatusOr<double> serial_us = TimeGraph(stream, batch, o.graph_replays, launch);
+        cuda::EnableDependentLaunch(true);
+        if (!serial_us.ok()) return serial_us.status();
+        t->graph_serial_us = *serial_us;
         Row row;
         row.scheme = std::string(SchemeName(scheme));
         row.shape = bs;
@@ -300,22 +309,24 @@ absl::Status RunKernelBench(const BenchOptions& o) {
     }
   }
 
-  std::printf("\n%-12s %6s %6s %4s %9s %8s %8s %11s %8s %11s\n", "scheme", "K", "N", "M", "us",
-              "TB/s", "%copy", "cuBLAS us", "speedup", "single us");
+  std::printf("\n%-12s %6s %6s %4s %9s %8s %8s %11s %8s %11s %11s\n", "scheme", "K", "N", "M", "us",
+              "TB/s", "%copy", "cuBLAS us", "speedup", "serial us", "single us");
   nlohmann::json results = nlohmann::json::array();
   for (const Row& r : rows) {
     const double tbps = r.bytes_read / (r.t.graph_us * 1e-6) / 1e12;
     const double pct = 100.0 * tbps / *copy_tbps;
     const double speedup = r.cublas_us / r.t.graph_us;
-    std::printf("%-12s %6ld %6ld %4ld %9.2f %8.2f %7.1f%% %11.2f %7.2fx %11.2f\n", r.scheme.c_str(),
-                static_cast<long>(r.shape.k), static_cast<long>(r.shape.n), static_cast<long>(r.m),
-                r.t.graph_us, tbps, pct, r.cublas_us, speedup, r.t.median_us);
+    std::printf("%-12s %6ld %6ld %4ld %9.2f %8.2f %7.1f%% %11.2f %7.2fx %11.2f %11.2f\n",
+                r.scheme.c_str(), static_cast<long>(r.shape.k), static_cast<long>(r.shape.n),
+                static_cast<long>(r.m), r.t.graph_us, tbps, pct, r.cublas_us, speedup,
+                r.t.graph_serial_us, r.t.median_us);
     results.push_back({{"scheme", r.scheme},
                        {"k", r.shape.k},
                        {"n", r.shape.n},
                        {"group_size", r.group_size},
                        {"m", r.m},
                        {"us", r.t.graph_us},
+                       {"us_graph_serialized", r.t.graph_serial_us},
                        {"us_single_median", r.t.median_us},
                        {"us_single_min", r.t.min_us},
                        {"bytes_read", r.bytes_read},

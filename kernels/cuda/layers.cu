@@ -3,6 +3,9 @@
 
 #include <algorithm>
 
+#include "kernels/cuda/dependent_launch.cuh"
+#include "kernels/cuda/dependent_launch.h"
+#include "kernels/cuda/device_info.h"
 #include "kernels/cuda/dtype_device.cuh"
 #include "kernels/cuda/layers.h"
 
@@ -18,6 +21,29 @@ bool IsDType(DType d) { return d == DType::kF32 || d == DType::kF16 || d == DTyp
 
 int Blocks(int64_t count) {
   return static_cast<int>(std::min<int64_t>((count + kThreads - 1) / kThreads, kMaxBlocks));
+}
+
+// Every kernel here is a dependent launch (dependent_launch.h) that simply waits: its
+// launch overlaps the previous kernel's end, and the next kernel's launch its own.
+__device__ __forceinline__ void StartDependent() {
+  WaitForPrerequisiteGrid();
+  AllowDependentLaunch();
+}
+
+// Launches `kernel` on `blocks` blocks of kThreads, with the dependent-launch attribute
+// where the device has it.
+template <typename... Params, typename... Args>
+cudaError_t Launch(void (*kernel)(Params...), int blocks, cudaStream_t stream, Args... args) {
+  DeviceInfo device;
+  if (cudaError_t err = CurrentDeviceInfo(&device); err != cudaSuccess) return err;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(blocks));
+  config.blockDim = dim3(kThreads);
+  config.stream = stream;
+  cudaLaunchAttribute pdl[1];
+  config.attrs = pdl;
+  config.numAttrs = AppendDependentLaunch(device.cc_major, pdl, 0);
+  return cudaLaunchKernelEx(&config, kernel, args...);
 }
 
 __device__ __forceinline__ float LoadAs(DType dtype, const void* p, int64_t index) {
@@ -59,6 +85,7 @@ __global__ void __launch_bounds__(kThreads)
     EmbeddingKernel(DType table_dtype, const void* __restrict__ table, int64_t vocab, int64_t dim,
                     const int32_t* __restrict__ ids, int64_t count, DType y_dtype,
                     void* __restrict__ y) {
+  StartDependent();
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < count;
        i += stride) {
@@ -74,6 +101,7 @@ __global__ void __launch_bounds__(kThreads)
     DyTKernel(DType x_dtype, const void* x, int64_t f, int64_t count, float alpha,
               const float* __restrict__ gamma, const float* __restrict__ beta, DType y_dtype,
               void* y) {
+  StartDependent();
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < count;
        i += stride) {
@@ -90,6 +118,7 @@ __global__ void __launch_bounds__(kThreads)
                       const float* __restrict__ gamma, const float* __restrict__ beta,
                       int8_t* __restrict__ q, float* __restrict__ scale,
                       int32_t* __restrict__ row_sum) {
+  StartDependent();
   __shared__ float warp_max[kThreads / 32];
   __shared__ int32_t warp_sum[kThreads / 32];
   for (int64_t row = blockIdx.x; row < m; row += gridDim.x) {
@@ -134,6 +163,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 __global__ void __launch_bounds__(kThreads) EpilogueKernel(const EpilogueArgs a, int64_t count) {
+  StartDependent();
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < count;
        i += stride) {
@@ -157,9 +187,8 @@ cudaError_t LaunchEmbedding(DType table_dtype, const void* table, int64_t vocab,
   }
   if (m == 0) return cudaSuccess;
   const int64_t count = m * dim;
-  EmbeddingKernel<<<Blocks(count), kThreads, 0, stream>>>(table_dtype, table, vocab, dim, ids,
-                                                          count, y_dtype, y);
-  return cudaGetLastError();
+  return Launch(EmbeddingKernel, Blocks(count), stream, table_dtype, table, vocab, dim, ids, count,
+                y_dtype, y);
 }
 
 cudaError_t LaunchDyT(DType x_dtype, const void* x, int64_t m, int64_t f, float alpha,
@@ -170,9 +199,8 @@ cudaError_t LaunchDyT(DType x_dtype, const void* x, int64_t m, int64_t f, float 
   }
   if (m == 0) return cudaSuccess;
   const int64_t count = m * f;
-  DyTKernel<<<Blocks(count), kThreads, 0, stream>>>(x_dtype, x, f, count, alpha, gamma, beta,
-                                                    y_dtype, y);
-  return cudaGetLastError();
+  return Launch(DyTKernel, Blocks(count), stream, x_dtype, x, f, count, alpha, gamma, beta, y_dtype,
+                y);
 }
 
 cudaError_t LaunchDyTQuantizeInt8(DType x_dtype, const void* x, int64_t m, int64_t f, float alpha,
@@ -183,9 +211,8 @@ cudaError_t LaunchDyTQuantizeInt8(DType x_dtype, const void* x, int64_t m, int64
   }
   if (m == 0) return cudaSuccess;
   const int blocks = static_cast<int>(std::min<int64_t>(m, kMaxRowBlocks));
-  DyTQuantizeKernel<<<blocks, kThreads, 0, stream>>>(x_dtype, x, m, f, alpha, gamma, beta, q, scale,
-                                                     row_sum);
-  return cudaGetLastError();
+  return Launch(DyTQuantizeKernel, blocks, stream, x_dtype, x, m, f, alpha, gamma, beta, q, scale,
+                row_sum);
 }
 
 cudaError_t LaunchEpilogue(const EpilogueArgs& args, cudaStream_t stream) {
@@ -196,8 +223,7 @@ cudaError_t LaunchEpilogue(const EpilogueArgs& args, cudaStream_t stream) {
   }
   if (args.m == 0) return cudaSuccess;
   const int64_t count = args.m * args.n;
-  EpilogueKernel<<<Blocks(count), kThreads, 0, stream>>>(args, count);
-  return cudaGetLastError();
+  return Launch(EpilogueKernel, Blocks(count), stream, args, count);
 }
 
 }  // namespace qmm::cuda

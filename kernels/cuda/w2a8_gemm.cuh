@@ -139,6 +139,8 @@ __global__ void __launch_bounds__(kGemmThreads, MinCtasPerSm(kTiles))
   };
 
   for (int base = u_begin; base < u_end; base += kDepth) {
+    // This round's prefetches are the warp's last: the next kernel may take its place.
+    if (base + 2 * kDepth >= u_end) AllowDependentLaunch();
 #pragma unroll
     for (int d = 0; d < kDepth; ++d) {
       const int u = base + d;

@@ -47,9 +47,12 @@ __device__ __forceinline__ float XElement(const uint4& v, int e) {
 
 // Blocks [0, m) quantize one row each; blocks from m on zero the workspace. The matmul
 // may be launched as soon as every block has started: it touches nothing written here
-// before its griddepcontrol.wait.
+// before its griddepcontrol.wait. This kernel itself may start while the kernel before it
+// (which may write x, or still read the workspace) runs, so it waits before anything else,
+// and lets the matmul launch only then (one kernel ahead at most: dependent_launch.h).
 template <XKind kKind>
 __global__ void __launch_bounds__(kPrologueThreads) W2A8PrologueKernel(const PrologueParams p) {
+  WaitForPrerequisiteGrid();
   AllowDependentLaunch();
   if (blockIdx.x >= p.m) {
     const int64_t stride = static_cast<int64_t>(gridDim.x - p.m) * kPrologueThreads;

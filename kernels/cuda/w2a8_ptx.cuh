@@ -6,23 +6,12 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/dependent_launch.cuh"
+
 namespace qmm::cuda::w2a8 {
 
-// Programmatic dependent launch (sm_90+; no-ops before, where the launcher does not ask
-// for it and stream order alone serializes the two kernels).
-__device__ __forceinline__ void AllowDependentLaunch() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void WaitForPrerequisiteGrid() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
 // A 16-byte load of data read exactly once: not kept in L1. Volatile so that the
-// prefetches stay ahead of WaitForPrerequisiteGrid.
+// prefetches stay ahead of WaitForPrerequisiteGrid (dependent_launch.cuh).
 __device__ __forceinline__ uint4 LoadOnce(const uint4* ptr) {
   uint4 v;
   asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"

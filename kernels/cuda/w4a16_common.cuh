@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/w4a16_layout.h"
 #include "kernels/cuda/w4a16_ptx.cuh"
 #include "kernels/dtype.h"
@@ -39,6 +40,9 @@ struct Params {
   // the warps of one CTA that share a row set likewise.
   int32_t splits;
   DType y_dtype;
+  // Decode kernel: let the next kernel launch as soon as this one's wait returns, not
+  // only once its last loads are issued (dependent_launch.h says when each pays).
+  bool early_trigger = false;
 };
 
 // This CTA's range of chunks.

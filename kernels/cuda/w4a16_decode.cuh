@@ -10,7 +10,9 @@
 // in flight, all loads issued before any use, and refills a slot as soon as the chunk in
 // it is consumed, with the same slot of the next round or of its next row set, so the
 // loads of the next set are already in flight during this set's reduction. One MMA chain
-// per warp and tile is enough: 16-32 warps per SM hide its latency.
+// per warp and tile is enough: 16-32 warps per SM hide its latency. Launched as a
+// dependent launch (dependent_launch.h), the first slots fill while the previous kernel
+// finishes.
 #ifndef QMM_KERNELS_CUDA_W4A16_DECODE_CUH_
 #define QMM_KERNELS_CUDA_W4A16_DECODE_CUH_
 
@@ -95,6 +97,9 @@ __global__ void __launch_bounds__(kThreads, DecodeTile<T, R>::kMinBlocks)
       if (slot < count) load(slot, set_of(unit), c_begin + slot);
     }
   }
+  // The first weights are on their way; x may come from the previous kernel.
+  WaitForPrerequisiteGrid();
+  if (p.early_trigger) AllowDependentLaunch();
   int buf = 0;
   for (; unit < units; unit += gridDim.x) {
     const bool live = set_of(unit) < sets;
@@ -104,6 +109,8 @@ __global__ void __launch_bounds__(kThreads, DecodeTile<T, R>::kMinBlocks)
       const int64_t next_unit = last ? unit + gridDim.x : unit;
       const int next_round = last ? 0 : round + 1;
       const bool next_live = next_unit < units && set_of(next_unit) < sets;
+      // This CTA's loads are all issued: the next kernel may take its place as it drains.
+      if (last && next_unit >= units) AllowDependentLaunch();
 #pragma unroll
       for (int slot = 0; slot < kSlots; ++slot) {
         const int cc = round * kSlots + slot;

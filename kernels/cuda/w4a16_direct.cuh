@@ -16,6 +16,10 @@ __global__ void __launch_bounds__(kThreads) DirectKernel(const __grid_constant__
   // Chunks in flight per warp: more registers per thread cost warps per SM, which
   // measured slower on the H200 (depth 3 and 4 no faster, 6 slower).
   constexpr int kDepth = 2;
+  // A dependent launch (dependent_launch.h) that simply waits: this kernel takes the small
+  // weights, where the overlap would be small too.
+  WaitForPrerequisiteGrid();
+  AllowDependentLaunch();
   __shared__ float4 red[kGroupStrips * T * 32];
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;

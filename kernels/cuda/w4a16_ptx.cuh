@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/load_device.cuh"
+
 namespace qmm::cuda::w4a16 {
 
 // 16 bytes global -> shared, bypassing L1; zero-filled when !valid (src must still be a
@@ -59,15 +61,6 @@ __device__ inline void MbarWait(uint64_t* bar, uint32_t parity) {
       : "memory");
 }
 #endif
-
-// 16 bytes of read-only data that are read once: skip L1.
-__device__ inline uint4 LoadStream(const uint8_t* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
 
 template <int kLut>
 __device__ inline uint32_t Lop3(uint32_t a, uint32_t b, uint32_t c) {

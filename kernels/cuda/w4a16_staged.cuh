@@ -180,6 +180,9 @@ __global__ void __launch_bounds__(kThreads) StagedKernel(const __grid_constant__
     // Chunk c is visible to all, and every warp is done with the slot refilled below.
     __syncthreads();
     const int next = c + kStages - 1;
+    // The last load is issued in this iteration: a dependent launch after this kernel
+    // may take its place (this one is launched without the attribute: w4a16.cu).
+    if (c == max(0, count - kStages)) AllowDependentLaunch();
     if (next < count) {
       LoadStage<T, R>(p, stages + (next % kStages) * Tl::kStageBytes, &bars[next % kStages],
                       c_begin + next, group0, tok0);

@@ -76,6 +76,10 @@ struct WgmmaTile {
 template <int NT, bool kBf16>
 __global__ void __launch_bounds__(kThreads, 1) WgmmaKernel(const __grid_constant__ Params p) {
 #ifdef QMM_WGMMA
+  // A dependent launch (dependent_launch.h) that simply waits: at these M the launch gap
+  // is a small part of the time.
+  WaitForPrerequisiteGrid();
+  AllowDependentLaunch();
   using Tl = WgmmaTile<NT>;
   constexpr int kStages = Tl::kStages;
   constexpr int kGroups = Tl::kGroups;

@@ -7,6 +7,7 @@
 #include <array>
 #include <atomic>
 
+#include "kernels/cuda/dependent_launch.h"
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/dtype_device.cuh"
 #include "kernels/cuda/w8a16.h"
@@ -138,12 +139,19 @@ __global__ void __launch_bounds__(TileT::kThreads) W8A16Kernel(const Params p) {
   auto slot = [&](int stage, int u, int s) {
     return ring + ((stage * kU + u) * kSlots + s) * kChunkVectors;
   };
-  auto issue = [&](int c, int stage) {
+  auto issue_weights = [&](int c, int stage) {
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       if (c + u < c1) {
 #pragma unroll
         for (int r = 0; r < kR; ++r) CpAsync16(slot(stage, u, r), wp[r] + (c + u) * kChunkVectors);
+      }
+    }
+  };
+  auto issue_x = [&](int c, int stage) {
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      if (c + u < c1) {
 #pragma unroll
         for (int t = 0; t < kNT; ++t) {
           CpAsync16Cached(slot(stage, u, kR + t), xp[t] + (c + u) * (kChunkK / 8));
@@ -154,8 +162,13 @@ __global__ void __launch_bounds__(TileT::kThreads) W8A16Kernel(const Params p) {
     CpAsyncCommit();
   };
 
+  // The ring's weights while the previous kernel may still run (dependent launch), the
+  // activations once it is done; the weights all join the first commit group.
 #pragma unroll
-  for (int stage = 0; stage < kStages; ++stage) issue(c0 + stage * kU, stage);
+  for (int stage = 0; stage < kStages; ++stage) issue_weights(c0 + stage * kU, stage);
+  WaitForPrerequisiteGrid();
+#pragma unroll
+  for (int stage = 0; stage < kStages; ++stage) issue_x(c0 + stage * kU, stage);
   int stage = 0;
 #pragma unroll 1
   for (int c = c0; c < c1; c += kU) {
@@ -179,7 +192,10 @@ __global__ void __launch_bounds__(TileT::kThreads) W8A16Kernel(const Params p) {
       }
     }
     // The stage was just read into registers that the MMAs above consumed: refill it.
-    issue(c + kStages * kU, stage);
+    // Once the refills run past c1, the next kernel may take this CTA's place.
+    if (c + (kStages + 1) * kU >= c1) AllowDependentLaunch();
+    issue_weights(c + kStages * kU, stage);
+    issue_x(c + kStages * kU, stage);
     stage = stage + 1 == kStages ? 0 : stage + 1;
   }
   CpAsyncWait<0>();
@@ -350,26 +366,26 @@ cudaError_t LaunchTile(const GemmArgs& args, const W8A16Options& options,
     p.m = std::min<int64_t>(args.m - token0, groups * TileT::kTokens);
     p.groups = static_cast<int32_t>(groups);
     const unsigned ctas = static_cast<unsigned>(rowblocks * groups * splits);
-    if (splits == 1) {
-      plain<<<ctas, TileT::kThreads, TileT::kSmemBytes, args.stream>>>(p);
-    } else {
-      cudaLaunchConfig_t config{};
-      config.gridDim = dim3(ctas);
-      config.blockDim = dim3(TileT::kThreads);
-      config.dynamicSmemBytes = TileT::kSmemBytes;
-      config.stream = args.stream;
-      cudaLaunchAttribute attribute{};
-      attribute.id = cudaLaunchAttributeClusterDimension;
-      attribute.val.clusterDim.x = static_cast<unsigned>(splits);
-      attribute.val.clusterDim.y = 1;
-      attribute.val.clusterDim.z = 1;
-      config.attrs = &attribute;
-      config.numAttrs = 1;
-      if (cudaError_t err = cudaLaunchKernelEx(&config, split_kernel, p); err != cudaSuccess) {
-        return err;
-      }
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(ctas);
+    config.blockDim = dim3(TileT::kThreads);
+    config.dynamicSmemBytes = TileT::kSmemBytes;
+    config.stream = args.stream;
+    cudaLaunchAttribute attrs[2] = {};
+    int attr_count = 0;
+    if (splits > 1) {
+      attrs[0].id = cudaLaunchAttributeClusterDimension;
+      attrs[0].val.clusterDim.x = static_cast<unsigned>(splits);
+      attrs[0].val.clusterDim.y = 1;
+      attrs[0].val.clusterDim.z = 1;
+      attr_count = 1;
     }
-    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+    config.attrs = attrs;
+    config.numAttrs = AppendDependentLaunch(device.cc_major, attrs, attr_count);
+    if (cudaError_t err = cudaLaunchKernelEx(&config, splits == 1 ? plain : split_kernel, p);
+        err != cudaSuccess) {
+      return err;
+    }
   }
   return cudaSuccess;
 }
@@ -442,10 +458,14 @@ cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& device, bool* l
   const int64_t per_cta = w8a16::kDecodeWarps / p.splits;
   const int64_t units = (sets + per_cta - 1) / per_cta;
   const int64_t ctas = std::min(units, slots);
+  p.early_trigger = EarlyTrigger(ctas, slots);
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(static_cast<unsigned>(ctas));
   config.blockDim = dim3(w8a16::kDecodeThreads);
   config.stream = args.stream;
+  cudaLaunchAttribute pdl[1];
+  config.attrs = pdl;
+  config.numAttrs = AppendDependentLaunch(device.cc_major, pdl, 0);
   *launched = true;
   return cudaLaunchKernelEx(&config, w8a16::DecodeKernel<T, NT, R>, p);
 }

@@ -12,7 +12,9 @@
 // warp) in flight, all loads issued before any use, and refills a slot as soon as the
 // chunk in it is consumed, with the same slot of the next round or of its next row set,
 // so the loads of the next set are already in flight during this set's reduction. One
-// MMA chain per warp and tile is enough: 16-32 warps per SM hide its latency.
+// MMA chain per warp and tile is enough: 16-32 warps per SM hide its latency. Launched as
+// a dependent launch (dependent_launch.h), the first slots fill while the previous kernel
+// finishes.
 #ifndef QMM_KERNELS_CUDA_W8A16_DECODE_CUH_
 #define QMM_KERNELS_CUDA_W8A16_DECODE_CUH_
 
@@ -20,7 +22,9 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/dtype_device.cuh"
+#include "kernels/cuda/load_device.cuh"
 #include "kernels/cuda/w8a16_ptx.cuh"
 #include "kernels/dtype.h"
 
@@ -41,6 +45,9 @@ struct DecodeParams {
   int32_t chunks;  // K / 32
   int32_t splits;  // S: warps sharing one row set (1, 2, 4 or 8)
   DType y_dtype;
+  // Let the next kernel launch as soon as this one's wait returns, not only once its
+  // last loads are issued (dependent_launch.h says when each pays).
+  bool early_trigger = false;
 };
 
 // NT tiles of 8 tokens, R row tiles per warp.
@@ -53,15 +60,6 @@ struct DecodeTile {
   // CTAs per SM the registers are capped for (8 warps each).
   static constexpr int kMinBlocks = NT * R == 1 ? 4 : 2;
 };
-
-// 16 bytes of read-only data that are read once: skip L1.
-__device__ __forceinline__ uint4 LoadStream(const uint8_t* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
 
 template <typename T, int NT, int R>
 __global__ void __launch_bounds__(kDecodeThreads, DecodeTile<NT, R>::kMinBlocks)
@@ -117,6 +115,9 @@ __global__ void __launch_bounds__(kDecodeThreads, DecodeTile<NT, R>::kMinBlocks)
       if (slot < count) load(slot, set_of(unit), c_begin + slot);
     }
   }
+  // The first weights are on their way; x may come from the previous kernel.
+  WaitForPrerequisiteGrid();
+  if (p.early_trigger) AllowDependentLaunch();
   int buf = 0;
   for (; unit < units; unit += gridDim.x) {
     const bool live = set_of(unit) < sets;
@@ -126,6 +127,8 @@ __global__ void __launch_bounds__(kDecodeThreads, DecodeTile<NT, R>::kMinBlocks)
       const int64_t next_unit = last ? unit + gridDim.x : unit;
       const int next_round = last ? 0 : round + 1;
       const bool next_live = next_unit < units && set_of(next_unit) < sets;
+      // This CTA's loads are all issued: the next kernel may take its place as it drains.
+      if (last && next_unit >= units) AllowDependentLaunch();
 #pragma unroll
       for (int slot = 0; slot < kSlots; ++slot) {
         const int cc = round * kSlots + slot;

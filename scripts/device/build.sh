@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # Builds the GPU binaries on this (GPU-less) machine and bundles them, with the Debian
 # shared libraries they need, into .dev-cuda/ at the repository root, for run.sh on the
-# GPU machine. The CUDA libraries (cudart, cuBLAS) are left out: the GPU machine has the
-# same CUDA 13.0 under /usr/local/cuda, and cuBLAS alone would exceed the carry limit.
+# GPU machine, and packs that into .dev-pack/dev-cuda.tgz (the device tool carries at most
+# 64 MiB; the folder is larger, the archive a third of it). The CUDA libraries (cudart,
+# cuBLAS) are left out: the GPU machine has the same CUDA 13.0 under /usr/local/cuda.
 #   usage: scripts/device/build.sh        (env: BUILD_DIR, DEST, BUNDLE_LIBS, JOBS)
+#   then:  run tool, carry [".dev-pack"], command
+#          "tar xzf .dev-pack/dev-cuda.tgz && .dev-cuda/run.sh [steps]"
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${BUILD_DIR:-$root/build-cuda}
 dest=${DEST:-$root/.dev-cuda}
 bundle=${BUNDLE_LIBS:-$root/../shared/device/bundle-libs}
-targets=(kernels_gpu_test cuda_backend_gpu_test batching_server_gpu_test qmm-kernel-bench qmm-server
-  qmmctl)
+targets=(kernels_gpu_test layers_gpu_test chain_gpu_test cuda_backend_gpu_test
+  batching_server_gpu_test qmm-kernel-bench qmm-forward-bench qmm-server qmmctl)
 
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DQMM_CUDA=ON \
   -DQMM_CUDA_ARCHS=90a >/dev/null
@@ -24,7 +27,10 @@ done
 "$bundle" "$dest/lib" "$dest"/bin/*
 rm -f "$dest"/lib/libcublas* "$dest"/lib/libcudart*
 cp "$root/scripts/device/run.sh" "$root/scripts/device/e2e-cuda.sh" \
-  "$root/scripts/device/batching-bench.sh" "$dest/"
+  "$root/scripts/device/batching-bench.sh" "$root/scripts/device/forward-e2e.sh" "$dest/"
 git -C "$root" rev-parse --short HEAD >"$dest/commit"
 git -C "$root" status --porcelain | grep -q . && echo "plus uncommitted work" >>"$dest/commit"
 du -sh "$dest"
+mkdir -p "$root/.dev-pack"
+tar czf "$root/.dev-pack/dev-cuda.tgz" -C "$(dirname "$dest")" "$(basename "$dest")"
+du -sh "$root/.dev-pack/dev-cuda.tgz"

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# On the GPU machine, from the repository root, after build.sh carried .dev-cuda there:
-# the GPU tests, the CUDA end-to-end check, qmm-kernel-bench and the batching benchmark.
-# Logs and JSON come back as $OUT/device-out.tgz; a summary is printed last.
-#   usage: .dev-cuda/run.sh [tests] [e2e] [bench] [batching] [tune]
-#          (default: tests e2e bench batching)
+# On the GPU machine, from the repository root, after build.sh's bundle was unpacked
+# there: the GPU tests, the CUDA end-to-end check, qmm-kernel-bench, qmm-forward-bench
+# with the Forward block through the server, and the batching benchmark. Logs and JSON
+# come back as $OUT/device-out.tgz; a summary is printed last.
+#   usage: .dev-cuda/run.sh [tests] [e2e] [bench] [forward] [batching] [tune]
+#          (default: tests e2e bench forward batching)
 set -uo pipefail
 dev=${DEV:-$PWD/.dev-cuda}
 # Everything is written under a work folder and packed into one archive in $OUT at the
@@ -12,7 +13,7 @@ out=${WORK:-$(mktemp -d)}
 mkdir -p "$out"
 export LD_LIBRARY_PATH=$dev/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 steps=("$@")
-[[ ${#steps[@]} -eq 0 ]] && steps=(tests e2e bench batching)
+[[ ${#steps[@]} -eq 0 ]] && steps=(tests e2e bench forward batching)
 summary=()
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.draw,temperature.gpu \
@@ -23,7 +24,8 @@ if ldd "$dev"/bin/* | grep "not found"; then echo "missing libraries"; fi
 for step in "${steps[@]}"; do
   case $step in
     tests)
-      for t in kernels_gpu_test cuda_backend_gpu_test batching_server_gpu_test; do
+      for t in kernels_gpu_test layers_gpu_test chain_gpu_test cuda_backend_gpu_test \
+        batching_server_gpu_test; do
         start=$SECONDS
         timeout 300 "$dev/bin/$t" --gtest_brief=1 >"$out/$t.log" 2>&1
         rc=$?
@@ -41,6 +43,15 @@ for step in "${steps[@]}"; do
       timeout 300 "$dev/bin/qmm-kernel-bench" --warmup=5 --iters=30 --graph_replays=10 \
         --json="$out/bench-h200.json" 2>&1 | tee "$out/bench.txt"
       summary+=("qmm-kernel-bench: exit ${PIPESTATUS[0]}")
+      ;;
+    forward)
+      timeout 300 "$dev/bin/qmm-forward-bench" --m=1,4,16 --json="$out/bench-forward-h200.json" \
+        2>&1 | tee "$out/bench-forward.txt"
+      summary+=("qmm-forward-bench: exit ${PIPESTATUS[0]}")
+      timeout 240 "$dev/forward-e2e.sh" "$dev/bin" "$out/forward-e2e" >"$out/forward-e2e.log" 2>&1
+      rc=$?
+      grep -E "compute|PASS|FAIL|rror" "$out/forward-e2e.log" | tail -20
+      summary+=("forward-e2e: exit $rc")
       ;;
     batching)
       timeout 240 "$dev/batching-bench.sh" "$dev/bin" "$out/batching" >"$out/batching.log" 2>&1

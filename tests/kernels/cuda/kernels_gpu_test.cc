@@ -11,9 +11,11 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -25,6 +27,7 @@
 #include "kernels/cuda/convert.h"
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/kernels.h"
+#include "kernels/cuda/layers.h"
 #include "kernels/cuda/w4a16.h"
 #include "kernels/cuda/w8a16.h"
 #include "kernels/dtype.h"
@@ -91,8 +94,9 @@ struct Weight {
   PackedWeight packed() const { return PackedWeight{scheme, shape, packed_bytes}; }
 };
 
-Weight RandomWeight(Scheme scheme, const WeightShape& shape, std::mt19937_64& rng) {
-  const std::vector<float> w = RandomNormal(rng, shape.n * shape.k, 0.05f);
+Weight RandomWeight(Scheme scheme, const WeightShape& shape, std::mt19937_64& rng,
+                    float sigma = 0.05f) {
+  const std::vector<float> w = RandomNormal(rng, shape.n * shape.k, sigma);
   absl::StatusOr<std::vector<uint8_t>> packed = QuantizeWeight(
       scheme, shape, DType::kF32,
       std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(w.data()), w.size() * 4));
@@ -354,6 +358,113 @@ TEST(W4A16Test, EveryPathMatchesCpu) {
   variants.insert(variants.begin(), {0, &LaunchWithSplits<W4A16Options, &LaunchW4A16, 0>});
   CheckVariants(Scheme::kW4A16, {{1000, 2048, kW4GroupSize}, {300, 1152, 0}},
                 {17, 32, 40, 100, 128, 129, 300}, variants);
+}
+
+// Dependent launches (dependent_launch.h) let each kernel start while the one before it
+// runs. A chain of matmuls in which each reads the previous one's output and overwrites
+// what the one before it read, two W2A8 launches in a row sharing one workspace, and a
+// residual epilogue between them, must give, launched back to back, exactly the bytes it
+// gives with a synchronization after every launch (every kernel here is deterministic).
+// Shapes and M cover the decode, staged, cluster and wgmma paths of each scheme.
+TEST(DependentLaunchTest, BackToBackChainsMatchSerializedRuns) {
+  const uint64_t seed = FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  constexpr int64_t kNarrow = 2048;
+  constexpr int64_t kWide = 10240;  // more row tiles than the decode kernels cover at once
+  constexpr int64_t kMaxM = 64;
+  struct Layer {
+    const KernelOps* ops;
+    WeightShape shape;
+    std::unique_ptr<DeviceBuffer> weight;
+  };
+  // Up (narrow -> wide) and down (wide -> narrow) per scheme, weights of rms 1/sqrt(K) so
+  // that a long chain neither overflows nor vanishes in fp16.
+  std::vector<Layer> layers;
+  size_t workspace_bytes = 0;
+  for (Scheme scheme : {Scheme::kW4A16, Scheme::kW8A16, Scheme::kW2A8}) {
+    for (bool up : {true, false}) {
+      Layer layer{FindKernel(scheme), {up ? kWide : kNarrow, up ? kNarrow : kWide, 0}, nullptr};
+      if (scheme == Scheme::kW4A16) layer.shape.group_size = kW4GroupSize;
+      ASSERT_NE(layer.ops, nullptr);
+      const Weight w = RandomWeight(scheme, layer.shape, rng,
+                                    1.0f / std::sqrt(static_cast<float>(layer.shape.k)));
+      const std::vector<uint8_t> bytes = layer.ops->repack(w.packed());
+      layer.weight = std::make_unique<DeviceBuffer>(bytes.size());
+      ASSERT_TRUE(layer.weight->ok());
+      ASSERT_CUDA(
+          cudaMemcpy(layer.weight->get(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice));
+      workspace_bytes = std::max(workspace_bytes, layer.ops->workspace_bytes(layer.shape, kMaxM));
+      layers.push_back(std::move(layer));
+    }
+  }
+  cudaStream_t stream = nullptr;
+  ASSERT_CUDA(cudaStreamCreate(&stream));
+  DeviceBuffer a(kMaxM * kWide * 2), b(kMaxM * kWide * 2), x0(kMaxM * kNarrow * 2),
+      ws(workspace_bytes);
+  ASSERT_TRUE(a.ok() && b.ok() && x0.ok() && ws.ok());
+
+  for (int64_t m : {1, 5, 16, 64}) {
+    SCOPED_TRACE(::testing::Message() << "m=" << m);
+    const Rounded x = RoundTo(DType::kF16, RandomNormal(rng, m * kNarrow, 1.0f));
+    ASSERT_CUDA(cudaMemcpy(x0.get(), x.bytes.data(), x.bytes.size(), cudaMemcpyHostToDevice));
+    // Up and down through each scheme twice, each down followed by x += (the input of its
+    // up); a and b take turns as input and output.
+    auto run = [&](bool sync, std::vector<uint8_t>* out) {
+      ASSERT_CUDA(cudaMemcpy(a.get(), x0.get(), m * kNarrow * 2, cudaMemcpyDeviceToDevice));
+      ASSERT_CUDA(b.Poison());
+      for (int step = 0; step < 12; ++step) {
+        const Layer& layer = layers[step % 6 / 2 * 2 + step % 2];
+        GemmArgs args;
+        args.weight = layer.weight->get();
+        args.shape = layer.shape;
+        args.x_dtype = DType::kF16;
+        args.x = step % 2 == 0 ? a.get() : b.get();
+        args.m = m;
+        args.y_dtype = DType::kF16;
+        args.y = step % 2 == 0 ? b.get() : a.get();
+        args.workspace = ws.get();
+        args.stream = stream;
+        ASSERT_CUDA(layer.ops->launch(args));
+        if (step % 2 == 1) {
+          EpilogueArgs e;
+          e.x_dtype = DType::kF16;
+          e.x = a.get();
+          e.m = m;
+          e.n = kNarrow;
+          e.skip_dtype = DType::kF16;
+          e.skip = x0.get();
+          e.y_dtype = DType::kF16;
+          e.y = a.get();
+          ASSERT_CUDA(LaunchEpilogue(e, stream));
+        }
+        if (sync) {
+          ASSERT_CUDA(cudaStreamSynchronize(stream));
+        }
+      }
+      ASSERT_CUDA(cudaStreamSynchronize(stream));
+      out->resize(m * kNarrow * 2);
+      ASSERT_CUDA(cudaMemcpy(out->data(), a.get(), out->size(), cudaMemcpyDeviceToHost));
+    };
+    std::vector<uint8_t> serialized;
+    run(true, &serialized);
+    if (HasFatalFailure()) break;
+    std::vector<float> values(m * kNarrow);
+    ToFloat(DType::kF16, serialized.data(), values.size(), values.data());
+    double sum_sq = 0.0;
+    for (float v : values) {
+      ASSERT_TRUE(std::isfinite(v));
+      sum_sq += static_cast<double>(v) * v;
+    }
+    ASSERT_GT(sum_sq, 0.0);
+    for (int repeat = 0; repeat < 3; ++repeat) {
+      std::vector<uint8_t> back_to_back;
+      run(false, &back_to_back);
+      if (HasFatalFailure()) break;
+      EXPECT_TRUE(back_to_back == serialized) << "repeat " << repeat;
+    }
+  }
+  cudaStreamDestroy(stream);
 }
 
 TEST(W8A16Test, RejectsBadArguments) {
