@@ -3,13 +3,14 @@
 //
 // Method: each launch reads a different copy of the weights, with enough copies that
 // together they exceed l2_multiple times the L2 cache, so that every launch streams its
-// weights from HBM. Two times per row, both medians: the headline "us" is per launch from
-// replays of a CUDA graph of graph_batch back-to-back launches (no host launch gaps, as
-// in a decode loop, each launch a dependent launch that may start during the previous
+// weights from HBM. Three times per row, all medians: the headline "us" is per launch
+// from replays of a CUDA graph of graph_batch back-to-back launches (no host launch gaps,
+// as in a decode loop; each launch a dependent launch that may start during the previous
 // one, as our kernels are launched everywhere: cuda/dependent_launch.h); "serial" is the
 // same graph with dependent launch off; "single" is one launch between its own event
-// pair, which includes whatever host submission gap the machine has. cuBLAS fp16 is timed the same
-// way and compared on the graph number. Weights and activations are random (never zeros).
+// pair, which includes whatever host submission gap the machine has. cuBLAS fp16 is timed
+// the same way and compared on the graph number. Weights and activations are random
+// (never zeros).
 #ifndef QMM_KERNELS_BENCH_KERNEL_BENCH_H_
 #define QMM_KERNELS_BENCH_KERNEL_BENCH_H_
 
