@@ -93,13 +93,15 @@ __global__ void __launch_bounds__(kGemmThreads, MinCtasPerSm(kTiles))
   const int tok_end = min(p.m, tok0 + kGroupTokens);
 
   const uint4* wp = p.codes + lane;
-  auto unit_ptr = [&](int u, int r) { return wp + int64_t{u} * kUnitVectors + r * kBlockVectors; };
+  auto unit_ptr = [&](int u, int r) {
+    return reinterpret_cast<const uint8_t*>(wp + int64_t{u} * kUnitVectors + r * kBlockVectors);
+  };
   uint4 buf[kDepth][kBlocksPerGroup] = {};
 #pragma unroll
   for (int d = 0; d < kDepth; ++d) {
     if (u_begin + d < u_end) {
 #pragma unroll
-      for (int r = 0; r < kBlocksPerGroup; ++r) buf[d][r] = LoadOnce(unit_ptr(u_begin + d, r));
+      for (int r = 0; r < kBlocksPerGroup; ++r) buf[d][r] = LoadStream(unit_ptr(u_begin + d, r));
     }
   }
   // Everything below reads what the prologue wrote (or zeroed).
@@ -122,7 +124,7 @@ __global__ void __launch_bounds__(kGemmThreads, MinCtasPerSm(kTiles))
   auto prefetch = [&](int u, int d) {
     if (u + kDepth < u_end) {
 #pragma unroll
-      for (int r = 0; r < kBlocksPerGroup; ++r) buf[d][r] = LoadOnce(unit_ptr(u + kDepth, r));
+      for (int r = 0; r < kBlocksPerGroup; ++r) buf[d][r] = LoadStream(unit_ptr(u + kDepth, r));
     }
   };
   // Activations of tile tt for k block kb: 16 bytes at k 16t and at 64 + 16t (zeros for

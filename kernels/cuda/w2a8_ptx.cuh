@@ -7,18 +7,10 @@
 #include <cstdint>
 
 #include "kernels/cuda/dependent_launch.cuh"
+#include "kernels/cuda/load_device.cuh"
 
 namespace qmm::cuda::w2a8 {
 
-// A 16-byte load of data read exactly once: not kept in L1. Volatile so that the
-// prefetches stay ahead of WaitForPrerequisiteGrid (dependent_launch.cuh).
-__device__ __forceinline__ uint4 LoadOnce(const uint4* ptr) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(ptr));
-  return v;
-}
 // d += a * b for a 16x32 unsigned 8-bit A tile (weights) and a 32x8 signed 8-bit B tile
 // (activations), int32 accumulation.
 __device__ __forceinline__ void MmaU8S8(int32_t (&d)[4], const uint32_t (&a)[4], uint32_t b0,
