@@ -43,8 +43,11 @@ struct BenchOptions {
   double l2_multiple = 3.0;
   std::string json_path;  // empty: no JSON
   std::string command;    // recorded in the JSON
-  // W8A16 tuning override (0: the launcher's own choice).
+  // Tuning overrides (0: the launcher's own choice): W8A16's split count, and W4A16's
+  // (cuda::W4A16Options).
   int w8a16_splits = 0;
+  int w4a16_splits = 0;
+  int w4a16_wgmma_groups = 0;
 };
 
 // Runs every (scheme, shape, M), prints a table to stdout and writes the JSON file.

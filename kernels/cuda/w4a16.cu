@@ -23,22 +23,78 @@ using w4a16::kMaxSplits;
 using w4a16::kThreads;
 using w4a16::Params;
 
-// Work on the busiest SM, in chunks, for each split count; the least wins. Each extra split
-// costs a little reduction. For one token tile (pure streaming) one CTA per SM keeps too
-// few bytes in flight where more could fit; with more tokens per CTA the longer per-CTA
-// runs measured faster.
-int ChooseSplits(int64_t base_ctas, int chunks, int sms, int occupancy, bool streaming) {
-  int best = 1;
-  double best_cost = 0;
-  for (int s = 1; s <= kMaxSplits && (s == 1 || s <= chunks); s *= 2) {
-    const int64_t per_sm = (base_ctas * s + sms - 1) / sms;
-    double cost = static_cast<double>(per_sm) * ((chunks + s - 1) / s);
-    if (streaming && per_sm < 2 && occupancy >= 2) cost *= 1.5;
-    cost *= 1 + 0.03 * (s - 1);
-    if (s == 1 || cost < best_cost) {
-      best = s;
-      best_cost = cost;
+// What fits on the device at once of one kernel: CTAs per SM, and clusters of 2, 4 and 8
+// CTAs (index log2 of the size; a cluster's CTAs must share a GPC, so on the H200 a
+// kernel of one CTA per SM fits 30 clusters of 4, not 33). The same on every device of
+// one kind, so computed once per process; the first call also opts the kernel into
+// `kSmem` bytes of dynamic shared memory (more than 48 KB needs that, once per device).
+struct KernelFit {
+  int occupancy = 0;
+  int clusters[4] = {};
+};
+
+template <auto kKernel, int kSmem>
+cudaError_t FitOf(int device, int cc_major, KernelFit* fit) {
+  static std::atomic<uint64_t> configured{0};
+  static std::atomic<int> occupancy{0};
+  static std::atomic<int> clusters[4] = {};
+  if (device >= 64 || (configured.load() >> device & 1) == 0) {
+    cudaError_t err =
+        cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+    if (err != cudaSuccess) return err;
+    int occ = 0;
+    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kKernel, kThreads, kSmem);
+    if (err != cudaSuccess) return err;
+    occupancy.store(std::max(occ, 1));
+    for (int i = 1; cc_major >= 9 && i < 4; ++i) {
+      cudaLaunchConfig_t config = {};
+      config.gridDim = dim3(1, 1, 1u << i);
+      config.blockDim = dim3(kThreads);
+      config.dynamicSmemBytes = kSmem;
+      cudaLaunchAttribute attr = {};
+      attr.id = cudaLaunchAttributeClusterDimension;
+      attr.val.clusterDim.x = 1;
+      attr.val.clusterDim.y = 1;
+      attr.val.clusterDim.z = 1u << i;
+      config.attrs = &attr;
+      config.numAttrs = 1;
+      int n = 0;
+      err = cudaOccupancyMaxActiveClusters(&n, kKernel, &config);
+      if (err != cudaSuccess) return err;
+      clusters[i].store(n);
     }
+    if (device < 64) configured.fetch_or(uint64_t{1} << device);
+  }
+  fit->occupancy = occupancy.load();
+  for (int i = 1; i < 4; ++i) fit->clusters[i] = clusters[i].load();
+  return cudaSuccess;
+}
+
+struct SplitChoice {
+  int splits = 1;
+  double cost = 0;  // chunks on the busiest SM
+};
+
+// Work on the busiest SM, in chunks, for each split count; the least wins. CTAs beyond
+// what fits at once (clusters included) run in a later turn. Each extra split costs a
+// little reduction. For one token tile (pure streaming) one CTA per SM keeps too few
+// bytes in flight where more could fit; with more tokens per CTA the longer per-CTA runs
+// measured faster.
+SplitChoice ChooseSplits(int64_t base_ctas, int chunks, int sms, const KernelFit& fit,
+                         bool streaming) {
+  SplitChoice best;
+  for (int s = 1, log = 0; s <= kMaxSplits && (s == 1 || s <= chunks); s *= 2, ++log) {
+    const int64_t ctas = base_ctas * s;
+    const int64_t room = int64_t{sms} * fit.occupancy;
+    const int64_t slots = s == 1 ? room : std::min<int64_t>(room, int64_t{fit.clusters[log]} * s);
+    if (slots == 0) continue;
+    int64_t per_sm = (ctas + sms - 1) / sms;
+    // Fewer clusters fit than SMs would hold: whole turns of them.
+    if (slots < room) per_sm = std::max(per_sm, (ctas + slots - 1) / slots * fit.occupancy);
+    double cost = static_cast<double>(per_sm) * ((chunks + s - 1) / s);
+    if (streaming && per_sm < 2 && fit.occupancy >= 2) cost *= 1.5;
+    cost *= 1 + 0.03 * (s - 1);
+    if (s == 1 || cost < best.cost) best = {s, cost};
   }
   return best;
 }
@@ -47,44 +103,28 @@ int ChooseSplits(int64_t base_ctas, int chunks, int sms, int occupancy, bool str
 // shared memory, as a dependent launch (dependent_launch.h) if kDependent.
 template <auto kKernel, int T, int R, int kSmem, bool kDependent>
 cudaError_t Launch(const GemmArgs& args, const W4A16Options& options) {
-  int device = 0;
-  cudaError_t err = cudaGetDevice(&device);
+  DeviceInfo device;
+  cudaError_t err = CurrentDeviceInfo(&device);
   if (err != cudaSuccess) return err;
-  int sms = 0;
-  int major = 0;
-  if ((err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess ||
-      (err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device)) !=
-          cudaSuccess) {
+  KernelFit fit;
+  if ((err = FitOf<kKernel, kSmem>(device.ordinal, device.cc_major, &fit)) != cudaSuccess) {
     return err;
   }
-  // More than 48 KB of shared memory needs an opt-in, once per device; the occupancy it
-  // yields is the same on every device of one kind.
-  static std::atomic<uint64_t> configured{0};
-  static std::atomic<int> occupancy{0};
-  if (device >= 64 || (configured.load() >> device & 1) == 0) {
-    err = cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-    if (err != cudaSuccess) return err;
-    int occ = 0;
-    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kKernel, kThreads, kSmem);
-    if (err != cudaSuccess) return err;
-    occupancy.store(occ);
-    if (device < 64) configured.fetch_or(uint64_t{1} << device);
-  }
-
+  const int major = device.cc_major;
   const WeightShape& shape = args.shape;
   const int64_t token_tiles = (args.m + T * 8 - 1) / (T * 8);
   const int64_t groups = w4a16::NumGroups(shape);
   const int64_t row_tiles = (groups + R - 1) / R;
   const int chunks = static_cast<int>(w4a16::NumChunks(shape));
-  if (token_tiles > INT_MAX || row_tiles > 65535) return cudaErrorInvalidValue;
+  if (token_tiles > INT_MAX || row_tiles > 65535 || chunks > 65535) return cudaErrorInvalidValue;
   int splits = options.splits;
   if (splits == 0) {
-    splits = major >= 9 ? ChooseSplits(token_tiles * row_tiles, chunks, sms, occupancy.load(),
+    splits = major >= 9 ? ChooseSplits(token_tiles * row_tiles, chunks, device.sms, fit,
                                        /*streaming=*/T == 1)
+                              .splits
                         : 1;
   }
   if (splits > 1 && major < 9) return cudaErrorInvalidValue;
-
   Params p;
   p.w = static_cast<const uint8_t*>(args.weight);
   p.s = p.w + w4a16::WeightRegionBytes(shape);
@@ -135,34 +175,95 @@ cudaError_t LaunchStaged(const GemmArgs& args, const W4A16Options& options) {
       args, options);
 }
 
-template <int NT, bool kBf16>
+template <int NT, int G, bool kBf16>
 cudaError_t LaunchWgmma(const GemmArgs& args, const W4A16Options& options) {
-  return Launch<w4a16::WgmmaKernel<NT, kBf16>, NT / 8, w4a16::WgmmaTile<NT>::kGroups,
-                w4a16::WgmmaTile<NT>::kSmemBytes, true>(args, options);
+  using Tile = w4a16::WgmmaTile<NT, G>;
+  return Launch<w4a16::WgmmaKernel<NT, G, kBf16>, NT / 8, G, Tile::kSmemBytes, true>(args, options);
 }
 
-// The wgmma kernel for M > 16 where it runs as sm_90a code: tiles of 32 tokens up to 32,
-// else of 64; several token tiles read each weight tile together (mostly once from HBM,
-// then from L2).
+// The wgmma kernel's activations, permuted into the workspace (w4a16_wgmma.cuh).
+template <int NT>
+cudaError_t LaunchPermute(const GemmArgs& args, const DeviceInfo& device) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>((args.m + NT - 1) / NT),
+                        static_cast<unsigned>(w4a16::NumChunks(args.shape)));
+  config.blockDim = dim3(kThreads);
+  config.stream = args.stream;
+  cudaLaunchAttribute pdl[1];
+  config.attrs = pdl;
+  config.numAttrs = AppendDependentLaunch(device.cc_major, pdl, 0);
+  return cudaLaunchKernelEx(&config, w4a16::PermuteKernel<NT>, args.x,
+                            static_cast<uint8_t*>(args.workspace), args.m, args.shape.k);
+}
+
+// The wgmma kernel's split and groups per CTA (G) for this launch, unless forced. Per
+// chunk a CTA of one group does about half the work of one of two (the same activation
+// traffic, half the weights and MMAs), measured on the H200 at kOneGroupChunkCost of it.
+template <int NT, bool kBf16>
+cudaError_t PlanWgmma(const GemmArgs& args, const DeviceInfo& device, W4A16Options* options) {
+  constexpr double kOneGroupChunkCost = 0.6;
+  KernelFit fit1, fit2;
+  cudaError_t err;
+  if ((err = FitOf<w4a16::WgmmaKernel<NT, 1, kBf16>, w4a16::WgmmaTile<NT, 1>::kSmemBytes>(
+           device.ordinal, device.cc_major, &fit1)) != cudaSuccess ||
+      (err = FitOf<w4a16::WgmmaKernel<NT, 2, kBf16>, w4a16::WgmmaTile<NT, 2>::kSmemBytes>(
+           device.ordinal, device.cc_major, &fit2)) != cudaSuccess) {
+    return err;
+  }
+  const WeightShape& shape = args.shape;
+  const int64_t token_tiles = (args.m + NT - 1) / NT;
+  const int64_t groups = w4a16::NumGroups(shape);
+  const int chunks = static_cast<int>(w4a16::NumChunks(shape));
+  const SplitChoice one = ChooseSplits(token_tiles * groups, chunks, device.sms, fit1, false);
+  const SplitChoice two =
+      ChooseSplits(token_tiles * ((groups + 1) / 2), chunks, device.sms, fit2, false);
+  if (options->wgmma_groups == 0) {
+    options->wgmma_groups = one.cost * kOneGroupChunkCost < two.cost ? 1 : 2;
+  }
+  if (options->splits == 0) options->splits = options->wgmma_groups == 1 ? one.splits : two.splits;
+  // Every CTA must own at least one chunk (the kernel's accumulators start at its first).
+  while (options->splits > chunks) options->splits /= 2;
+  return cudaSuccess;
+}
+
+// The wgmma kernel where it runs as sm_90a code: tiles of 32 tokens up to 32, else of
+// 64; several token tiles read each weight tile together (mostly once from HBM, then
+// from L2). Sets *launched to whether it did.
 template <bool kBf16>
-cudaError_t LaunchWgmmaForM(const GemmArgs& args, const W4A16Options& options, bool* launched) {
+cudaError_t LaunchWgmmaForM(const GemmArgs& args, W4A16Options options, bool* launched) {
   // Per device: bit 2d says device d was checked, bit 2d + 1 that it runs the kernel.
   static std::atomic<uint64_t> checked{0};
-  int device = 0;
-  cudaError_t err = cudaGetDevice(&device);
+  DeviceInfo device;
+  cudaError_t err = CurrentDeviceInfo(&device);
   if (err != cudaSuccess) return err;
-  uint64_t bits = device < 32 ? checked.load() >> (2 * device) : 0;
+  uint64_t bits = device.ordinal < 32 ? checked.load() >> (2 * device.ordinal) : 0;
   if ((bits & 1) == 0) {
     bool ok = false;
-    err = wgmma::Available(w4a16::WgmmaKernel<32, kBf16>, &ok);
+    err = wgmma::Available(w4a16::WgmmaKernel<32, 2, kBf16>, &ok);
     if (err != cudaSuccess) return err;
     bits = ok ? 3 : 1;
-    if (device < 32) checked.fetch_or(bits << (2 * device));
+    if (device.ordinal < 32) checked.fetch_or(bits << (2 * device.ordinal));
   }
   *launched = (bits & 2) != 0;
   if (!*launched) return cudaSuccess;
-  if (args.m <= 32) return LaunchWgmma<32, kBf16>(args, options);
-  return LaunchWgmma<64, kBf16>(args, options);
+  if (args.workspace == nullptr) return cudaErrorInvalidValue;
+  // The matmul reads the permuted activations from the workspace.
+  GemmArgs permuted = args;
+  permuted.x = args.workspace;
+  if (args.m <= 32) {
+    if ((err = PlanWgmma<32, kBf16>(args, device, &options)) != cudaSuccess ||
+        (err = LaunchPermute<32>(args, device)) != cudaSuccess) {
+      return err;
+    }
+    return options.wgmma_groups == 1 ? LaunchWgmma<32, 1, kBf16>(permuted, options)
+                                     : LaunchWgmma<32, 2, kBf16>(permuted, options);
+  }
+  if ((err = PlanWgmma<64, kBf16>(args, device, &options)) != cudaSuccess ||
+      (err = LaunchPermute<64>(args, device)) != cudaSuccess) {
+    return err;
+  }
+  return options.wgmma_groups == 1 ? LaunchWgmma<64, 1, kBf16>(permuted, options)
+                                   : LaunchWgmma<64, 2, kBf16>(permuted, options);
 }
 
 // Below this many bytes of weights the launch and pipeline fill dominate.
@@ -264,6 +365,11 @@ cudaError_t LaunchForM(const GemmArgs& args, const W4A16Options& options) {
   // shared-memory stages; up to 16 tokens one group per CTA; beyond, 32 tokens x 256 rows
   // per CTA keeps the shared-memory traffic per mma low, and further token tiles run side
   // by side and re-read each weight tile mostly from L2.
+  if (options.wgmma_groups != 0) {
+    bool launched = false;
+    const cudaError_t err = LaunchWgmmaForM<kBf16>(args, options, &launched);
+    if (err != cudaSuccess || launched) return err;
+  }
   if (options.splits == 0 && args.m <= 16) {
     DeviceInfo device;
     cudaError_t err = CurrentDeviceInfo(&device);
@@ -299,7 +405,8 @@ cudaError_t LaunchW4A16(const GemmArgs& args, const W4A16Options& options) {
                         (shape.group_size == 0 || shape.group_size == kChunkK);
   const bool splits_ok = options.splits == 0 || options.splits == 1 || options.splits == 2 ||
                          options.splits == 4 || options.splits == kMaxSplits;
-  if (!dtypes_ok || !shape_ok || !splits_ok || args.m < 1 || args.weight == nullptr ||
+  const bool groups_ok = options.wgmma_groups >= 0 && options.wgmma_groups <= 2;
+  if (!dtypes_ok || !shape_ok || !splits_ok || !groups_ok || args.m < 1 || args.weight == nullptr ||
       args.x == nullptr || args.y == nullptr || reinterpret_cast<uintptr_t>(args.x) % 16 != 0 ||
       reinterpret_cast<uintptr_t>(args.weight) % 16 != 0) {
     return cudaErrorInvalidValue;

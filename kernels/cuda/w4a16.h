@@ -5,12 +5,13 @@
 // tokens the decode kernel (w4a16_decode.cuh): a persistent one-wave grid whose warps
 // stream the weights straight into registers, split K inside each CTA and reduce through
 // shared memory, on any sm_80+ device (up to 8 tokens only when its CTAs cover all rows
-// at once). Beyond 16 tokens on sm_90a the wgmma kernel (w4a16_wgmma.cuh). Otherwise (or
+// at once). Beyond 16 tokens on sm_90a the wgmma kernel (w4a16_wgmma.cuh), after a
+// small kernel that permutes the activations into the workspace. Otherwise (or
 // with a forced split count) one of two mma.sync cluster kernels: one streaming the
 // weights through registers (w4a16_direct.cuh) and one through a shared-memory pipeline
 // fed by bulk copies (w4a16_staged.cuh). All but the decode kernel split K across the
 // CTAs of a thread-block cluster (reduced through distributed shared memory) on sm_90;
-// before sm_90 every CTA covers all of K. No workspace, one launch.
+// before sm_90 every CTA covers all of K.
 #ifndef QMM_KERNELS_CUDA_W4A16_H_
 #define QMM_KERNELS_CUDA_W4A16_H_
 
@@ -28,7 +29,8 @@ namespace qmm::cuda {
 // Canonical packed W4A16 (scheme kW4A16, from ViewPacked) -> device layout bytes.
 std::vector<uint8_t> RepackW4A16(const PackedWeight& packed);
 
-// Always 0: the split-K reduction stays in shared memory.
+// The wgmma kernel's permuted activations (m rounded up to 64, times K, 2 bytes each);
+// the split-K reduction stays in shared memory.
 size_t W4A16WorkspaceBytes(const WeightShape& shape, int64_t m);
 
 // Enqueues y = x * W^T. args.x must be 16-byte aligned (cudaMalloc'd buffers are), x_dtype
@@ -43,6 +45,10 @@ struct W4A16Options {
   // than 1 needs sm_90 (cluster launch); the launch fails with cudaErrorInvalidValue
   // before that.
   int splits = 0;
+  // 128-row groups per CTA of the wgmma kernel (1 or 2; 0 lets the launch choose). A
+  // nonzero value forces the wgmma kernel at every M on a device that runs it (sm_90a),
+  // with `splits` if that is set too.
+  int wgmma_groups = 0;
 };
 cudaError_t LaunchW4A16(const GemmArgs& args, const W4A16Options& options);
 

@@ -85,6 +85,8 @@ std::vector<uint8_t> RepackW4A16(const PackedWeight& packed) {
   return out;
 }
 
-size_t W4A16WorkspaceBytes(const WeightShape& /*shape*/, int64_t /*m*/) { return 0; }
+size_t W4A16WorkspaceBytes(const WeightShape& shape, int64_t m) {
+  return static_cast<size_t>(w4a16::PermutedXBytes(m, shape.k));
+}
 
 }  // namespace qmm::cuda

@@ -1,26 +1,33 @@
-// The W4A16 kernel for many tokens (M > 16) on sm_90a: warpgroup MMA (wgmma) with the
-// weights as the A operand, dequantized in registers, and the activations as the B
-// operand in shared memory (mma.sync cannot keep Hopper's tensor cores busy).
+// The W4A16 kernel for many tokens on sm_90a: warpgroup MMA (wgmma) with the weights as
+// the A operand, dequantized and scaled in registers, and the activations as the B
+// operand in shared memory (mma.sync cannot keep Hopper's tensor cores busy). Two
+// kernels per launch:
 //
-// A CTA of two warpgroups owns two 128-row groups (warp w on strip w of each: warpgroup 0
-// rows 0-63 of both, warpgroup 1 rows 64-127), NT tokens and a contiguous range of 128-k
-// chunks (K split across the CTAs of a cluster, reduced through distributed shared memory
-// as in the other cluster kernels). Every CTA reads the whole activation chunk from L2,
-// so rows per CTA set that traffic: at M = 64 and 128 rows it was twice the weight bytes
-// and L2-bound (ncu, H200). Per chunk, kStages - 1 chunks ahead:
-//   - the groups' weights and scales (16.5 KB) arrive by bulk copy on the stage's
-//     mbarrier, the activations (256 bytes per token) by 16-byte cp.async, whole sectors;
-//   - one chunk ahead, after a barrier, each thread permutes activation pieces into one of
-//     two buffers in the order wgmma reads B: per 64-k block and 8 tokens a 128-byte-
-//     swizzled atom (wgmma.cuh), whose 16-byte chunk j of a token's row holds the 8
-//     logical k of core j. This applies the layout's k permutation (w4a16_layout.h):
-//     logical core 2s + h (step s, half h) of a block holds the physical words
-//     8t + 2s + h, t = 0..3;
-//   - each warp dequantizes its two strips' 8 k16 steps and its warpgroup issues 2 x 8
-//     wgmmas into per-chunk partial sums (exact integer-weight products), which the
-//     chunk's scales then add into the fp32 accumulators, as in the other kernels.
-// Measured on the H200 against the mma.sync kernel it replaced (w4a16_staged.cuh, 32
-// tokens x 256 rows): 8192 x 28672 at M = 64 91 us (was 137), M = 256 331 us (was 443).
+// PermuteKernel writes the activations into the workspace in exactly the bytes a stage
+// of the matmul holds: per NT-token tile and 128-k chunk, per 64-k block and 8 tokens a
+// 128-byte-swizzled atom (wgmma.cuh) whose 16-byte chunk j of a token's row holds the 8
+// logical k of core j. That applies the layout's k permutation (w4a16_layout.h): logical
+// core j of a block holds the physical words j, j + 8, j + 16, j + 24. Done once per
+// launch, it spares every CTA a permutation of every chunk it reads (4-byte copies or a
+// pass through shared memory measured 600 instructions per warp and chunk, the
+// tensor cores busy a quarter of the time).
+//
+// WgmmaKernel: a CTA of two warpgroups owns G 128-row groups (G = 1 or 2; warp w on
+// strip w of each: warpgroup 0 rows 0-63, warpgroup 1 rows 64-127), NT tokens and a
+// contiguous range of 128-k chunks (K split across the CTAs of a cluster, reduced
+// through distributed shared memory as in the other cluster kernels). Every CTA reads
+// the whole activation chunk from L2, so G sets that traffic against the weights' (at
+// M = 64 and G = 1 it equals twice the weight bytes). Per chunk, kAhead chunks ahead in
+// a ring of kStages, thread 0 fills a stage by bulk copies on the stage's mbarrier: the
+// groups' weights and scales (8.25 KB per group; the first ones before the kernel waits
+// for its prerequisite grid) and the permuted activation tile. The chunk's work is two
+// batches (G = 2: one group each; G = 1: one 64-k block each): each warp dequantizes its
+// strip of a batch into A registers, scales them in 16 bits (the chunk's per-row scale,
+// as Marlin does) and its warpgroup issues the batch's wgmmas, accumulating straight
+// into the fp32 results. Two register sets take turns, so a batch is dequantized while
+// the tensor cores run the one before it. Per-row scales (one per row for all of K)
+// multiply the fp32 results at the end instead.
+// Measured on the H200: see docs/PERFORMANCE.md (session 12).
 #ifndef QMM_KERNELS_CUDA_W4A16_WGMMA_CUH_
 #define QMM_KERNELS_CUDA_W4A16_WGMMA_CUH_
 
@@ -29,133 +36,161 @@
 
 namespace qmm::cuda::w4a16 {
 
-// Word i (0..3) of v; i is a constant after unrolling.
-__device__ inline uint32_t WordAt(const uint4& v, int i) {
-  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
-}
-
-template <int NT>
+template <int NT, int G>
 struct WgmmaTile {
   static_assert(NT == 32 || NT == 64);
-  // Row groups per CTA: each warp owns its strip of both, so the activation chunk staged
-  // once feeds 256 rows (the L2 traffic of re-reading it per CTA is what limits M = 64).
-  static constexpr int kGroups = 2;
-  // Chunks in flight: three ahead of the one computed.
-  static constexpr int kStages = 4;
-  // A stage: the groups' weights and scales (bulk copies), then the raw activations, one
-  // 256-byte row per token padded to 272 so that 8 lanes reading 8 tokens' rows hit
-  // distinct banks.
-  static constexpr int kXRowBytes = kChunkK * 2 + 16;
-  static constexpr int kGroupStageBytes = kGroupChunkBytes + kGroupScaleBytes;
-  static constexpr int kRawXOffset = kGroups * kGroupStageBytes;
-  static constexpr int kStageBytes = kRawXOffset + NT * kXRowBytes;
-  static_assert(kStageBytes % 128 == 0);
-  static constexpr int kXBytes = NT * kChunkK * 2;  // one permuted buffer
-  static constexpr int kStagesOffset = 128;         // after the mbarriers
-  // The permuted buffers are 1024-byte aligned (swizzle atoms) relative to a base that
-  // the kernel aligns at run time (the dynamic shared memory is only 16-byte aligned).
-  static constexpr int kXOffset = (kStagesOffset + kStages * kStageBytes + 1023) / 1024 * 1024;
+  static_assert(G == 1 || G == 2);
+  static constexpr int kGroups = G;
+  static constexpr int kStages = 6;
+  // Chunks loaded ahead of the one computed: a stage is refilled only once both batches
+  // of its chunk have completed in both warpgroups, which the barrier at the top of
+  // iteration c guarantees for chunk c - 2.
+  static constexpr int kAhead = kStages - 2;
   static constexpr int kAtomBytes = 1024;
-  // n8 tiles per wgmma (4 for NT = 32, else 8).
-  static constexpr int kJ = NT / 8;
-  // Raw activation pieces (16 bytes) per chunk, copied with consecutive threads on
-  // consecutive pieces of a token's row (whole sectors).
-  static constexpr int kXPieces = NT * kChunkK * 2 / 16;
-  static constexpr int kXPiecesPerThread = (kXPieces + kThreads - 1) / kThreads;
-  // Pieces a thread permutes: (token, 64-k block, half of the steps), 4 x 16 bytes.
-  static constexpr int kXTasks = NT * kChunkBlocks * 2;
-  static constexpr int kXTasksPerThread = (kXTasks + kThreads - 1) / kThreads;
-  static constexpr int kStrips = kGroups * kGroupStrips;
-  static constexpr int kReduceBytes = kStrips * NT / 8 * 32 * 16;
-  static constexpr int kSmemBytes =
-      1024 + (kXOffset + 2 * kXBytes > kStagesOffset + kReduceBytes ? kXOffset + 2 * kXBytes
-                                                                    : kStagesOffset + kReduceBytes);
+  // A stage: the B tiles ([block][token / 8] atoms), then the groups' weights and scales.
+  static constexpr int kXBytes = NT * kChunkK * 2;
+  static constexpr int kGroupStageBytes = kGroupChunkBytes + kGroupScaleBytes;
+  static constexpr int kStageBytes = (kXBytes + G * kGroupStageBytes + 1023) / 1024 * 1024;
+  static constexpr int kStagesOffset = 1024;  // after the mbarriers, atom-aligned
+  static constexpr int kJ = NT / 8;           // n8 tiles per wgmma
+  static constexpr int kBatchSteps = G * 4;   // k16 steps of one batch
+  static constexpr int kStrips = G * kGroupStrips;
+  static constexpr int kReduceBytes = kStrips * kJ * 32 * 16;
+  static constexpr int kRingBytes =
+      kStages * kStageBytes > kReduceBytes ? kStages* kStageBytes : kReduceBytes;
+  // 1024 bytes of slack: the dynamic shared memory is only 16-byte aligned.
+  static constexpr int kSmemBytes = 1024 + kStagesOffset + kRingBytes;
 };
 
-// Grid: x = token tiles of NT, y = pairs of 128-row groups, z = K splits (one cluster).
-template <int NT, bool kBf16>
-__global__ void __launch_bounds__(kThreads, 1) WgmmaKernel(const __grid_constant__ Params p) {
-#ifdef QMM_WGMMA
-  // A dependent launch (dependent_launch.h) that simply waits: at these M the launch gap
-  // is a small part of the time.
+// Workspace <- x permuted for WgmmaKernel<NT, *> (above); zeros past M. Grid: x = NT-token
+// tiles, y = chunks; each thread writes 16-byte pieces, consecutive threads consecutive
+// pieces, gathering 4 words of one token's 64-k block (8 threads read the whole block).
+template <int NT>
+__global__ void __launch_bounds__(kThreads)
+    PermuteKernel(const void* x, uint8_t* out, int64_t m, int64_t k) {
+  constexpr int kPieces = NT * kChunkK * 2 / 16;
+  // The previous kernel may be writing x; the matmul after this one prefetches weights.
   WaitForPrerequisiteGrid();
   AllowDependentLaunch();
-  using Tl = WgmmaTile<NT>;
+  const int64_t chunks = k / kChunkK;
+  const int64_t tile = blockIdx.x;
+  const int64_t chunk = blockIdx.y;
+  uint4* dst = reinterpret_cast<uint4*>(out + (tile * chunks + chunk) * (NT * kChunkK * 2));
+  for (int q = threadIdx.x; q < kPieces; q += kThreads) {
+    const int atom = q / 64;
+    const int row = q / 8 % 8;
+    const int core = (q % 8) ^ row;
+    const int blk = atom / (NT / 8);
+    const int64_t tok = tile * NT + atom % (NT / 8) * 8 + row;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (tok < m) {
+      const auto* src = reinterpret_cast<const uint32_t*>(
+          static_cast<const uint8_t*>(x) + (tok * k + chunk * kChunkK + blk * kBlockK) * 2);
+      v = make_uint4(src[core], src[core + 8], src[core + 16], src[core + 24]);
+    }
+    dst[q] = v;
+  }
+}
+
+// A strip's scales for one chunk in the activation type, both halves of each register
+// the same: lo = s[row g], hi = s[row g + 8]. bf16 keeps the fp16 scale as a sum of two
+// bf16 values (the rounded scale and what rounding dropped), so that only the product is
+// rounded, once, and not the scale the same way for every weight of the row.
+struct ChunkScales {
+  uint32_t lo, hi;
+  uint32_t lo_rest, hi_rest;  // bf16 only
+};
+
+// fp16 (1, 1): the scale pair of per-row-scaled weights inside the loop.
+inline constexpr uint32_t kOnePair = 0x3c003c00;
+
+// `pair` is the layout's fp16 (s[row g], s[row g + 8]).
+template <bool kBf16>
+__device__ inline ChunkScales SplatScales(uint32_t pair) {
+  const __half2 s = *reinterpret_cast<const __half2*>(&pair);
+  ChunkScales out;
+  if constexpr (kBf16) {
+    const float l = __low2float(s);
+    const float h = __high2float(s);
+    const __nv_bfloat162 lb = __float2bfloat162_rn(l);
+    const __nv_bfloat162 hb = __float2bfloat162_rn(h);
+    const __nv_bfloat162 lr = __float2bfloat162_rn(l - __low2float(lb));
+    const __nv_bfloat162 hr = __float2bfloat162_rn(h - __low2float(hb));
+    out.lo = *reinterpret_cast<const uint32_t*>(&lb);
+    out.hi = *reinterpret_cast<const uint32_t*>(&hb);
+    out.lo_rest = *reinterpret_cast<const uint32_t*>(&lr);
+    out.hi_rest = *reinterpret_cast<const uint32_t*>(&hr);
+  } else {
+    const __half2 l = __low2half2(s);
+    const __half2 h = __high2half2(s);
+    out.lo = *reinterpret_cast<const uint32_t*>(&l);
+    out.hi = *reinterpret_cast<const uint32_t*>(&h);
+  }
+  return out;
+}
+
+// The four A registers of one k16 step of a strip (w4a16_layout.h) times the chunk's
+// scales (registers 0 and 2 hold row g, 1 and 3 row g + 8).
+template <bool kBf16>
+__device__ inline void DequantScaled(uint32_t w, const ChunkScales& s, uint32_t (&a)[4]) {
+  Dequant<kBf16>(w, a);
+  if constexpr (kBf16) {
+    a[0] = Fma2<true>(a[0], s.lo, Fma2<true>(a[0], s.lo_rest, 0));
+    a[1] = Fma2<true>(a[1], s.hi, Fma2<true>(a[1], s.hi_rest, 0));
+    a[2] = Fma2<true>(a[2], s.lo, Fma2<true>(a[2], s.lo_rest, 0));
+    a[3] = Fma2<true>(a[3], s.hi, Fma2<true>(a[3], s.hi_rest, 0));
+  } else {
+    a[0] = Fma2<false>(a[0], s.lo, 0);
+    a[1] = Fma2<false>(a[1], s.hi, 0);
+    a[2] = Fma2<false>(a[2], s.lo, 0);
+    a[3] = Fma2<false>(a[3], s.hi, 0);
+  }
+}
+
+// Grid: x = token tiles of NT, y = sets of G 128-row groups, z = K splits (one cluster).
+template <int NT, int G, bool kBf16>
+__global__ void __launch_bounds__(kThreads, 1) WgmmaKernel(const __grid_constant__ Params p) {
+#ifdef QMM_WGMMA
+  using Tl = WgmmaTile<NT, G>;
   constexpr int kStages = Tl::kStages;
-  constexpr int kGroups = Tl::kGroups;
+  constexpr int kAhead = Tl::kAhead;
   extern __shared__ __align__(128) uint8_t smem_raw[];
   uint8_t* smem = smem_raw + (-static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) & 1023);
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem);
   uint8_t* stages = smem + Tl::kStagesOffset;
-  uint8_t* xbuf = smem + Tl::kXOffset;
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const int g = lane / 4;
   const int64_t tok0 = int64_t{blockIdx.x} * NT;
-  const int64_t group0 = int64_t{blockIdx.y} * kGroups;
+  const int64_t group0 = int64_t{blockIdx.y} * G;
   const int split = static_cast<int>(blockIdx.z);
   const int c_begin = ChunkBegin(p, split);
   const int count = ChunkBegin(p, split + 1) - c_begin;
-  const auto* x = static_cast<const uint8_t*>(p.x);
+  // This CTA's token tile of the permuted activations (PermuteKernel).
+  const uint8_t* xp =
+      static_cast<const uint8_t*>(p.x) + int64_t{blockIdx.x} * p.chunks * Tl::kXBytes;
 
-  // Stage <- chunk c: the groups' weights and scales by bulk copy (thread 0; a group past
-  // the last reads the last again, never stored), this thread's raw activation pieces
-  // by cp.async (zeros past M). Commits one cp.async group.
-  auto load = [&](int c) {
-    uint8_t* stage = stages + (c % kStages) * Tl::kStageBytes;
+  // Stage <- chunk c's weights and scales, by bulk copy (thread 0; a group past the last
+  // reads the last again, never stored); the stage's barrier expects the activations too.
+  auto load_weights = [&](int c) {
+    uint8_t* w = stages + (c % kStages) * Tl::kStageBytes + Tl::kXBytes;
     const int64_t chunk = c_begin + c;
-    if (threadIdx.x == 0) {
-      uint64_t* bar = &bars[c % kStages];
-      MbarExpectBytes(bar, kGroups * Tl::kGroupStageBytes);
+    uint64_t* bar = &bars[c % kStages];
+    MbarExpectBytes(bar, Tl::kXBytes + G * Tl::kGroupStageBytes);
 #pragma unroll
-      for (int r = 0; r < kGroups; ++r) {
-        const int64_t group = group0 + r < p.groups ? group0 + r : p.groups - 1;
-        uint8_t* dst = stage + r * Tl::kGroupStageBytes;
-        BulkCopy(dst, p.w + group * p.w_group_stride + chunk * p.w_chunk_stride, kGroupChunkBytes,
-                 bar);
-        BulkCopy(dst + kGroupChunkBytes, p.s + group * p.s_group_stride + chunk * p.s_chunk_stride,
-                 kGroupScaleBytes, bar);
-      }
+    for (int r = 0; r < G; ++r) {
+      const int64_t group = group0 + r < p.groups ? group0 + r : p.groups - 1;
+      uint8_t* dst = w + r * Tl::kGroupStageBytes;
+      BulkCopy(dst, p.w + group * p.w_group_stride + chunk * p.w_chunk_stride, kGroupChunkBytes,
+               bar);
+      BulkCopy(dst + kGroupChunkBytes, p.s + group * p.s_group_stride + chunk * p.s_chunk_stride,
+               kGroupScaleBytes, bar);
     }
-#pragma unroll
-    for (int i = 0; i < Tl::kXPiecesPerThread; ++i) {
-      const int piece = static_cast<int>(threadIdx.x) + i * kThreads;
-      if (Tl::kXPieces % kThreads != 0 && piece >= Tl::kXPieces) continue;
-      const int tok = piece / 16;
-      const bool ok = tok0 + tok < p.m;
-      const uint8_t* src =
-          x + ((ok ? tok0 + tok : 0) * p.k + chunk * kChunkK) * 2 + piece % 16 * 16;
-      CpAsync16(stage + Tl::kRawXOffset + tok * Tl::kXRowBytes + piece % 16 * 16, src, ok);
-    }
-    CpAsyncCommit();
   };
-  // Permuted buffer <- stage `c`'s activations (after a barrier: other threads copied
-  // them). Task (tok, blk, half) holds pieces t = 0..3 at 32t + 16 half of the block
-  // (words 8t + 4 half .. + 3); core j = 2s + h of the block, token tok = word
-  // 2(s % 2) + h of those pieces for s = 2 half, 2 half + 1, written to row tok % 8,
-  // chunk j ^ (tok % 8) of atom (blk, tok / 8).
-  auto permute = [&](int c, uint8_t* dst) {
-    const uint8_t* raw = stages + (c % kStages) * Tl::kStageBytes + Tl::kRawXOffset;
-#pragma unroll
-    for (int i = 0; i < Tl::kXTasksPerThread; ++i) {
-      const int task = static_cast<int>(threadIdx.x) + i * kThreads;
-      if (Tl::kXTasks % kThreads != 0 && task >= Tl::kXTasks) continue;
-      const int tok = task % NT;
-      const int blk = task / NT % kChunkBlocks;
-      const int half = task / (NT * kChunkBlocks);
-      const uint8_t* src = raw + tok * Tl::kXRowBytes + blk * kBlockK * 2 + half * 16;
-      uint4 q[4];
-#pragma unroll
-      for (int t = 0; t < 4; ++t) q[t] = *reinterpret_cast<const uint4*>(src + t * 32);
-      uint8_t* atom = dst + (blk * NT / 8 + tok / 8) * Tl::kAtomBytes + tok % 8 * 128;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int core = 4 * half + j;  // 2s + h with s = 2 half + j / 2, h = j % 2
-        *reinterpret_cast<uint4*>(atom + (core ^ (tok % 8)) * 16) =
-            make_uint4(WordAt(q[0], j), WordAt(q[1], j), WordAt(q[2], j), WordAt(q[3], j));
-      }
-    }
-    wgmma::FenceProxyAsync();
+  // Stage <- chunk c's permuted activations, by bulk copy (thread 0).
+  auto load_x = [&](int c) {
+    BulkCopy(stages + (c % kStages) * Tl::kStageBytes, xp + (c_begin + int64_t{c}) * Tl::kXBytes,
+             Tl::kXBytes, &bars[c % kStages]);
   };
 
   if (threadIdx.x == 0) {
@@ -163,90 +198,99 @@ __global__ void __launch_bounds__(kThreads, 1) WgmmaKernel(const __grid_constant
     FenceBarrierInit();
   }
   __syncthreads();
-  for (int c = 0; c < kStages - 1; ++c) {
-    if (c < count) {
-      load(c);
-    } else {
-      CpAsyncCommit();
-    }
+  // The weights are never written by another kernel: fetch the first ones while the
+  // previous kernel drains (a dependent launch, dependent_launch.h).
+  if (threadIdx.x == 0) {
+    for (int c = 0; c < kAhead && c < count; ++c) load_weights(c);
   }
-  CpAsyncWait<kStages - 2>();  // chunk 0's pieces
-  __syncthreads();
-  if (count > 0) permute(0, xbuf);
+  WaitForPrerequisiteGrid();
+  AllowDependentLaunch();
+  if (threadIdx.x == 0) {
+    for (int c = 0; c < kAhead && c < count; ++c) load_x(c);
+  }
 
-  float acc[kGroups][Tl::kJ][4] = {};
-  float part[kGroups][Tl::kJ][4];
+  // Written first by the wgmmas of chunk 0 (every CTA has at least one chunk): zeroing
+  // them beforehand would make ptxas serialize the wgmmas.
+  float acc[G][Tl::kJ][4];
+  uint32_t a[2][Tl::kBatchSteps][4];
+  // Dequantizes batch b of the chunk in `stage` into a[b].
+  // Per-row scales (no chunk stride) multiply the fp32 results at the end instead: exact,
+  // where bf16 would round each scale and product to 8 bits the same way in every chunk.
+  const bool per_row = p.s_chunk_stride == 0;
+  auto dequant = [&](const uint8_t* stage, int b) {
+    const uint8_t* gs = stage + Tl::kXBytes + (G == 2 ? b * Tl::kGroupStageBytes : 0);
+    const ChunkScales sc =
+        SplatScales<kBf16>(per_row ? kOnePair
+                                   : *reinterpret_cast<const uint32_t*>(
+                                         gs + kGroupChunkBytes + warp * kStripScaleBytes + g * 4));
+#pragma unroll
+    for (int h = 0; h < G; ++h) {
+      const int blk = G == 2 ? h : b;
+      const uint4 w = *reinterpret_cast<const uint4*>(gs + warp * kStripChunkBytes +
+                                                      blk * kBlockBytes + lane * 16);
+      DequantScaled<kBf16>(w.x, sc, a[b][4 * h + 0]);
+      DequantScaled<kBf16>(w.y, sc, a[b][4 * h + 1]);
+      DequantScaled<kBf16>(w.z, sc, a[b][4 * h + 2]);
+      DequantScaled<kBf16>(w.w, sc, a[b][4 * h + 3]);
+    }
+  };
+  // Issues batch b's wgmmas on the chunk's B tiles and commits them as one group; `first`:
+  // chunk 0, whose first step of each accumulator overwrites it.
+  auto issue = [&](const uint8_t* xs, int b, bool first) {
+    wgmma::Fence();
+#pragma unroll
+    for (int i = 0; i < Tl::kBatchSteps; ++i) {
+      // Step st = 4 blk + s covers cores 2s and 2s + 1 of block blk: bytes 32s of the
+      // rows of atoms (blk, *).
+      const int st = G == 2 ? i : 4 * b + i;
+      const uint64_t desc =
+          wgmma::SmemDescSw128(xs + st / 4 * NT / 8 * Tl::kAtomBytes + st % 4 * 32, Tl::kAtomBytes);
+      wgmma::MmaRs<Tl::kJ, kBf16>(acc[G == 2 ? b : 0], a[b][i], desc,
+                                  !(first && i == 0 && (G == 2 || b == 0)));
+    }
+    wgmma::Commit();
+  };
+
   for (int c = 0; c < count; ++c) {
-    // Every thread's pieces of chunk c + 1 have landed (kStages - 1 groups were committed
-    // ahead of it, one per chunk), chunk c's permuted activations are stored and fenced,
-    // every warp has read the stage refilled below, and the wgmmas of chunk c - 1 (the
-    // readers of the buffer permuted into below) are complete.
-    CpAsyncWait<kStages - 3>();
+    // After the barrier both warpgroups have completed chunk c - 2, whose stage is
+    // refilled here.
     __syncthreads();
-    if (c + kStages - 1 < count) {
-      load(c + kStages - 1);
-    } else {
-      CpAsyncCommit();
+    if (threadIdx.x == 0 && c + kAhead < count) {
+      load_weights(c + kAhead);
+      load_x(c + kAhead);
     }
 
     const uint8_t* stage = stages + (c % kStages) * Tl::kStageBytes;
     MbarWait(&bars[c % kStages], (c / kStages) & 1);
-    uint32_t a[kGroups][8][4];
-    uint32_t pair[kGroups];
-#pragma unroll
-    for (int r = 0; r < kGroups; ++r) {
-      const uint8_t* gs = stage + r * Tl::kGroupStageBytes;
-      const uint4 w0 = *reinterpret_cast<const uint4*>(gs + warp * kStripChunkBytes + lane * 16);
-      const uint4 w1 =
-          *reinterpret_cast<const uint4*>(gs + warp * kStripChunkBytes + kBlockBytes + lane * 16);
-      pair[r] = *reinterpret_cast<const uint32_t*>(gs + kGroupChunkBytes + warp * kStripScaleBytes +
-                                                   g * 4);
-      Dequant<kBf16>(w0.x, a[r][0]);
-      Dequant<kBf16>(w0.y, a[r][1]);
-      Dequant<kBf16>(w0.z, a[r][2]);
-      Dequant<kBf16>(w0.w, a[r][3]);
-      Dequant<kBf16>(w1.x, a[r][4]);
-      Dequant<kBf16>(w1.y, a[r][5]);
-      Dequant<kBf16>(w1.z, a[r][6]);
-      Dequant<kBf16>(w1.w, a[r][7]);
-    }
-
-    // The chunk's integer-weight products, exact in fp32, into `part`.
-    const uint8_t* xs = xbuf + (c % 2) * Tl::kXBytes;
-    wgmma::Fence();
-#pragma unroll
-    for (int r = 0; r < kGroups; ++r) {
-#pragma unroll
-      for (int st = 0; st < 8; ++st) {
-        // Step st = 4 blk + s covers cores 2s and 2s + 1 of block blk: bytes 32s of the
-        // rows of atoms (blk, *).
-        const uint64_t desc = wgmma::SmemDescSw128(
-            xs + st / 4 * NT / 8 * Tl::kAtomBytes + st % 4 * 32, Tl::kAtomBytes);
-        wgmma::MmaRs<Tl::kJ, kBf16>(part[r], a[r][st], desc, st > 0);
-      }
-    }
-    wgmma::Commit();
-    // Permute chunk c + 1's activations while the tensor cores work.
-    if (c + 1 < count) permute(c + 1, xbuf + ((c + 1) % 2) * Tl::kXBytes);
-    wgmma::Wait<0>();
-#pragma unroll
-    for (int r = 0; r < kGroups; ++r) ApplyScale<Tl::kJ>(pair[r], part[r], acc[r]);
+    dequant(stage, 0);  // a[0] is free: batch 0 of chunk c - 1 completed below
+    issue(stage, 0, c == 0);
+    wgmma::Wait<1>();  // batch 1 of chunk c - 1: a[1] is free
+    dequant(stage, 1);
+    issue(stage, 1, c == 0);
+    wgmma::Wait<1>();  // batch 0 of chunk c
   }
-  CpAsyncWait<0>();
+  wgmma::Wait<0>();
   // Every warp is done with the stages before they become the reduction buffer.
   __syncthreads();
 
   auto* red = reinterpret_cast<float4*>(stages);
-  constexpr int kTiles = NT / 8;
 #pragma unroll
-  for (int r = 0; r < kGroups; ++r) {
+  for (int r = 0; r < G; ++r) {
+    float s_lo = 1.f, s_hi = 1.f;
+    if (per_row) {
+      const int64_t group = group0 + r < p.groups ? group0 + r : p.groups - 1;
+      const __half2 s = *reinterpret_cast<const __half2*>(p.s + group * p.s_group_stride +
+                                                          warp * kStripScaleBytes + g * 4);
+      s_lo = __low2float(s);
+      s_hi = __high2float(s);
+    }
 #pragma unroll
     for (int j = 0; j < Tl::kJ; ++j) {
-      red[((r * kGroupStrips + warp) * kTiles + j) * 32 + lane] =
-          make_float4(acc[r][j][0], acc[r][j][1], acc[r][j][2], acc[r][j][3]);
+      red[((r * kGroupStrips + warp) * Tl::kJ + j) * 32 + lane] = make_float4(
+          acc[r][j][0] * s_lo, acc[r][j][1] * s_lo, acc[r][j][2] * s_hi, acc[r][j][3] * s_hi);
     }
   }
-  ReduceAndStore<kTiles, Tl::kStrips>(p, red, tok0, group0, split);
+  ReduceAndStore<Tl::kJ, Tl::kStrips>(p, red, tok0, group0, split);
 #endif  // QMM_WGMMA
 }
 

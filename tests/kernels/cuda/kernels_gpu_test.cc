@@ -302,23 +302,34 @@ cudaError_t LaunchWithSplits(const GemmArgs& args) {
   return kLaunch(args, options);
 }
 
+using Variants = std::vector<std::pair<std::string, Launch>>;
+
 // Every split count the device runs (more than 1 needs clusters), labelled by count.
 template <typename Options, cudaError_t (*kLaunch)(const GemmArgs&, const Options&)>
-std::vector<std::pair<int, Launch>> SplitVariants(const DeviceInfo& device) {
-  std::vector<std::pair<int, Launch>> variants = {{1, &LaunchWithSplits<Options, kLaunch, 1>}};
+Variants SplitVariants(const DeviceInfo& device) {
+  Variants variants = {{"splits 1", &LaunchWithSplits<Options, kLaunch, 1>}};
   if (device.clusters()) {
-    variants.push_back({2, &LaunchWithSplits<Options, kLaunch, 2>});
-    variants.push_back({4, &LaunchWithSplits<Options, kLaunch, 4>});
-    variants.push_back({8, &LaunchWithSplits<Options, kLaunch, 8>});
+    variants.push_back({"splits 2", &LaunchWithSplits<Options, kLaunch, 2>});
+    variants.push_back({"splits 4", &LaunchWithSplits<Options, kLaunch, 4>});
+    variants.push_back({"splits 8", &LaunchWithSplits<Options, kLaunch, 8>});
   }
   return variants;
+}
+
+// The W4A16 wgmma kernel at every M with G groups per CTA and a forced split (0: the
+// launch's choice); where it cannot run, the launch falls back to the other kernels.
+template <int kGroups, int kSplits>
+cudaError_t LaunchW4A16Wgmma(const GemmArgs& args) {
+  W4A16Options options;
+  options.wgmma_groups = kGroups;
+  options.splits = kSplits;
+  return LaunchW4A16(args, options);
 }
 
 // Each launch variant against the CPU on fresh random weights of each shape, at each M,
 // for fp16 and bf16 activations.
 void CheckVariants(Scheme scheme, const std::vector<WeightShape>& shapes,
-                   const std::vector<int64_t>& ms,
-                   const std::vector<std::pair<int, Launch>>& variants) {
+                   const std::vector<int64_t>& ms, const Variants& variants) {
   const uint64_t seed = FreshSeed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937_64 rng(seed);
@@ -328,8 +339,8 @@ void CheckVariants(Scheme scheme, const std::vector<WeightShape>& shapes,
     const Weight w = RandomWeight(scheme, shape, rng);
     GpuWeight gpu(*ops, w);
     ASSERT_TRUE(gpu.ok());
-    for (const auto& [splits, launch] : variants) {
-      SCOPED_TRACE(::testing::Message() << "splits " << splits);
+    for (const auto& [label, launch] : variants) {
+      SCOPED_TRACE(label);
       for (int64_t m : ms) {
         for (DType x_dtype : {DType::kF16, DType::kBF16}) {
           gpu.Check(x_dtype, DType::kF32, m, rng, launch);
@@ -349,15 +360,23 @@ TEST(W8A16Test, EverySplitMatchesCpu) {
 }
 
 // Every W4A16 path beyond the main sweep: token counts around the kernels' tile sizes
-// through the default launch, and the cluster kernels through every forced split count
-// (which the default launch never picks for some M on an H200).
+// through the default launch, the cluster kernels through every forced split count
+// (which the default launch never picks for some M on an H200), and the wgmma kernel
+// with each row-group count, alone and split 4 ways, also at the M the default launch
+// gives the decode kernels.
 TEST(W4A16Test, EveryPathMatchesCpu) {
   DeviceInfo device;
   ASSERT_CUDA(CurrentDeviceInfo(&device));
-  std::vector<std::pair<int, Launch>> variants = SplitVariants<W4A16Options, &LaunchW4A16>(device);
-  variants.insert(variants.begin(), {0, &LaunchWithSplits<W4A16Options, &LaunchW4A16, 0>});
+  Variants variants = SplitVariants<W4A16Options, &LaunchW4A16>(device);
+  variants.insert(variants.begin(), {"default", &LaunchWithSplits<W4A16Options, &LaunchW4A16, 0>});
+  variants.push_back({"wgmma 1 group", &LaunchW4A16Wgmma<1, 0>});
+  variants.push_back({"wgmma 2 groups", &LaunchW4A16Wgmma<2, 0>});
+  if (device.clusters()) {
+    variants.push_back({"wgmma 1 group, splits 4", &LaunchW4A16Wgmma<1, 4>});
+    variants.push_back({"wgmma 2 groups, splits 4", &LaunchW4A16Wgmma<2, 4>});
+  }
   CheckVariants(Scheme::kW4A16, {{1000, 2048, kW4GroupSize}, {300, 1152, 0}},
-                {17, 32, 40, 100, 128, 129, 300}, variants);
+                {1, 5, 17, 32, 40, 100, 128, 129, 300}, variants);
 }
 
 // Dependent launches (dependent_launch.h) let each kernel start while the one before it
