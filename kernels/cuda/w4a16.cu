@@ -33,7 +33,7 @@ struct KernelFit {
   int clusters[4] = {};
 };
 
-template <auto kKernel, int kSmem>
+template <auto kKernel, int kSmem, int kBlock = kThreads>
 cudaError_t FitOf(int device, int cc_major, KernelFit* fit) {
   static std::atomic<uint64_t> configured{0};
   static std::atomic<int> occupancy{0};
@@ -43,13 +43,13 @@ cudaError_t FitOf(int device, int cc_major, KernelFit* fit) {
         cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
     if (err != cudaSuccess) return err;
     int occ = 0;
-    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kKernel, kThreads, kSmem);
+    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kKernel, kBlock, kSmem);
     if (err != cudaSuccess) return err;
     occupancy.store(std::max(occ, 1));
     for (int i = 1; cc_major >= 9 && i < 4; ++i) {
       cudaLaunchConfig_t config = {};
       config.gridDim = dim3(1, 1, 1u << i);
-      config.blockDim = dim3(kThreads);
+      config.blockDim = dim3(kBlock);
       config.dynamicSmemBytes = kSmem;
       cudaLaunchAttribute attr = {};
       attr.id = cudaLaunchAttributeClusterDimension;
@@ -99,15 +99,15 @@ SplitChoice ChooseSplits(int64_t base_ctas, int chunks, int sms, const KernelFit
   return best;
 }
 
-// Launches `kKernel` with tiles of 8T tokens x 128R rows and `kSmem` bytes of dynamic
-// shared memory, as a dependent launch (dependent_launch.h) if kDependent.
-template <auto kKernel, int T, int R, int kSmem, bool kDependent>
+// Launches `kKernel` with tiles of 8T tokens x 128R rows, kBlock threads and `kSmem` bytes
+// of dynamic shared memory, as a dependent launch (dependent_launch.h) if kDependent.
+template <auto kKernel, int T, int R, int kSmem, bool kDependent, int kBlock = kThreads>
 cudaError_t Launch(const GemmArgs& args, const W4A16Options& options) {
   DeviceInfo device;
   cudaError_t err = CurrentDeviceInfo(&device);
   if (err != cudaSuccess) return err;
   KernelFit fit;
-  if ((err = FitOf<kKernel, kSmem>(device.ordinal, device.cc_major, &fit)) != cudaSuccess) {
+  if ((err = FitOf<kKernel, kSmem, kBlock>(device.ordinal, device.cc_major, &fit)) != cudaSuccess) {
     return err;
   }
   const int major = device.cc_major;
@@ -145,7 +145,7 @@ cudaError_t Launch(const GemmArgs& args, const W4A16Options& options) {
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(token_tiles), static_cast<unsigned>(row_tiles),
                         static_cast<unsigned>(splits));
-  config.blockDim = dim3(kThreads);
+  config.blockDim = dim3(kBlock);
   config.dynamicSmemBytes = kSmem;
   config.stream = args.stream;
   cudaLaunchAttribute attrs[2] = {};
@@ -177,8 +177,8 @@ cudaError_t LaunchStaged(const GemmArgs& args, const W4A16Options& options) {
 
 template <int NT, int G, bool kBf16>
 cudaError_t LaunchWgmma(const GemmArgs& args, const W4A16Options& options) {
-  using Tile = w4a16::WgmmaTile<NT, G>;
-  return Launch<w4a16::WgmmaKernel<NT, G, kBf16>, NT / 8, G, Tile::kSmemBytes, true>(args, options);
+  return Launch<w4a16::WgmmaKernel<NT, G, kBf16>, NT / 8, G, w4a16::WgmmaTile<NT, G>::kSmemBytes,
+                true, w4a16::kWgmmaThreads>(args, options);
 }
 
 // The wgmma kernel's activations, permuted into the workspace (w4a16_wgmma.cuh).
@@ -202,23 +202,27 @@ cudaError_t LaunchPermute(const GemmArgs& args, const DeviceInfo& device) {
 template <int NT, bool kBf16>
 cudaError_t PlanWgmma(const GemmArgs& args, const DeviceInfo& device, W4A16Options* options) {
   constexpr double kOneGroupChunkCost = 0.6;
-  KernelFit fit1, fit2;
-  cudaError_t err;
-  if ((err = FitOf<w4a16::WgmmaKernel<NT, 1, kBf16>, w4a16::WgmmaTile<NT, 1>::kSmemBytes>(
-           device.ordinal, device.cc_major, &fit1)) != cudaSuccess ||
-      (err = FitOf<w4a16::WgmmaKernel<NT, 2, kBf16>, w4a16::WgmmaTile<NT, 2>::kSmemBytes>(
-           device.ordinal, device.cc_major, &fit2)) != cudaSuccess) {
-    return err;
-  }
   const WeightShape& shape = args.shape;
   const int64_t token_tiles = (args.m + NT - 1) / NT;
   const int64_t groups = w4a16::NumGroups(shape);
   const int chunks = static_cast<int>(w4a16::NumChunks(shape));
-  const SplitChoice one = ChooseSplits(token_tiles * groups, chunks, device.sms, fit1, false);
-  const SplitChoice two =
-      ChooseSplits(token_tiles * ((groups + 1) / 2), chunks, device.sms, fit2, false);
-  if (options->wgmma_groups == 0) {
-    options->wgmma_groups = one.cost * kOneGroupChunkCost < two.cost ? 1 : 2;
+  KernelFit fit;
+  cudaError_t err = FitOf<w4a16::WgmmaKernel<NT, 1, kBf16>, w4a16::WgmmaTile<NT, 1>::kSmemBytes,
+                          w4a16::kWgmmaThreads>(device.ordinal, device.cc_major, &fit);
+  if (err != cudaSuccess) return err;
+  const SplitChoice one = ChooseSplits(token_tiles * groups, chunks, device.sms, fit, false);
+  SplitChoice two = one;
+  // 128-token tiles take one group: two would need more registers than a thread has.
+  if constexpr (NT < 128) {
+    err = FitOf<w4a16::WgmmaKernel<NT, 2, kBf16>, w4a16::WgmmaTile<NT, 2>::kSmemBytes,
+                w4a16::kWgmmaThreads>(device.ordinal, device.cc_major, &fit);
+    if (err != cudaSuccess) return err;
+    two = ChooseSplits(token_tiles * ((groups + 1) / 2), chunks, device.sms, fit, false);
+    if (options->wgmma_groups == 0) {
+      options->wgmma_groups = one.cost * kOneGroupChunkCost < two.cost ? 1 : 2;
+    }
+  } else {
+    options->wgmma_groups = 1;
   }
   if (options->splits == 0) options->splits = options->wgmma_groups == 1 ? one.splits : two.splits;
   // Every CTA must own at least one chunk (the kernel's accumulators start at its first).
@@ -226,9 +230,10 @@ cudaError_t PlanWgmma(const GemmArgs& args, const DeviceInfo& device, W4A16Optio
   return cudaSuccess;
 }
 
-// The wgmma kernel where it runs as sm_90a code: tiles of 32 tokens up to 32, else of
-// 64; several token tiles read each weight tile together (mostly once from HBM, then
-// from L2). Sets *launched to whether it did.
+// The wgmma kernel where it runs as sm_90a code: tiles of 32 tokens up to 32, of 64 up to
+// 64, then of 128 (below); several token tiles read each weight tile together (mostly
+// once from HBM, then from L2). A forced options.wgmma_groups of 2 keeps 64-token tiles.
+// Sets *launched to whether it did.
 template <bool kBf16>
 cudaError_t LaunchWgmmaForM(const GemmArgs& args, W4A16Options options, bool* launched) {
   // Per device: bit 2d says device d was checked, bit 2d + 1 that it runs the kernel.
@@ -258,12 +263,23 @@ cudaError_t LaunchWgmmaForM(const GemmArgs& args, W4A16Options options, bool* la
     return options.wgmma_groups == 1 ? LaunchWgmma<32, 1, kBf16>(permuted, options)
                                      : LaunchWgmma<32, 2, kBf16>(permuted, options);
   }
-  if ((err = PlanWgmma<64, kBf16>(args, device, &options)) != cudaSuccess ||
-      (err = LaunchPermute<64>(args, device)) != cudaSuccess) {
+  // 128-token tiles (one group per CTA) halve the dequantization per product against 64;
+  // on the H200 they won at M = 256 on every benchmark shape (8192 x 28672: 237 us
+  // against 280), at M = 128 only from N = 8192 on (4096 x 4096: 27.9 against 17.5).
+  const bool wide = args.m > 128 || (args.m > 64 && args.shape.n >= 8192);
+  if (!wide || options.wgmma_groups == 2) {
+    if ((err = PlanWgmma<64, kBf16>(args, device, &options)) != cudaSuccess ||
+        (err = LaunchPermute<64>(args, device)) != cudaSuccess) {
+      return err;
+    }
+    return options.wgmma_groups == 1 ? LaunchWgmma<64, 1, kBf16>(permuted, options)
+                                     : LaunchWgmma<64, 2, kBf16>(permuted, options);
+  }
+  if ((err = PlanWgmma<128, kBf16>(args, device, &options)) != cudaSuccess ||
+      (err = LaunchPermute<128>(args, device)) != cudaSuccess) {
     return err;
   }
-  return options.wgmma_groups == 1 ? LaunchWgmma<64, 1, kBf16>(permuted, options)
-                                   : LaunchWgmma<64, 2, kBf16>(permuted, options);
+  return LaunchWgmma<128, 1, kBf16>(permuted, options);
 }
 
 // Below this many bytes of weights the launch and pipeline fill dominate.

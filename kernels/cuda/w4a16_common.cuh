@@ -115,7 +115,9 @@ __device__ inline void ReduceAndStore(const Params& p, float4* red, int64_t tok0
   __syncthreads();  // the host launches one split only before sm_90
 #endif
   const int per = kElems / p.splits;
-  for (int e = split * per + static_cast<int>(threadIdx.x); e < (split + 1) * per; e += kThreads) {
+  // Threads beyond kThreads (a producer warp) only take part in the cluster barriers.
+  const int first = threadIdx.x < kThreads ? split * per + static_cast<int>(threadIdx.x) : kElems;
+  for (int e = first; e < (split + 1) * per; e += kThreads) {
     float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
     for (int q = 0; q < p.splits; ++q) {
 #if __CUDA_ARCH__ >= 900

@@ -58,8 +58,8 @@ constexpr int64_t DeviceBytes(const WeightShape& s) {
 }
 
 // The wgmma kernel's activations of m tokens, permuted (w4a16_wgmma.cuh) into whole
-// tiles of up to 64 tokens: the launch's workspace.
-constexpr int64_t PermutedXBytes(int64_t m, int64_t k) { return (m + 63) / 64 * 64 * k * 2; }
+// tiles of up to 128 tokens: the launch's workspace.
+constexpr int64_t PermutedXBytes(int64_t m, int64_t k) { return (m + 127) / 128 * 128 * k * 2; }
 
 }  // namespace qmm::cuda::w4a16
 

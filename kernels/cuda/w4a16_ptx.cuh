@@ -30,8 +30,11 @@ __device__ inline void CpAsyncWait() {
 __device__ inline uint32_t SmemAddress(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
-__device__ inline void MbarInit(uint64_t* bar) {
-  asm volatile("mbarrier.init.shared.b64 [%0], 1;" ::"r"(SmemAddress(bar)));
+__device__ inline void MbarInit(uint64_t* bar, uint32_t arrivals = 1) {
+  asm volatile("mbarrier.init.shared.b64 [%0], %1;" ::"r"(SmemAddress(bar)), "r"(arrivals));
+}
+__device__ inline void MbarArrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared.b64 _, [%0];" ::"r"(SmemAddress(bar)) : "memory");
 }
 // Makes the initialized barriers visible to the copy engine.
 __device__ inline void FenceBarrierInit() {

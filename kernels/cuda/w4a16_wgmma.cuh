@@ -38,19 +38,16 @@ namespace qmm::cuda::w4a16 {
 
 template <int NT, int G>
 struct WgmmaTile {
-  static_assert(NT == 32 || NT == 64);
+  static_assert(NT == 32 || NT == 64 || NT == 128);
   static_assert(G == 1 || G == 2);
   static constexpr int kGroups = G;
-  static constexpr int kStages = 6;
-  // Chunks loaded ahead of the one computed: a stage is refilled only once both batches
-  // of its chunk have completed in both warpgroups, which the barrier at the top of
-  // iteration c guarantees for chunk c - 2.
-  static constexpr int kAhead = kStages - 2;
   static constexpr int kAtomBytes = 1024;
   // A stage: the B tiles ([block][token / 8] atoms), then the groups' weights and scales.
   static constexpr int kXBytes = NT * kChunkK * 2;
   static constexpr int kGroupStageBytes = kGroupChunkBytes + kGroupScaleBytes;
   static constexpr int kStageBytes = (kXBytes + G * kGroupStageBytes + 1023) / 1024 * 1024;
+  // As many stages as fit in 200 KB, at most 6.
+  static constexpr int kStages = 200 * 1024 / kStageBytes < 6 ? 200 * 1024 / kStageBytes : 6;
   static constexpr int kStagesOffset = 1024;  // after the mbarriers, atom-aligned
   static constexpr int kJ = NT / 8;           // n8 tiles per wgmma
   static constexpr int kBatchSteps = G * 4;   // k16 steps of one batch
@@ -147,16 +144,21 @@ __device__ inline void DequantScaled(uint32_t w, const ChunkScales& s, uint32_t 
   }
 }
 
+// Threads of the matmul kernel: two consumer warpgroups and one producer warp.
+inline constexpr int kWgmmaThreads = kThreads + 32;
+
 // Grid: x = token tiles of NT, y = sets of G 128-row groups, z = K splits (one cluster).
 template <int NT, int G, bool kBf16>
-__global__ void __launch_bounds__(kThreads, 1) WgmmaKernel(const __grid_constant__ Params p) {
+__global__ void __launch_bounds__(kWgmmaThreads, 1) WgmmaKernel(const __grid_constant__ Params p) {
 #ifdef QMM_WGMMA
   using Tl = WgmmaTile<NT, G>;
   constexpr int kStages = Tl::kStages;
-  constexpr int kAhead = Tl::kAhead;
   extern __shared__ __align__(128) uint8_t smem_raw[];
   uint8_t* smem = smem_raw + (-static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) & 1023);
-  uint64_t* bars = reinterpret_cast<uint64_t*>(smem);
+  // full[s]: stage s holds its chunk (the producer's bytes); empty[s]: every consumer
+  // warp is done with it.
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem);
+  uint64_t* empty = full + kStages;
   uint8_t* stages = smem + Tl::kStagesOffset;
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -166,48 +168,68 @@ __global__ void __launch_bounds__(kThreads, 1) WgmmaKernel(const __grid_constant
   const int split = static_cast<int>(blockIdx.z);
   const int c_begin = ChunkBegin(p, split);
   const int count = ChunkBegin(p, split + 1) - c_begin;
-  // This CTA's token tile of the permuted activations (PermuteKernel).
-  const uint8_t* xp =
-      static_cast<const uint8_t*>(p.x) + int64_t{blockIdx.x} * p.chunks * Tl::kXBytes;
-
-  // Stage <- chunk c's weights and scales, by bulk copy (thread 0; a group past the last
-  // reads the last again, never stored); the stage's barrier expects the activations too.
-  auto load_weights = [&](int c) {
-    uint8_t* w = stages + (c % kStages) * Tl::kStageBytes + Tl::kXBytes;
-    const int64_t chunk = c_begin + c;
-    uint64_t* bar = &bars[c % kStages];
-    MbarExpectBytes(bar, Tl::kXBytes + G * Tl::kGroupStageBytes);
-#pragma unroll
-    for (int r = 0; r < G; ++r) {
-      const int64_t group = group0 + r < p.groups ? group0 + r : p.groups - 1;
-      uint8_t* dst = w + r * Tl::kGroupStageBytes;
-      BulkCopy(dst, p.w + group * p.w_group_stride + chunk * p.w_chunk_stride, kGroupChunkBytes,
-               bar);
-      BulkCopy(dst + kGroupChunkBytes, p.s + group * p.s_group_stride + chunk * p.s_chunk_stride,
-               kGroupScaleBytes, bar);
-    }
-  };
-  // Stage <- chunk c's permuted activations, by bulk copy (thread 0).
-  auto load_x = [&](int c) {
-    BulkCopy(stages + (c % kStages) * Tl::kStageBytes, xp + (c_begin + int64_t{c}) * Tl::kXBytes,
-             Tl::kXBytes, &bars[c % kStages]);
-  };
 
   if (threadIdx.x == 0) {
-    for (int s = 0; s < kStages; ++s) MbarInit(&bars[s]);
+    for (int s = 0; s < kStages; ++s) {
+      MbarInit(&full[s], 1);
+      MbarInit(&empty[s], kWarps);
+    }
     FenceBarrierInit();
   }
   __syncthreads();
-  // The weights are never written by another kernel: fetch the first ones while the
-  // previous kernel drains (a dependent launch, dependent_launch.h).
-  if (threadIdx.x == 0) {
-    for (int c = 0; c < kAhead && c < count; ++c) load_weights(c);
+
+  if (warp == kWarps) {
+    // The producer: one lane fills the ring, a stage as soon as every consumer warp has
+    // released it. The weights are never written by another kernel, so the first ones
+    // are fetched while the previous kernel drains (a dependent launch,
+    // dependent_launch.h); the activations only after it completed.
+    if (lane == 0) {
+      // This CTA's token tile of the permuted activations (PermuteKernel).
+      const uint8_t* xp =
+          static_cast<const uint8_t*>(p.x) + int64_t{blockIdx.x} * p.chunks * Tl::kXBytes;
+      auto load_weights = [&](int c) {
+        uint8_t* w = stages + (c % kStages) * Tl::kStageBytes + Tl::kXBytes;
+        const int64_t chunk = c_begin + c;
+        uint64_t* bar = &full[c % kStages];
+        MbarExpectBytes(bar, Tl::kXBytes + G * Tl::kGroupStageBytes);
+#pragma unroll
+        for (int r = 0; r < G; ++r) {
+          // A group past the last reads the last again (never stored).
+          const int64_t group = group0 + r < p.groups ? group0 + r : p.groups - 1;
+          uint8_t* dst = w + r * Tl::kGroupStageBytes;
+          BulkCopy(dst, p.w + group * p.w_group_stride + chunk * p.w_chunk_stride, kGroupChunkBytes,
+                   bar);
+          BulkCopy(dst + kGroupChunkBytes,
+                   p.s + group * p.s_group_stride + chunk * p.s_chunk_stride, kGroupScaleBytes,
+                   bar);
+        }
+      };
+      auto load_x = [&](int c) {
+        BulkCopy(stages + (c % kStages) * Tl::kStageBytes,
+                 xp + (c_begin + int64_t{c}) * Tl::kXBytes, Tl::kXBytes, &full[c % kStages]);
+      };
+      const int first = count < kStages ? count : kStages;
+      for (int c = 0; c < first; ++c) load_weights(c);
+      WaitForPrerequisiteGrid();
+      AllowDependentLaunch();
+      for (int c = 0; c < first; ++c) load_x(c);
+      for (int c = kStages; c < count; ++c) {
+        MbarWait(&empty[c % kStages], (c / kStages - 1) & 1);
+        load_weights(c);
+        load_x(c);
+      }
+    } else {
+      WaitForPrerequisiteGrid();
+      AllowDependentLaunch();
+    }
+    // Every consumer is done with the ring before it becomes the reduction buffer.
+    __syncthreads();
+    ReduceAndStore<Tl::kJ, Tl::kStrips>(p, reinterpret_cast<float4*>(stages), tok0, group0, split);
+    return;
   }
+  // The consumers write y only after the previous kernel completed (it may read y).
   WaitForPrerequisiteGrid();
   AllowDependentLaunch();
-  if (threadIdx.x == 0) {
-    for (int c = 0; c < kAhead && c < count; ++c) load_x(c);
-  }
 
   // Written first by the wgmmas of chunk 0 (every CTA has at least one chunk): zeroing
   // them beforehand would make ptxas serialize the wgmmas.
@@ -252,19 +274,12 @@ __global__ void __launch_bounds__(kThreads, 1) WgmmaKernel(const __grid_constant
   };
 
   for (int c = 0; c < count; ++c) {
-    // After the barrier both warpgroups have completed chunk c - 2, whose stage is
-    // refilled here.
-    __syncthreads();
-    if (threadIdx.x == 0 && c + kAhead < count) {
-      load_weights(c + kAhead);
-      load_x(c + kAhead);
-    }
-
     const uint8_t* stage = stages + (c % kStages) * Tl::kStageBytes;
-    MbarWait(&bars[c % kStages], (c / kStages) & 1);
+    MbarWait(&full[c % kStages], (c / kStages) & 1);
     dequant(stage, 0);  // a[0] is free: batch 0 of chunk c - 1 completed below
     issue(stage, 0, c == 0);
-    wgmma::Wait<1>();  // batch 1 of chunk c - 1: a[1] is free
+    wgmma::Wait<1>();  // batch 1 of chunk c - 1: a[1] and chunk c - 1's stage are free
+    if (c > 0 && lane == 0) MbarArrive(&empty[(c - 1) % kStages]);
     dequant(stage, 1);
     issue(stage, 1, c == 0);
     wgmma::Wait<1>();  // batch 0 of chunk c

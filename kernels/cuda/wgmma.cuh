@@ -52,9 +52,9 @@ __device__ inline void FenceProxyAsync() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
-// d[64 x 8J] = A[64 x 16] * B[16 x 8J] (+ d when `accumulate`) for J n8 tiles (J = 4 or 8): A as
-// the four m16n8k16-style registers of each warp's 16 rows, B by descriptor; d[j] is the j-th n8
-// tile's accumulator quad (rows g, g + 8; columns 2t, 2t + 1 of the tile).
+// d[64 x 8J] = A[64 x 16] * B[16 x 8J] (+ d when `accumulate`) for J n8 tiles (J = 4, 8 or 16): A
+// as the four m16n8k16-style registers of each warp's 16 rows, B by descriptor; d[j] is the j-th n8
+// tile's accumulator quad (rows g, g + 8; columns 2t, 2t + 1 of the tile). J = 16 too.
 template <int J, bool kBf16>
 __device__ inline void MmaRs(float (&d)[J][4], const uint32_t (&a)[4], uint64_t b, bool accumulate);
 
@@ -80,6 +80,21 @@ __device__ inline void MmaRs(float (&d)[J][4], const uint32_t (&a)[4], uint64_t 
         QMM_WGMMA_ACC4(4), QMM_WGMMA_ACC4(5), QMM_WGMMA_ACC4(6), QMM_WGMMA_ACC4(7)  \
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(int{accumulate}))
 
+#define QMM_WGMMA_N128(TYPE)                                                           \
+  asm volatile(                                                                        \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"                                     \
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPE "." TYPE                     \
+      " {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"                       \
+      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"               \
+      "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"               \
+      "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63},"              \
+      " {%64,%65,%66,%67}, %68, p, 1, 1, 0;\n}"                                        \
+      : QMM_WGMMA_ACC4(0), QMM_WGMMA_ACC4(1), QMM_WGMMA_ACC4(2), QMM_WGMMA_ACC4(3),    \
+        QMM_WGMMA_ACC4(4), QMM_WGMMA_ACC4(5), QMM_WGMMA_ACC4(6), QMM_WGMMA_ACC4(7),    \
+        QMM_WGMMA_ACC4(8), QMM_WGMMA_ACC4(9), QMM_WGMMA_ACC4(10), QMM_WGMMA_ACC4(11),  \
+        QMM_WGMMA_ACC4(12), QMM_WGMMA_ACC4(13), QMM_WGMMA_ACC4(14), QMM_WGMMA_ACC4(15) \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(int{accumulate}))
+
 template <>
 __device__ inline void MmaRs<4, false>(float (&d)[4][4], const uint32_t (&a)[4], uint64_t b,
                                        bool accumulate) {
@@ -101,6 +116,18 @@ __device__ inline void MmaRs<8, true>(float (&d)[8][4], const uint32_t (&a)[4], 
   QMM_WGMMA_N64("bf16");
 }
 
+template <>
+__device__ inline void MmaRs<16, false>(float (&d)[16][4], const uint32_t (&a)[4], uint64_t b,
+                                        bool accumulate) {
+  QMM_WGMMA_N128("f16");
+}
+template <>
+__device__ inline void MmaRs<16, true>(float (&d)[16][4], const uint32_t (&a)[4], uint64_t b,
+                                       bool accumulate) {
+  QMM_WGMMA_N128("bf16");
+}
+
+#undef QMM_WGMMA_N128
 #undef QMM_WGMMA_N64
 #undef QMM_WGMMA_N32
 #undef QMM_WGMMA_ACC4

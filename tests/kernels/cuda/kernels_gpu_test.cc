@@ -5,9 +5,12 @@
 // Tolerance of a matmul result element (the CPU gets the same 16-bit-rounded
 // activations, so what remains is summation order and a kernel's own weight rounding):
 //   |y - y_cpu| <= c * rms(y_cpu) + u * |y_cpu|
-// with c = 2e-3 for fp16 activations and 1e-2 for bf16 (whose kernels may round the
-// dequantized weights to the 8-bit bf16 significand), and u the unit roundoff of the
+// with c = 2e-3 for fp16 activations and 1.5e-2 for bf16, and u the unit roundoff of the
 // output dtype (0 for fp32, 2^-11 for fp16, 2^-8 for bf16). NaN or Inf never passes.
+// bf16's c covers kernels that hold the scaled weights in bf16 (the W4A16 wgmma kernel,
+// as a bf16 checkpoint holds them): each product is then off by up to 2^-9 of itself,
+// and over 10^5 outputs of a short K (384) the worst measured 1.02e-2 of the rms on the
+// H200; a wrong chunk or token is off by tens of percent.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -180,7 +183,7 @@ class GpuWeight {
     for (float v : expected) sum_sq += static_cast<double>(v) * v;
     const double rms = std::sqrt(sum_sq / expected.size());
     ASSERT_GT(rms, 0.0) << "random data must not give an all-zero product";
-    const double c = x_dtype == DType::kF16 ? 2e-3 : 1e-2;
+    const double c = x_dtype == DType::kF16 ? 2e-3 : 1.5e-2;
     const double u = OutputRoundoff(y_dtype);
     int bad = 0;
     double worst = 0.0;
