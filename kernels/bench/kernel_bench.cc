@@ -257,10 +257,11 @@ absl::Status RunKernelBench(const BenchOptions& o) {
         args.cublas = cublas;
         cuda::W8A16Options w8;
         w8.splits = o.w8a16_splits;
+        w8.wgmma_groups = o.w8a16_wgmma_groups;
         cuda::W4A16Options w4;
         w4.splits = o.w4a16_splits;
         w4.wgmma_groups = o.w4a16_wgmma_groups;
-        const bool tuned8 = scheme == Scheme::kW8A16 && w8.splits != 0;
+        const bool tuned8 = scheme == Scheme::kW8A16 && (w8.splits != 0 || w8.wgmma_groups != 0);
         const bool tuned4 = scheme == Scheme::kW4A16 && (w4.splits != 0 || w4.wgmma_groups != 0);
         const int n_copies = static_cast<int>(copies->buffers.size());
         auto launch = [&](int i) {

@@ -30,6 +30,8 @@ ABSL_FLAG(int, graph_replays, 20, "graph replays per measurement (the median is 
 ABSL_FLAG(double, l2_multiple, 3.0, "rotate over weight copies totalling this many L2 sizes");
 ABSL_FLAG(std::string, json, "", "write every measurement to this JSON file");
 ABSL_FLAG(int, w8a16_splits, 0, "W8A16 tuning: force the split-K count (1, 2, 4, 8; 0 = auto)");
+ABSL_FLAG(int, w8a16_wgmma_groups, 0,
+          "W8A16 tuning: force the wgmma GEMM at every M with 1 or 2 row groups per CTA");
 ABSL_FLAG(int, w4a16_splits, 0,
           "W4A16 tuning: force the split-K count (1, 2, 4, 8; 0 = auto; alone it forces the "
           "mma.sync cluster kernels)");
@@ -113,6 +115,7 @@ int main(int argc, char** argv) {
   o.l2_multiple = absl::GetFlag(FLAGS_l2_multiple);
   o.json_path = absl::GetFlag(FLAGS_json);
   o.w8a16_splits = absl::GetFlag(FLAGS_w8a16_splits);
+  o.w8a16_wgmma_groups = absl::GetFlag(FLAGS_w8a16_wgmma_groups);
   o.w4a16_splits = absl::GetFlag(FLAGS_w4a16_splits);
   o.w4a16_wgmma_groups = absl::GetFlag(FLAGS_w4a16_wgmma_groups);
   if (absl::Status s = qmm::bench::RunKernelBench(o); !s.ok()) return Fail(s.ToString());

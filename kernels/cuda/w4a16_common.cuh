@@ -1,5 +1,6 @@
-// Pieces shared by the two W4A16 kernels (w4a16_staged.cuh, w4a16_direct.cuh): launch
-// parameters, the per-step tensor-core math and the split-K epilogue.
+// Pieces shared by the W4A16 kernels (w4a16_staged.cuh, w4a16_direct.cuh,
+// w4a16_decode.cuh) and the wgmma GEMM (wgmma_gemm.cuh): launch parameters, the per-step
+// tensor-core math and the split-K epilogue.
 #ifndef QMM_KERNELS_CUDA_W4A16_COMMON_CUH_
 #define QMM_KERNELS_CUDA_W4A16_COMMON_CUH_
 
@@ -10,6 +11,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/dependent_launch.cuh"
+#include "kernels/cuda/gemm_args.h"
 #include "kernels/cuda/w4a16_layout.h"
 #include "kernels/cuda/w4a16_ptx.cuh"
 #include "kernels/dtype.h"
@@ -44,6 +46,29 @@ struct Params {
   // only once its last loads are issued (dependent_launch.h says when each pays).
   bool early_trigger = false;
 };
+
+// The parameters of a launch on the W4A16 layout; splits 1 (early_trigger off).
+inline Params MakeParams(const GemmArgs& args) {
+  const WeightShape& shape = args.shape;
+  const int64_t chunks = NumChunks(shape);
+  Params p;
+  p.w = static_cast<const uint8_t*>(args.weight);
+  p.s = p.w + WeightRegionBytes(shape);
+  p.x = args.x;
+  p.y = args.y;
+  p.m = args.m;
+  p.n = shape.n;
+  p.k = shape.k;
+  p.groups = NumGroups(shape);
+  p.w_group_stride = chunks * int64_t{kGroupChunkBytes};
+  p.w_chunk_stride = kGroupChunkBytes;
+  p.s_group_stride = ScaleGroups(shape) * kGroupScaleBytes;
+  p.s_chunk_stride = shape.group_size == 0 ? 0 : kGroupScaleBytes;
+  p.chunks = static_cast<int32_t>(chunks);
+  p.splits = 1;
+  p.y_dtype = args.y_dtype;
+  return p;
+}
 
 // This CTA's range of chunks.
 __device__ inline int ChunkBegin(const Params& p, int split) { return split * p.chunks / p.splits; }

@@ -57,10 +57,6 @@ constexpr int64_t DeviceBytes(const WeightShape& s) {
   return WeightRegionBytes(s) + NumGroups(s) * ScaleGroups(s) * kGroupScaleBytes;
 }
 
-// The wgmma kernel's activations of m tokens, permuted (w4a16_wgmma.cuh) into whole
-// tiles of up to 128 tokens: the launch's workspace.
-constexpr int64_t PermutedXBytes(int64_t m, int64_t k) { return (m + 127) / 128 * 128 * k * 2; }
-
 }  // namespace qmm::cuda::w4a16
 
 #endif  // QMM_KERNELS_CUDA_W4A16_LAYOUT_H_

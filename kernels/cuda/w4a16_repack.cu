@@ -3,6 +3,7 @@
 
 #include "kernels/cuda/w4a16.h"
 #include "kernels/cuda/w4a16_layout.h"
+#include "kernels/cuda/wgmma_layout.h"
 
 namespace qmm::cuda {
 namespace {
@@ -86,7 +87,7 @@ std::vector<uint8_t> RepackW4A16(const PackedWeight& packed) {
 }
 
 size_t W4A16WorkspaceBytes(const WeightShape& shape, int64_t m) {
-  return static_cast<size_t>(w4a16::PermutedXBytes(m, shape.k));
+  return static_cast<size_t>(PermutedXBytes(m, shape.k));
 }
 
 }  // namespace qmm::cuda

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <type_traits>
 
 #include "kernels/cuda/dependent_launch.h"
 #include "kernels/cuda/device_info.h"
@@ -13,6 +14,8 @@
 #include "kernels/cuda/w8a16.h"
 #include "kernels/cuda/w8a16_decode.cuh"
 #include "kernels/cuda/w8a16_ptx.cuh"
+#include "kernels/cuda/w8a16_wgmma.cuh"
+#include "kernels/cuda/wgmma_gemm_launch.cuh"
 
 namespace qmm::cuda {
 namespace {
@@ -478,6 +481,19 @@ cudaError_t LaunchFor(const GemmArgs& args, const W8A16Options& options, const D
   // weights in flight per CTA. From 33 tokens on: 64-token tiles with 4 row tiles per
   // warp, so that each activation fragment feeds 4 MMAs (the MMA and shared-memory rates,
   // not HBM, set the pace there).
+  // Beyond 16 tokens (or forced) the wgmma GEMM where K allows it (K % 128 == 0) and the
+  // device runs it (sm_90a).
+  constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
+  if ((options.wgmma_groups != 0 || (options.splits == 0 && args.m > 16)) &&
+      args.shape.k % 128 == 0) {
+    wgmma_gemm::Options wgmma_options;
+    wgmma_options.groups = options.wgmma_groups;
+    wgmma_options.splits = options.wgmma_groups != 0 ? options.splits : 0;
+    bool launched = false;
+    const cudaError_t err =
+        wgmma_gemm::Launch<w8a16::WgmmaFormat, kBf16>(args, wgmma_options, &launched);
+    if (err != cudaSuccess || launched) return err;
+  }
   if (options.splits == 0 && args.m <= 16) {
     bool launched = false;
     const cudaError_t err = args.m <= 8 ? LaunchDecode<T, 1, 1>(args, device, &launched)
@@ -494,7 +510,10 @@ cudaError_t LaunchFor(const GemmArgs& args, const W8A16Options& options, const D
 
 cudaError_t LaunchW8A16(const GemmArgs& args, const W8A16Options& options) {
   if (args.m < 1 || args.shape.k % 64 != 0 || args.shape.n < 1 || args.weight == nullptr ||
-      args.x == nullptr || args.y == nullptr) {
+      args.x == nullptr || args.y == nullptr || options.wgmma_groups < 0 ||
+      options.wgmma_groups > 2 ||
+      (options.splits != 0 && options.splits != 1 && options.splits != 2 && options.splits != 4 &&
+       options.splits != kMaxSplits)) {
     return cudaErrorInvalidValue;
   }
   if (args.y_dtype != DType::kF32 && args.y_dtype != DType::kF16 && args.y_dtype != DType::kBF16) {

@@ -51,7 +51,8 @@ int64_t W8A16DeviceBytes(const WeightShape& shape);
 // Canonical packed W8A16 (from ViewPacked) -> device layout bytes.
 std::vector<uint8_t> RepackW8A16(const PackedWeight& packed);
 
-// Always 0: the split-K reduction stays in shared memory.
+// The wgmma GEMM's permuted activations (wgmma_layout.h); the split-K reduction stays
+// in shared memory.
 size_t W8A16WorkspaceBytes(const WeightShape& shape, int64_t m);
 
 // Enqueues y = x * W^T. x_dtype kF16 or kBF16; y_dtype kF32, kF16 or kBF16. Never
@@ -65,6 +66,10 @@ struct W8A16Options {
   // shape and the device. A nonzero value forces the cluster kernel, also for M <= 16.
   // More than 1 needs sm_90 (cluster launch): cudaErrorInvalidValue before that.
   int splits = 0;
+  // 128-row groups per CTA of the wgmma GEMM (1 or 2; 0 lets the launch choose). A
+  // nonzero value forces the wgmma GEMM at every M where it runs (sm_90a, K % 128 == 0),
+  // with `splits` if that is set too.
+  int wgmma_groups = 0;
 };
 cudaError_t LaunchW8A16(const GemmArgs& args, const W8A16Options& options);
 

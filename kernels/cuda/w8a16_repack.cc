@@ -2,6 +2,7 @@
 #include <cstring>
 
 #include "kernels/cuda/w8a16.h"
+#include "kernels/cuda/wgmma_layout.h"
 
 namespace qmm::cuda {
 namespace {
@@ -49,6 +50,8 @@ std::vector<uint8_t> RepackW8A16(const PackedWeight& packed) {
   return out;
 }
 
-size_t W8A16WorkspaceBytes(const WeightShape&, int64_t) { return 0; }
+size_t W8A16WorkspaceBytes(const WeightShape& shape, int64_t m) {
+  return static_cast<size_t>(PermutedXBytes(m, shape.k));
+}
 
 }  // namespace qmm::cuda

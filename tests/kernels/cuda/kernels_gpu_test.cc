@@ -354,12 +354,33 @@ void CheckVariants(Scheme scheme, const std::vector<WeightShape>& shapes,
   }
 }
 
-// Every split count of W8A16, not only the ones the heuristic picks.
+// The W8A16 wgmma GEMM at every M with G groups per CTA and a forced split (0: the
+// launch's choice); where it cannot run (not sm_90a, K % 128 != 0) the launch falls
+// back to the other kernels.
+template <int kGroups, int kSplits>
+cudaError_t LaunchW8A16Wgmma(const GemmArgs& args) {
+  W8A16Options options;
+  options.wgmma_groups = kGroups;
+  options.splits = kSplits;
+  return LaunchW8A16(args, options);
+}
+
+// Every split count of W8A16, not only the ones the heuristic picks, and the wgmma GEMM
+// with each row-group count, alone and split 4 ways, also at the M the default launch
+// gives the other kernels (K = 1088 is not a multiple of 128: the fallback).
 TEST(W8A16Test, EverySplitMatchesCpu) {
   DeviceInfo device;
   ASSERT_CUDA(CurrentDeviceInfo(&device));
-  CheckVariants(Scheme::kW8A16, {{1000, 4096, 0}, {300, 1088, 0}}, {1, 9, 17, 40, 100},
-                SplitVariants<W8A16Options, &LaunchW8A16>(device));
+  Variants variants = SplitVariants<W8A16Options, &LaunchW8A16>(device);
+  variants.insert(variants.begin(), {"default", &LaunchWithSplits<W8A16Options, &LaunchW8A16, 0>});
+  variants.push_back({"wgmma 1 group", &LaunchW8A16Wgmma<1, 0>});
+  variants.push_back({"wgmma 2 groups", &LaunchW8A16Wgmma<2, 0>});
+  if (device.clusters()) {
+    variants.push_back({"wgmma 1 group, splits 4", &LaunchW8A16Wgmma<1, 4>});
+    variants.push_back({"wgmma 2 groups, splits 4", &LaunchW8A16Wgmma<2, 4>});
+  }
+  CheckVariants(Scheme::kW8A16, {{1000, 4096, 0}, {300, 1088, 0}, {200, 1152, 0}},
+                {1, 9, 17, 40, 65, 100, 129, 300}, variants);
 }
 
 // Every W4A16 path beyond the main sweep: token counts around the kernels' tile sizes

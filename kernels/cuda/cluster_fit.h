@@ -1,0 +1,94 @@
+// How many CTAs of a kernel run at once, clusters included, and the K split that keeps
+// the busiest SM's work least (the W4A16 cluster kernels and the wgmma GEMM share it).
+#ifndef QMM_KERNELS_CUDA_CLUSTER_FIT_H_
+#define QMM_KERNELS_CUDA_CLUSTER_FIT_H_
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+
+namespace qmm::cuda {
+
+// What fits on the device at once of one kernel: CTAs per SM, and clusters of 2, 4 and 8
+// CTAs (index log2 of the size; a cluster's CTAs must share a GPC, so on the H200 a
+// kernel of one CTA per SM fits 30 clusters of 4, not 33).
+struct KernelFit {
+  int occupancy = 0;
+  int clusters[4] = {};
+};
+
+// KernelFit of `kKernel` launched with kBlock threads and kSmem bytes of dynamic shared
+// memory. The same on every device of one kind, so computed once per process; the first
+// call per device also opts the kernel into kSmem bytes (more than 48 KB needs that).
+template <auto kKernel, int kSmem, int kBlock>
+cudaError_t FitOf(int device, int cc_major, KernelFit* fit) {
+  static std::atomic<uint64_t> configured{0};
+  static std::atomic<int> occupancy{0};
+  static std::atomic<int> clusters[4] = {};
+  if (device >= 64 || (configured.load() >> device & 1) == 0) {
+    cudaError_t err =
+        cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+    if (err != cudaSuccess) return err;
+    int occ = 0;
+    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kKernel, kBlock, kSmem);
+    if (err != cudaSuccess) return err;
+    occupancy.store(std::max(occ, 1));
+    for (int i = 1; cc_major >= 9 && i < 4; ++i) {
+      cudaLaunchConfig_t config = {};
+      config.gridDim = dim3(1, 1, 1u << i);
+      config.blockDim = dim3(kBlock);
+      config.dynamicSmemBytes = kSmem;
+      cudaLaunchAttribute attr = {};
+      attr.id = cudaLaunchAttributeClusterDimension;
+      attr.val.clusterDim.x = 1;
+      attr.val.clusterDim.y = 1;
+      attr.val.clusterDim.z = 1u << i;
+      config.attrs = &attr;
+      config.numAttrs = 1;
+      int n = 0;
+      err = cudaOccupancyMaxActiveClusters(&n, kKernel, &config);
+      if (err != cudaSuccess) return err;
+      clusters[i].store(n);
+    }
+    if (device < 64) configured.fetch_or(uint64_t{1} << device);
+  }
+  fit->occupancy = occupancy.load();
+  for (int i = 1; i < 4; ++i) fit->clusters[i] = clusters[i].load();
+  return cudaSuccess;
+}
+
+struct SplitChoice {
+  int splits = 1;
+  double cost = 0;  // chunks on the busiest SM
+};
+
+// Work on the busiest SM, in chunks, for each split count up to 8 (clusters along z):
+// the least wins. CTAs beyond what fits at once (clusters included) run in a later turn,
+// each CTA costing `fill_chunks` more (its pipeline fill and reduction). Each extra split
+// costs a little reduction. For one token tile (pure streaming) one CTA per SM keeps too
+// few bytes in flight where more could fit; with more tokens per CTA the longer per-CTA
+// runs measured faster.
+inline SplitChoice ChooseSplits(int64_t base_ctas, int chunks, int sms, const KernelFit& fit,
+                                bool streaming, int fill_chunks = 0) {
+  SplitChoice best;
+  for (int s = 1, log = 0; s <= 8 && (s == 1 || s <= chunks); s *= 2, ++log) {
+    const int64_t ctas = base_ctas * s;
+    const int64_t room = int64_t{sms} * fit.occupancy;
+    const int64_t slots = s == 1 ? room : std::min<int64_t>(room, int64_t{fit.clusters[log]} * s);
+    if (slots == 0) continue;
+    int64_t per_sm = (ctas + sms - 1) / sms;
+    // Fewer clusters fit than SMs would hold: whole turns of them.
+    if (slots < room) per_sm = std::max(per_sm, (ctas + slots - 1) / slots * fit.occupancy);
+    double cost = static_cast<double>(per_sm) * ((chunks + s - 1) / s + fill_chunks);
+    if (streaming && per_sm < 2 && fit.occupancy >= 2) cost *= 1.5;
+    cost *= 1 + 0.03 * (s - 1);
+    if (s == 1 || cost < best.cost) best = {s, cost};
+  }
+  return best;
+}
+
+}  // namespace qmm::cuda
+
+#endif  // QMM_KERNELS_CUDA_CLUSTER_FIT_H_

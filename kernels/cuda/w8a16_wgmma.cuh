@@ -1,0 +1,86 @@
+// The W8A16 weight format of the wgmma GEMM (wgmma_gemm.cuh). A 128-row group's 128-k
+// chunk is, per 16-row tile of the layout (w8a16.h), four consecutive 32-k layout chunks:
+// 2 KB, one bulk copy each, eight per group. Each warp converts its row tile's bytes
+// with the decode kernels' prmt conversion (exact for fp16 and bf16); the per-row fp32
+// scale multiplies the sums at the end, exactly.
+#ifndef QMM_KERNELS_CUDA_W8A16_WGMMA_CUH_
+#define QMM_KERNELS_CUDA_W8A16_WGMMA_CUH_
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <type_traits>
+
+#include "kernels/cuda/w4a16_common.cuh"
+#include "kernels/cuda/w8a16_ptx.cuh"
+
+namespace qmm::cuda::w8a16 {
+
+struct WgmmaFormat {
+  static constexpr int kRowTileChunkBytes = 2048;  // 16 rows x 128 k
+  static constexpr int kGroupStageBytes = 8 * kRowTileChunkBytes;
+  static constexpr int kLayoutChunkBytes = 512;  // 16 rows x 32 k
+
+  // In a 64-k block (two 32-k layout chunks), logical core j holds the physical words
+  // 16 (j / 4) + j % 4 + 4t: lane t's 8 k of a layout chunk are its k16 steps' fragments.
+  __device__ static int CoreWord(int j, int t) { return j / 4 * 16 + j % 4 + 4 * t; }
+
+  // p.w_group_stride is the layout's row-tile stride (16 K bytes); row tiles past the
+  // last read the last again (never stored).
+  __device__ static void Load(uint8_t* dst, const w4a16::Params& p, int64_t group, int64_t chunk,
+                              uint64_t* bar) {
+#if __CUDA_ARCH__ >= 900
+    const int64_t row_tiles = (p.n + 15) / 16;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int64_t rt = group * 8 + i < row_tiles ? group * 8 + i : row_tiles - 1;
+      w4a16::BulkCopy(dst + i * kRowTileChunkBytes,
+                      p.w + rt * p.w_group_stride + chunk * kRowTileChunkBytes, kRowTileChunkBytes,
+                      bar);
+    }
+#endif
+  }
+
+  template <bool kBf16>
+  __device__ static void Dequant(const w4a16::Params&, const uint8_t* gs, int warp, int lane,
+                                 int blk, uint32_t (*a)[4]) {
+    using T = std::conditional_t<kBf16, __nv_bfloat16, __half>;
+    const uint8_t* tile = gs + warp * kRowTileChunkBytes + 2 * blk * kLayoutChunkBytes + lane * 16;
+    w8a16::Dequant<T>(*reinterpret_cast<const uint4*>(tile),
+                      *reinterpret_cast<uint32_t(*)[2][4]>(&a[0]));
+    w8a16::Dequant<T>(*reinterpret_cast<const uint4*>(tile + kLayoutChunkBytes),
+                      *reinterpret_cast<uint32_t(*)[2][4]>(&a[2]));
+  }
+
+  __device__ static void RowScales(const w4a16::Params& p, int64_t group, int warp, int g,
+                                   float* lo, float* hi) {
+    const int64_t rows = (p.n + 15) / 16 * 16;
+    const int64_t row = group * 128 + warp * 16 + g;
+    const auto* s = reinterpret_cast<const float*>(p.s);
+    *lo = row < rows ? s[row] : 0.f;
+    *hi = row + 8 < rows ? s[row + 8] : 0.f;
+  }
+
+  static w4a16::Params MakeParams(const GemmArgs& args) {
+    const WeightShape& shape = args.shape;
+    const int64_t rows = (shape.n + 15) / 16 * 16;
+    w4a16::Params p;
+    p.w = static_cast<const uint8_t*>(args.weight);
+    p.s = p.w + rows * shape.k;
+    p.x = args.x;
+    p.y = args.y;
+    p.m = args.m;
+    p.n = shape.n;
+    p.k = shape.k;
+    p.groups = (shape.n + 127) / 128;
+    p.w_group_stride = 16 * shape.k;
+    p.chunks = static_cast<int32_t>(shape.k / 128);
+    p.splits = 1;
+    p.y_dtype = args.y_dtype;
+    return p;
+  }
+};
+
+}  // namespace qmm::cuda::w8a16
+
+#endif  // QMM_KERNELS_CUDA_W8A16_WGMMA_CUH_

@@ -1,0 +1,258 @@
+// The quantized-weight GEMM for many tokens on sm_90a, shared by W4A16 and W8A16:
+// warpgroup MMA (wgmma) with the weights as the A operand, dequantized in registers, and
+// the activations as the B operand in shared memory (mma.sync cannot keep Hopper's
+// tensor cores busy). A weight format F (w4a16_wgmma.cuh, w8a16_wgmma.cuh) says how a
+// 128-row group's 128-k chunk is copied into a stage, dequantized into the A registers
+// of one warp's 16 rows, and scaled; the rest is here. Two kernels per launch:
+//
+// PermuteKernel writes the activations into the workspace in exactly the bytes a stage
+// holds: per NT-token tile and 128-k chunk, per 64-k block and 8 tokens a
+// 128-byte-swizzled atom (wgmma.cuh) whose 16-byte chunk j of a token's row holds the 8
+// logical k of core j: the physical words F::CoreWord(j, 0..3) of the block. That applies
+// the format's k permutation (chosen so that the decode kernels' lanes own contiguous k)
+// once per launch instead of in every CTA for every chunk (4-byte copies or a pass
+// through shared memory: 600 instructions per warp and chunk, the tensor cores busy a
+// quarter of the time).
+//
+// GemmKernel: a CTA of two consumer warpgroups and a producer warp owns G 128-row groups
+// (G = 1 or 2; consumer warp w on the 16 rows 16w.. of each: warpgroup 0 rows 0-63,
+// warpgroup 1 rows 64-127), NT tokens and a contiguous range of 128-k chunks (K split
+// across the CTAs of a cluster, reduced through distributed shared memory). Every CTA
+// reads the whole activation chunk from L2, so G sets that traffic against the weights'.
+// The producer's one lane fills a ring of stages by bulk copies on each stage's full
+// mbarrier, a stage again once every consumer warp arrived on its empty mbarrier; the
+// first weights before the kernel waits for its prerequisite grid. A chunk's work is two
+// batches (G = 2: one group each; G = 1: one 64-k block each): each consumer warp
+// dequantizes its rows of a batch into A registers and its warpgroup issues the batch's
+// wgmmas, accumulating straight into the fp32 results; two register sets take turns, so
+// a batch is dequantized while the tensor cores run the one before it. Nothing but the
+// stage barriers couples the warpgroups.
+// Measured on the H200: docs/PERFORMANCE.md.
+#ifndef QMM_KERNELS_CUDA_WGMMA_GEMM_CUH_
+#define QMM_KERNELS_CUDA_WGMMA_GEMM_CUH_
+
+#include "kernels/cuda/w4a16_common.cuh"
+#include "kernels/cuda/wgmma.cuh"
+
+namespace qmm::cuda::wgmma_gemm {
+
+// The geometry the formats share with the W4A16 cluster kernels: 16-row strips, 8 per
+// 128-row group, 128-k chunks of two 64-k blocks, and their launch parameters and
+// split-K epilogue (w4a16_common.cuh).
+using w4a16::kBlockK;
+using w4a16::kChunkK;
+using w4a16::kGroupStrips;
+using w4a16::Params;
+
+inline constexpr int kConsumerWarps = w4a16::kWarps;
+// Threads of GemmKernel: two consumer warpgroups and one producer warp.
+inline constexpr int kThreads = w4a16::kThreads + 32;
+
+template <typename F, int NT, int G>
+struct Tile {
+  static_assert(NT == 32 || NT == 64 || NT == 128);
+  static_assert(G == 1 || G == 2);
+  static constexpr int kAtomBytes = 1024;
+  // A stage: the B tiles ([block][token / 8] atoms), then the groups' weight bytes.
+  static constexpr int kXBytes = NT * kChunkK * 2;
+  static constexpr int kStageBytes = (kXBytes + G * F::kGroupStageBytes + 1023) / 1024 * 1024;
+  // As many stages as fit in 200 KB, at most 6.
+  static constexpr int kStages = 200 * 1024 / kStageBytes < 6 ? 200 * 1024 / kStageBytes : 6;
+  static constexpr int kStagesOffset = 1024;  // after the mbarriers, atom-aligned
+  static constexpr int kJ = NT / 8;           // n8 tiles per wgmma
+  static constexpr int kBatchSteps = G * 4;   // k16 steps of one batch
+  static constexpr int kStrips = G * kGroupStrips;
+  static constexpr int kReduceBytes = kStrips * kJ * 32 * 16;
+  static constexpr int kRingBytes =
+      kStages * kStageBytes > kReduceBytes ? kStages* kStageBytes : kReduceBytes;
+  // 1024 bytes of slack: the dynamic shared memory is only 16-byte aligned.
+  static constexpr int kSmemBytes = 1024 + kStagesOffset + kRingBytes;
+};
+
+// Workspace <- x permuted for GemmKernel<F, NT, *> (above); zeros past M. Grid: x =
+// NT-token tiles, y = chunks; each thread writes 16-byte pieces, consecutive threads
+// consecutive pieces, gathering 4 words of one token's 64-k block (8 threads read the
+// whole block).
+template <typename F, int NT>
+__global__ void __launch_bounds__(w4a16::kThreads)
+    PermuteKernel(const void* x, uint8_t* out, int64_t m, int64_t k) {
+  constexpr int kPieces = NT * kChunkK * 2 / 16;
+  // The previous kernel may be writing x; the matmul after this one prefetches weights.
+  WaitForPrerequisiteGrid();
+  AllowDependentLaunch();
+  const int64_t chunks = k / kChunkK;
+  const int64_t tile = blockIdx.x;
+  const int64_t chunk = blockIdx.y;
+  uint4* dst = reinterpret_cast<uint4*>(out + (tile * chunks + chunk) * (NT * kChunkK * 2));
+  for (int q = threadIdx.x; q < kPieces; q += w4a16::kThreads) {
+    const int atom = q / 64;
+    const int row = q / 8 % 8;
+    const int core = (q % 8) ^ row;
+    const int blk = atom / (NT / 8);
+    const int64_t tok = tile * NT + atom % (NT / 8) * 8 + row;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (tok < m) {
+      const auto* src = reinterpret_cast<const uint32_t*>(
+          static_cast<const uint8_t*>(x) + (tok * k + chunk * kChunkK + blk * kBlockK) * 2);
+      v = make_uint4(src[F::CoreWord(core, 0)], src[F::CoreWord(core, 1)],
+                     src[F::CoreWord(core, 2)], src[F::CoreWord(core, 3)]);
+    }
+    dst[q] = v;
+  }
+}
+
+// A weight format F provides, for a 128-row group's 128-k chunk:
+//   kGroupStageBytes               its bytes in a stage;
+//   Load(dst, p, group, chunk, bar) bulk copies of them (the producer lane; bar counts
+//                                   the bytes);
+//   Dequant<kBf16>(p, gs, warp, lane, blk, a)  a[0..3] <- the A registers of the four k16
+//                                   steps of 64-k block blk for the warp's 16 rows, from
+//                                   the group's stage bytes gs, scaled if the format
+//                                   scales per chunk;
+//   CoreWord(j, t)                  the physical word (2 k) of the block at position t of
+//                                   logical core j (the k order of Dequant's registers);
+//   RowScales(p, group, warp, g, lo, hi)  the fp32 factors of rows g and g + 8 of the
+//                                   warp's strip applied to the sums (1 if none);
+//   MakeParams(args)                the launch parameters (host).
+//
+// Grid: x = token tiles of NT, y = sets of G 128-row groups, z = K splits (one cluster).
+template <typename F, int NT, int G, bool kBf16>
+__global__ void __launch_bounds__(kThreads, 1) GemmKernel(const __grid_constant__ Params p) {
+#ifdef QMM_WGMMA
+  using Tl = Tile<F, NT, G>;
+  constexpr int kStages = Tl::kStages;
+  extern __shared__ __align__(128) uint8_t smem_raw[];
+  uint8_t* smem = smem_raw + (-static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) & 1023);
+  // full[s]: stage s holds its chunk (the producer's bytes); empty[s]: every consumer
+  // warp is done with it.
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem);
+  uint64_t* empty = full + kStages;
+  uint8_t* stages = smem + Tl::kStagesOffset;
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int64_t tok0 = int64_t{blockIdx.x} * NT;
+  const int64_t group0 = int64_t{blockIdx.y} * G;
+  const int split = static_cast<int>(blockIdx.z);
+  const int c_begin = w4a16::ChunkBegin(p, split);
+  const int count = w4a16::ChunkBegin(p, split + 1) - c_begin;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      w4a16::MbarInit(&full[s], 1);
+      w4a16::MbarInit(&empty[s], kConsumerWarps);
+    }
+    w4a16::FenceBarrierInit();
+  }
+  __syncthreads();
+
+  if (warp == kConsumerWarps) {
+    // The producer. The weights are never written by another kernel, so the first ones
+    // are fetched while the previous kernel drains (a dependent launch,
+    // dependent_launch.h); the activations only after it completed.
+    if (lane == 0) {
+      // This CTA's token tile of the permuted activations (PermuteKernel).
+      const uint8_t* xp =
+          static_cast<const uint8_t*>(p.x) + int64_t{blockIdx.x} * p.chunks * Tl::kXBytes;
+      auto load_weights = [&](int c) {
+        uint8_t* w = stages + (c % kStages) * Tl::kStageBytes + Tl::kXBytes;
+        uint64_t* bar = &full[c % kStages];
+        w4a16::MbarExpectBytes(bar, Tl::kXBytes + G * F::kGroupStageBytes);
+#pragma unroll
+        for (int r = 0; r < G; ++r) {
+          // A group past the last reads the last again (never stored).
+          const int64_t group = group0 + r < p.groups ? group0 + r : p.groups - 1;
+          F::Load(w + r * F::kGroupStageBytes, p, group, c_begin + c, bar);
+        }
+      };
+      auto load_x = [&](int c) {
+        w4a16::BulkCopy(stages + (c % kStages) * Tl::kStageBytes,
+                        xp + (c_begin + int64_t{c}) * Tl::kXBytes, Tl::kXBytes, &full[c % kStages]);
+      };
+      const int first = count < kStages ? count : kStages;
+      for (int c = 0; c < first; ++c) load_weights(c);
+      WaitForPrerequisiteGrid();
+      AllowDependentLaunch();
+      for (int c = 0; c < first; ++c) load_x(c);
+      for (int c = kStages; c < count; ++c) {
+        w4a16::MbarWait(&empty[c % kStages], (c / kStages - 1) & 1);
+        load_weights(c);
+        load_x(c);
+      }
+    } else {
+      WaitForPrerequisiteGrid();
+      AllowDependentLaunch();
+    }
+    // Every consumer is done with the ring before it becomes the reduction buffer.
+    __syncthreads();
+    w4a16::ReduceAndStore<Tl::kJ, Tl::kStrips>(p, reinterpret_cast<float4*>(stages), tok0, group0,
+                                               split);
+    return;
+  }
+  // The consumers write y only after the previous kernel completed (it may read y).
+  WaitForPrerequisiteGrid();
+  AllowDependentLaunch();
+
+  // Written first by the wgmmas of chunk 0 (every CTA has at least one chunk): zeroing
+  // them beforehand would make ptxas serialize the wgmmas.
+  float acc[G][Tl::kJ][4];
+  uint32_t a[2][Tl::kBatchSteps][4];
+  // Dequantizes batch b of the chunk in `stage` into a[b].
+  auto dequant = [&](const uint8_t* stage, int b) {
+    const uint8_t* ws = stage + Tl::kXBytes;
+    if constexpr (G == 2) {
+      F::template Dequant<kBf16>(p, ws + b * F::kGroupStageBytes, warp, lane, 0, &a[b][0]);
+      F::template Dequant<kBf16>(p, ws + b * F::kGroupStageBytes, warp, lane, 1, &a[b][4]);
+    } else {
+      F::template Dequant<kBf16>(p, ws, warp, lane, b, &a[b][0]);
+    }
+  };
+  // Issues batch b's wgmmas on the chunk's B tiles and commits them as one group; `first`:
+  // chunk 0, whose first step of each accumulator overwrites it.
+  auto issue = [&](const uint8_t* xs, int b, bool first) {
+    wgmma::Fence();
+#pragma unroll
+    for (int i = 0; i < Tl::kBatchSteps; ++i) {
+      // Step st = 4 blk + s covers cores 2s and 2s + 1 of block blk: bytes 32s of the
+      // rows of atoms (blk, *).
+      const int st = G == 2 ? i : 4 * b + i;
+      const uint64_t desc =
+          wgmma::SmemDescSw128(xs + st / 4 * NT / 8 * Tl::kAtomBytes + st % 4 * 32, Tl::kAtomBytes);
+      wgmma::MmaRs<Tl::kJ, kBf16>(acc[G == 2 ? b : 0], a[b][i], desc,
+                                  !(first && i == 0 && (G == 2 || b == 0)));
+    }
+    wgmma::Commit();
+  };
+
+  for (int c = 0; c < count; ++c) {
+    const uint8_t* stage = stages + (c % kStages) * Tl::kStageBytes;
+    w4a16::MbarWait(&full[c % kStages], (c / kStages) & 1);
+    dequant(stage, 0);  // a[0] is free: batch 0 of chunk c - 1 completed below
+    issue(stage, 0, c == 0);
+    wgmma::Wait<1>();  // batch 1 of chunk c - 1: a[1] and chunk c - 1's stage are free
+    if (c > 0 && lane == 0) w4a16::MbarArrive(&empty[(c - 1) % kStages]);
+    dequant(stage, 1);
+    issue(stage, 1, c == 0);
+    wgmma::Wait<1>();  // batch 0 of chunk c
+  }
+  wgmma::Wait<0>();
+  // Every warp is done with the stages before they become the reduction buffer.
+  __syncthreads();
+
+  auto* red = reinterpret_cast<float4*>(stages);
+#pragma unroll
+  for (int r = 0; r < G; ++r) {
+    float s_lo, s_hi;
+    F::RowScales(p, group0 + r, warp, lane / 4, &s_lo, &s_hi);
+#pragma unroll
+    for (int j = 0; j < Tl::kJ; ++j) {
+      red[((r * kGroupStrips + warp) * Tl::kJ + j) * 32 + lane] = make_float4(
+          acc[r][j][0] * s_lo, acc[r][j][1] * s_lo, acc[r][j][2] * s_hi, acc[r][j][3] * s_hi);
+    }
+  }
+  w4a16::ReduceAndStore<Tl::kJ, Tl::kStrips>(p, red, tok0, group0, split);
+#endif  // QMM_WGMMA
+}
+
+}  // namespace qmm::cuda::wgmma_gemm
+
+#endif  // QMM_KERNELS_CUDA_WGMMA_GEMM_CUH_

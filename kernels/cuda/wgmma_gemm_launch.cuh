@@ -1,0 +1,156 @@
+// Host side of the wgmma GEMM (wgmma_gemm.cuh): the token tile, groups per CTA and K
+// split for a launch, the permutation of the activations into the workspace, and the
+// cluster launch. Included by the schemes' launchers (w4a16.cu, w8a16.cu).
+#ifndef QMM_KERNELS_CUDA_WGMMA_GEMM_LAUNCH_CUH_
+#define QMM_KERNELS_CUDA_WGMMA_GEMM_LAUNCH_CUH_
+
+#include <atomic>
+#include <climits>
+#include <cstdint>
+
+#include "kernels/cuda/cluster_fit.h"
+#include "kernels/cuda/dependent_launch.h"
+#include "kernels/cuda/device_info.h"
+#include "kernels/cuda/gemm_args.h"
+#include "kernels/cuda/wgmma_gemm.cuh"
+
+namespace qmm::cuda::wgmma_gemm {
+
+// Tuning knobs (0: the launch's choice): 128-row groups per CTA (1 or 2) and the K split
+// (1, 2, 4 or 8).
+struct Options {
+  int groups = 0;
+  int splits = 0;
+};
+
+template <typename F, int NT>
+cudaError_t LaunchPermute(const GemmArgs& args, const DeviceInfo& device) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>((args.m + NT - 1) / NT),
+                        static_cast<unsigned>(args.shape.k / kChunkK));
+  config.blockDim = dim3(w4a16::kThreads);
+  config.stream = args.stream;
+  cudaLaunchAttribute pdl[1];
+  config.attrs = pdl;
+  config.numAttrs = AppendDependentLaunch(device.cc_major, pdl, 0);
+  return cudaLaunchKernelEx(&config, PermuteKernel<F, NT>, args.x,
+                            static_cast<uint8_t*>(args.workspace), args.m, args.shape.k);
+}
+
+template <typename F, int NT, int G, bool kBf16>
+cudaError_t FitGemm(const DeviceInfo& device, KernelFit* fit) {
+  return FitOf<GemmKernel<F, NT, G, kBf16>, Tile<F, NT, G>::kSmemBytes, kThreads>(
+      device.ordinal, device.cc_major, fit);
+}
+
+// Groups per CTA and split for NT-token tiles, unless forced. Per chunk a CTA of one
+// group does about half the work of one of two (the same activation traffic, half the
+// weights and MMAs), measured on the H200 at kOneGroupChunkCost of it; a CTA's pipeline
+// fill and reduction cost about kFillChunks. 128-token tiles take one group: two would
+// need more registers than a thread has.
+template <typename F, int NT, bool kBf16>
+cudaError_t Plan(const GemmArgs& args, const DeviceInfo& device, Options* options) {
+  constexpr double kOneGroupChunkCost = 0.65;
+  constexpr int kFillChunks = 2;
+  const int64_t token_tiles = (args.m + NT - 1) / NT;
+  const int64_t groups = (args.shape.n + 127) / 128;
+  const int chunks = static_cast<int>(args.shape.k / kChunkK);
+  KernelFit fit;
+  cudaError_t err = FitGemm<F, NT, 1, kBf16>(device, &fit);
+  if (err != cudaSuccess) return err;
+  const SplitChoice one =
+      ChooseSplits(token_tiles * groups, chunks, device.sms, fit, false, kFillChunks);
+  SplitChoice two = one;
+  if constexpr (NT < 128) {
+    if ((err = FitGemm<F, NT, 2, kBf16>(device, &fit)) != cudaSuccess) return err;
+    two =
+        ChooseSplits(token_tiles * ((groups + 1) / 2), chunks, device.sms, fit, false, kFillChunks);
+    if (options->groups == 0) options->groups = one.cost * kOneGroupChunkCost < two.cost ? 1 : 2;
+  } else {
+    options->groups = 1;
+  }
+  if (options->splits == 0) options->splits = options->groups == 1 ? one.splits : two.splits;
+  // Every CTA must own at least one chunk (the kernel's accumulators start at its first).
+  while (options->splits > chunks) options->splits /= 2;
+  return cudaSuccess;
+}
+
+// The GEMM on the permuted activations in args.workspace, as a dependent launch.
+template <typename F, int NT, int G, bool kBf16>
+cudaError_t LaunchGemm(const GemmArgs& args, const DeviceInfo& device, int splits) {
+  KernelFit fit;
+  cudaError_t err = FitGemm<F, NT, G, kBf16>(device, &fit);  // opts into the shared memory
+  if (err != cudaSuccess) return err;
+  Params p = F::MakeParams(args);
+  p.x = args.workspace;
+  p.splits = splits;
+  const int64_t token_tiles = (args.m + NT - 1) / NT;
+  const int64_t row_tiles = (p.groups + G - 1) / G;
+  if (token_tiles > INT_MAX || row_tiles > 65535 || p.chunks > 65535) return cudaErrorInvalidValue;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(token_tiles), static_cast<unsigned>(row_tiles),
+                        static_cast<unsigned>(splits));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = Tile<F, NT, G>::kSmemBytes;
+  config.stream = args.stream;
+  cudaLaunchAttribute attrs[2] = {};
+  int count = 0;
+  if (splits > 1) {
+    attrs[0].id = cudaLaunchAttributeClusterDimension;
+    attrs[0].val.clusterDim.x = 1;
+    attrs[0].val.clusterDim.y = 1;
+    attrs[0].val.clusterDim.z = static_cast<unsigned>(splits);
+    count = 1;
+  }
+  config.attrs = attrs;
+  config.numAttrs = AppendDependentLaunch(device.cc_major, attrs, count);
+  return cudaLaunchKernelEx(&config, GemmKernel<F, NT, G, kBf16>, p);
+}
+
+template <typename F, int NT, bool kBf16>
+cudaError_t LaunchTile(const GemmArgs& args, const DeviceInfo& device, Options options) {
+  cudaError_t err = Plan<F, NT, kBf16>(args, device, &options);
+  if (err == cudaSuccess) err = LaunchPermute<F, NT>(args, device);
+  if (err != cudaSuccess) return err;
+  if constexpr (NT < 128) {
+    if (options.groups == 2) return LaunchGemm<F, NT, 2, kBf16>(args, device, options.splits);
+  }
+  return LaunchGemm<F, NT, 1, kBf16>(args, device, options.splits);
+}
+
+// y = x * W^T through the wgmma GEMM where the device runs its sm_90a code (sets
+// *launched; nothing is enqueued otherwise). Needs K % 128 == 0 and a workspace of
+// PermutedXBytes(m, k) (wgmma_layout.h). Tiles of 32 tokens up to 32, of 64 up to 64,
+// then of 128 (a forced options.groups of 2 keeps 64); several token tiles read each
+// weight tile together (mostly once from HBM, then from L2).
+template <typename F, bool kBf16>
+cudaError_t Launch(const GemmArgs& args, const Options& options, bool* launched) {
+  // Per device: bit 2d says device d was checked, bit 2d + 1 that it runs the kernel.
+  static std::atomic<uint64_t> checked{0};
+  *launched = false;
+  DeviceInfo device;
+  cudaError_t err = CurrentDeviceInfo(&device);
+  if (err != cudaSuccess) return err;
+  uint64_t bits = device.ordinal < 32 ? checked.load() >> (2 * device.ordinal) : 0;
+  if ((bits & 1) == 0) {
+    bool ok = false;
+    err = wgmma::Available(GemmKernel<F, 32, 1, kBf16>, &ok);
+    if (err != cudaSuccess) return err;
+    bits = ok ? 3 : 1;
+    if (device.ordinal < 32) checked.fetch_or(bits << (2 * device.ordinal));
+  }
+  if ((bits & 2) == 0) return cudaSuccess;
+  if (args.workspace == nullptr || args.shape.k % kChunkK != 0) return cudaErrorInvalidValue;
+  *launched = true;
+  if (args.m <= 32) return LaunchTile<F, 32, kBf16>(args, device, options);
+  // 128-token tiles (one group per CTA) halve the dequantization per product against 64;
+  // on the H200 (W4A16) they won at M = 256 on every benchmark shape (8192 x 28672: 237
+  // us against 280), at M = 128 only from N = 8192 on (4096 x 4096: 27.9 against 17.5).
+  const bool wide = args.m > 128 || (args.m > 64 && args.shape.n >= 8192);
+  if (!wide || options.groups == 2) return LaunchTile<F, 64, kBf16>(args, device, options);
+  return LaunchTile<F, 128, kBf16>(args, device, options);
+}
+
+}  // namespace qmm::cuda::wgmma_gemm
+
+#endif  // QMM_KERNELS_CUDA_WGMMA_GEMM_LAUNCH_CUH_
