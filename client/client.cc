@@ -10,8 +10,10 @@
 
 namespace qmm {
 
+using client_internal::BuildForwardRequest;
 using client_internal::BuildMatMulRequest;
 using client_internal::FromGrpcStatus;
+using client_internal::TakeForwardResult;
 using client_internal::TakeMatMulResult;
 
 namespace {
@@ -23,33 +25,20 @@ gpr_timespec ToGprDeadline(absl::Duration timeout) {
 
 }  // namespace
 
-MatMulStream::~MatMulStream() {
-  if (ended_) return;
-  context_->TryCancel();
-  End().IgnoreError();
-}
-
 absl::Status MatMulStream::Write(std::string_view weight, const NdArray& x,
                                  std::optional<DType> output_dtype) {
-  if (ended_) return final_status_;
+  if (rpc_.ended()) return rpc_.final_status();
   v1::MatMulRequest request;
   if (absl::Status status = BuildMatMulRequest(weight, x, output_dtype, &request); !status.ok()) {
     return status;  // nothing was sent: the stream stays usable
   }
-  if (stream_->Write(request)) return absl::OkStatus();
-  return End();
+  return rpc_.Write(request);
 }
 
 absl::StatusOr<MatMulResult> MatMulStream::Read() {
-  if (ended_) return final_status_;
   v1::MatMulResponse response;
-  if (stream_->Read(&response)) return TakeMatMulResult(response);
-  absl::Status status = End();
-  if (status.ok()) {
-    final_status_ = absl::OutOfRangeError("the server closed the MatMul stream with no response");
-    return final_status_;
-  }
-  return status;
+  if (absl::Status status = rpc_.Read(&response); !status.ok()) return status;
+  return TakeMatMulResult(response);
 }
 
 absl::StatusOr<MatMulResult> MatMulStream::Call(std::string_view weight, const NdArray& x,
@@ -58,20 +47,40 @@ absl::StatusOr<MatMulResult> MatMulStream::Call(std::string_view weight, const N
   return Read();
 }
 
-absl::Status MatMulStream::Finish() {
-  if (ended_) return final_status_;
-  stream_->WritesDone();
-  return End();
+absl::Status ForwardStream::Write(std::string_view model, const NdArray& x,
+                                  std::optional<DType> output_dtype) {
+  if (rpc_.ended()) return rpc_.final_status();
+  v1::ForwardRequest request;
+  if (absl::Status status = BuildForwardRequest(model, x, output_dtype, &request); !status.ok()) {
+    return status;  // nothing was sent: the stream stays usable
+  }
+  return rpc_.Write(request);
 }
 
-absl::Status MatMulStream::End() {
-  // The sync API wants every incoming message read before Finish().
-  v1::MatMulResponse discarded;
-  while (stream_->Read(&discarded)) {
-  }
-  final_status_ = FromGrpcStatus(stream_->Finish());
-  ended_ = true;
-  return final_status_;
+absl::Status ForwardStream::Write(std::string_view model, std::span<const int32_t> token_ids,
+                                  std::optional<DType> output_dtype) {
+  v1::ForwardRequest request;
+  BuildForwardRequest(model, token_ids, output_dtype, &request);
+  return rpc_.Write(request);
+}
+
+absl::StatusOr<MatMulResult> ForwardStream::Read() {
+  v1::ForwardResponse response;
+  if (absl::Status status = rpc_.Read(&response); !status.ok()) return status;
+  return TakeForwardResult(response);
+}
+
+absl::StatusOr<MatMulResult> ForwardStream::Call(std::string_view model, const NdArray& x,
+                                                 std::optional<DType> output_dtype) {
+  if (absl::Status status = Write(model, x, output_dtype); !status.ok()) return status;
+  return Read();
+}
+
+absl::StatusOr<MatMulResult> ForwardStream::Call(std::string_view model,
+                                                 std::span<const int32_t> token_ids,
+                                                 std::optional<DType> output_dtype) {
+  if (absl::Status status = Write(model, token_ids, output_dtype); !status.ok()) return status;
+  return Read();
 }
 
 Client::Client(ClientOptions options, std::shared_ptr<grpc::Channel> channel)
@@ -211,15 +220,10 @@ absl::Status Client::DeleteModel(std::string_view name) {
 
 absl::StatusOr<MatMulResult> Client::Forward(std::string_view model, const NdArray& x,
                                              std::optional<DType> output_dtype) {
-  // The input tensor and output dtype are encoded exactly as MatMul's.
-  v1::MatMulRequest matmul;
-  if (absl::Status status = BuildMatMulRequest(model, x, output_dtype, &matmul); !status.ok()) {
+  v1::ForwardRequest request;
+  if (absl::Status status = BuildForwardRequest(model, x, output_dtype, &request); !status.ok()) {
     return status;
   }
-  v1::ForwardRequest request;
-  request.set_model(std::string(model));
-  request.mutable_input()->Swap(matmul.mutable_input());
-  request.set_output_dtype(matmul.output_dtype());
   return CallForward(request);
 }
 
@@ -227,9 +231,7 @@ absl::StatusOr<MatMulResult> Client::Forward(std::string_view model,
                                              std::span<const int32_t> token_ids,
                                              std::optional<DType> output_dtype) {
   v1::ForwardRequest request;
-  request.set_model(std::string(model));
-  request.mutable_token_ids()->Add(token_ids.begin(), token_ids.end());
-  if (output_dtype) request.set_output_dtype(DTypeToProto(*output_dtype));
+  BuildForwardRequest(model, token_ids, output_dtype, &request);
   return CallForward(request);
 }
 
@@ -239,11 +241,7 @@ absl::StatusOr<MatMulResult> Client::CallForward(const v1::ForwardRequest& reque
   v1::ForwardResponse response;
   absl::Status status = FromGrpcStatus(stub_->Forward(&context, request, &response));
   if (!status.ok()) return status;
-  // A ForwardResponse carries what a MatMulResponse does: decode it the same way.
-  v1::MatMulResponse as_matmul;
-  as_matmul.mutable_output()->Swap(response.mutable_output());
-  as_matmul.set_compute_ns(response.compute_ns());
-  return TakeMatMulResult(as_matmul);
+  return TakeForwardResult(response);
 }
 
 absl::StatusOr<MatMulResult> Client::MatMul(std::string_view weight, const NdArray& x,
@@ -262,9 +260,16 @@ absl::StatusOr<MatMulResult> Client::MatMul(std::string_view weight, const NdArr
 
 absl::StatusOr<std::unique_ptr<MatMulStream>> Client::OpenMatMulStream() {
   auto context = std::make_unique<grpc::ClientContext>();
-  std::unique_ptr<MatMulStream::Stream> stream = stub_->MatMulStream(context.get());
+  std::unique_ptr<MatMulStream::Rpc::Stream> stream = stub_->MatMulStream(context.get());
   if (!stream) return absl::InternalError("gRPC returned no MatMul stream");
   return std::unique_ptr<MatMulStream>(new MatMulStream(std::move(context), std::move(stream)));
+}
+
+absl::StatusOr<std::unique_ptr<ForwardStream>> Client::OpenForwardStream() {
+  auto context = std::make_unique<grpc::ClientContext>();
+  std::unique_ptr<ForwardStream::Rpc::Stream> stream = stub_->ForwardStream(context.get());
+  if (!stream) return absl::InternalError("gRPC returned no Forward stream");
+  return std::unique_ptr<ForwardStream>(new ForwardStream(std::move(context), std::move(stream)));
 }
 
 }  // namespace qmm

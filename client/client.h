@@ -8,7 +8,7 @@
 // Every call returns the server's status unchanged (code and message); errors found on
 // this side (an unencodable tensor, a dead stream) are INVALID_ARGUMENT or the stream's
 // final status. A Client is thread-safe: calls may run concurrently from many threads
-// over its one channel. A MatMulStream belongs to one thread at a time.
+// over its one channel. A MatMulStream or ForwardStream belongs to one thread at a time.
 #ifndef QMM_CLIENT_CLIENT_H_
 #define QMM_CLIENT_CLIENT_H_
 
@@ -28,6 +28,7 @@
 #include "absl/time/time.h"
 #include "client/matmul_messages.h"
 #include "client/nd_array.h"
+#include "client/rpc_stream.h"
 #include "client/upload_request.h"
 #include "kernels/dtype.h"
 #include "qmm/v1/qmm.grpc.pb.h"
@@ -40,7 +41,7 @@ struct ClientOptions {
   int64_t max_message_bytes = int64_t{256} << 20;
   // How long Connect waits for the channel to come up.
   absl::Duration connect_timeout = absl::Seconds(10);
-  // Deadline of each unary call (not of Upload, nor of a MatMulStream).
+  // Deadline of each unary call (not of Upload, nor of a stream).
   absl::Duration call_timeout = absl::Seconds(60);
 };
 
@@ -51,13 +52,9 @@ using UploadProgress = std::function<void(int64_t sent_bytes, int64_t total_byte
 // without per-call setup, for decode loops. After any failure the stream is over and
 // every later call returns the same status (the server's, when it ended the stream).
 // Keep a few requests in flight at most: Write blocks when flow control is full.
+// Destroying a stream that was not finished cancels it.
 class MatMulStream {
  public:
-  MatMulStream(const MatMulStream&) = delete;
-  MatMulStream& operator=(const MatMulStream&) = delete;
-  // Cancels the RPC if Finish() was not called.
-  ~MatMulStream();
-
   absl::Status Write(std::string_view weight, const NdArray& x,
                      std::optional<DType> output_dtype = std::nullopt);
   // The response to the oldest request not read yet.
@@ -67,22 +64,44 @@ class MatMulStream {
                                     std::optional<DType> output_dtype = std::nullopt);
   // Half-closes the stream and waits for the server's final status. Responses not read
   // yet are discarded.
-  absl::Status Finish();
+  absl::Status Finish() { return rpc_.Finish(); }
 
  private:
   friend class Client;
-  using Stream = grpc::ClientReaderWriter<v1::MatMulRequest, v1::MatMulResponse>;
+  using Rpc = client_internal::RpcStream<v1::MatMulRequest, v1::MatMulResponse>;
 
-  MatMulStream(std::unique_ptr<grpc::ClientContext> context, std::unique_ptr<Stream> stream)
-      : context_(std::move(context)), stream_(std::move(stream)) {}
+  MatMulStream(std::unique_ptr<grpc::ClientContext> context, std::unique_ptr<Rpc::Stream> stream)
+      : rpc_(std::move(context), std::move(stream), "MatMul") {}
 
-  // Drains the stream and records the server's status; returns it.
-  absl::Status End();
+  Rpc rpc_;
+};
 
-  std::unique_ptr<grpc::ClientContext> context_;
-  std::unique_ptr<Stream> stream_;
-  bool ended_ = false;
-  absl::Status final_status_;
+// One ForwardStream RPC: the same for a model (Client::Forward), with activations or token
+// ids per request.
+class ForwardStream {
+ public:
+  absl::Status Write(std::string_view model, const NdArray& x,
+                     std::optional<DType> output_dtype = std::nullopt);
+  absl::Status Write(std::string_view model, std::span<const int32_t> token_ids,
+                     std::optional<DType> output_dtype = std::nullopt);
+  // The response to the oldest request not read yet.
+  absl::StatusOr<MatMulResult> Read();
+  // Write, then Read.
+  absl::StatusOr<MatMulResult> Call(std::string_view model, const NdArray& x,
+                                    std::optional<DType> output_dtype = std::nullopt);
+  absl::StatusOr<MatMulResult> Call(std::string_view model, std::span<const int32_t> token_ids,
+                                    std::optional<DType> output_dtype = std::nullopt);
+  // As MatMulStream::Finish.
+  absl::Status Finish() { return rpc_.Finish(); }
+
+ private:
+  friend class Client;
+  using Rpc = client_internal::RpcStream<v1::ForwardRequest, v1::ForwardResponse>;
+
+  ForwardStream(std::unique_ptr<grpc::ClientContext> context, std::unique_ptr<Rpc::Stream> stream)
+      : rpc_(std::move(context), std::move(stream), "Forward") {}
+
+  Rpc rpc_;
 };
 
 class Client {
@@ -125,6 +144,8 @@ class Client {
   // nullopt: fp32.
   absl::StatusOr<MatMulResult> Forward(std::string_view model, std::span<const int32_t> token_ids,
                                        std::optional<DType> output_dtype = std::nullopt);
+
+  absl::StatusOr<std::unique_ptr<ForwardStream>> OpenForwardStream();
 
  private:
   Client(ClientOptions options, std::shared_ptr<grpc::Channel> channel);

@@ -48,4 +48,30 @@ absl::StatusOr<MatMulResult> TakeMatMulResult(v1::MatMulResponse& response) {
   return result;
 }
 
+absl::Status BuildForwardRequest(std::string_view model, const NdArray& x,
+                                 std::optional<DType> output_dtype, v1::ForwardRequest* request) {
+  v1::MatMulRequest matmul;
+  if (absl::Status status = BuildMatMulRequest(model, x, output_dtype, &matmul); !status.ok()) {
+    return status;
+  }
+  request->set_model(std::string(model));
+  request->mutable_input()->Swap(matmul.mutable_input());
+  request->set_output_dtype(matmul.output_dtype());
+  return absl::OkStatus();
+}
+
+void BuildForwardRequest(std::string_view model, std::span<const int32_t> token_ids,
+                         std::optional<DType> output_dtype, v1::ForwardRequest* request) {
+  request->set_model(std::string(model));
+  request->mutable_token_ids()->Add(token_ids.begin(), token_ids.end());
+  request->set_output_dtype(output_dtype ? DTypeToProto(*output_dtype) : v1::DTYPE_UNSPECIFIED);
+}
+
+absl::StatusOr<MatMulResult> TakeForwardResult(v1::ForwardResponse& response) {
+  v1::MatMulResponse as_matmul;
+  as_matmul.mutable_output()->Swap(response.mutable_output());
+  as_matmul.set_compute_ns(response.compute_ns());
+  return TakeMatMulResult(as_matmul);
+}
+
 }  // namespace qmm::client_internal

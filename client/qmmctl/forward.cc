@@ -86,18 +86,29 @@ absl::StatusOr<bool> RunForward(Client& client, const ForwardOptions& o) {
     bf16_activations = x.type == ElementType::kBF16;
   }
 
+  std::unique_ptr<ForwardStream> stream;
+  if (o.stream) {
+    absl::StatusOr<std::unique_ptr<ForwardStream>> opened = client.OpenForwardStream();
+    if (!opened.ok()) return opened.status();
+    stream = *std::move(opened);
+  }
   MatMulResult last;
   std::vector<absl::Duration> latencies;
   std::vector<int64_t> compute_ns;
   for (int r = 0; r < o.repeat; ++r) {
     const absl::Time start = absl::Now();
-    absl::StatusOr<MatMulResult> result = model->token_input()
-                                              ? client.Forward(o.model, ids, o.output_dtype)
-                                              : client.Forward(o.model, x, o.output_dtype);
+    absl::StatusOr<MatMulResult> result =
+        model->token_input() ? (stream ? stream->Call(o.model, ids, o.output_dtype)
+                                       : client.Forward(o.model, ids, o.output_dtype))
+                             : (stream ? stream->Call(o.model, x, o.output_dtype)
+                                       : client.Forward(o.model, x, o.output_dtype));
     if (!result.ok()) return result.status();
     latencies.push_back(absl::Now() - start);
     compute_ns.push_back(result->compute_ns);
     last = *std::move(result);
+  }
+  if (stream) {
+    if (absl::Status status = stream->Finish(); !status.ok()) return status;
   }
   const std::vector<float> y = ToFloats(last.output);
   const int64_t m = model->token_input() ? static_cast<int64_t>(ids.size()) : x.shape[0];

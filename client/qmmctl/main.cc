@@ -58,7 +58,8 @@ ABSL_FLAG(std::string, dtype, "",
           ".npy file's f4/f2)");
 ABSL_FLAG(std::string, out_dtype, "", "matmul: result dtype (default: the activations')");
 ABSL_FLAG(int32_t, repeat, 1, "matmul: calls to time (latency percentiles)");
-ABSL_FLAG(bool, stream, false, "matmul: send the --repeat calls over one MatMulStream");
+ABSL_FLAG(bool, stream, false,
+          "matmul, forward: send the --repeat calls over one MatMulStream / ForwardStream");
 ABSL_FLAG(std::string, output, "", "matmul: write the result to this .npy file");
 ABSL_FLAG(int64_t, verify_seed, -1,
           "matmul: the weight was uploaded with --random --seed=S; check the result against "
@@ -107,7 +108,7 @@ constexpr char kUsage[] =
     "  ls-models                the models held\n"
     "  rm-model NAME            delete a model (its weights stay)\n"
     "  forward  --model=M, --random --m [--seed] [--dtype] or --npy FILE or --tokens=1,2,..\n"
-    "           [--out_dtype] [--repeat R] [--output FILE.npy]\n"
+    "           [--out_dtype] [--repeat R] [--stream] [--output FILE.npy]\n"
     "           [--verify_seeds=W1=S1,W2=S2,.. [--tolerance]]\n";
 
 template <typename T>
@@ -283,6 +284,7 @@ absl::StatusOr<ForwardOptions> ForwardFlags() {
   if (!out_dtype.ok()) return out_dtype.status();
   o.output_dtype = *out_dtype;
   o.repeat = absl::GetFlag(FLAGS_repeat);
+  o.stream = absl::GetFlag(FLAGS_stream);
   o.output_path = absl::GetFlag(FLAGS_output);
   for (absl::string_view pair :
        absl::StrSplit(absl::GetFlag(FLAGS_verify_seeds), ',', absl::SkipEmpty())) {

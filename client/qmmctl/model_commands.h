@@ -34,6 +34,7 @@ struct ForwardOptions {
   std::optional<DType> dtype;
   std::optional<DType> output_dtype;  // nullopt: the input's dtype (fp32 for tokens)
   int repeat = 1;
+  bool stream = false;      // send the repeats over one ForwardStream
   std::string output_path;  // write the result as .npy
   // Verification: weight name -> the seed it was uploaded with (qmmctl upload --random).
   std::map<std::string, uint64_t> verify_seeds;

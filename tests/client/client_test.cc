@@ -122,6 +122,23 @@ class FakeQmm final : public v1::Qmm::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status Forward(grpc::ServerContext*, const v1::ForwardRequest* request,
+                       v1::ForwardResponse* response) override {
+    return ComputeForward(*request, response);
+  }
+
+  grpc::Status ForwardStream(
+      grpc::ServerContext*,
+      grpc::ServerReaderWriter<v1::ForwardResponse, v1::ForwardRequest>* stream) override {
+    v1::ForwardRequest request;
+    while (stream->Read(&request)) {
+      v1::ForwardResponse response;
+      if (grpc::Status status = ComputeForward(request, &response); !status.ok()) return status;
+      stream->Write(response);
+    }
+    return grpc::Status::OK;
+  }
+
   std::vector<Upload> uploads() {
     absl::MutexLock lock(&mu_);
     return uploads_;
@@ -130,6 +147,49 @@ class FakeQmm final : public v1::Qmm::Service {
  private:
   static grpc::Status NotFound(const std::string& name) {
     return {grpc::NOT_FOUND, "weight '" + name + "' not found"};
+  }
+
+  // The fake's one model, "m": the linear layer of "w" for activations; for token ids, an
+  // embedding whose rows are those of "w" (kN tokens of kK features), fp32 by default.
+  static grpc::Status ComputeForward(const v1::ForwardRequest& request,
+                                     v1::ForwardResponse* response) {
+    if (request.model() != "m")
+      return {grpc::NOT_FOUND, "model '" + request.model() + "' not found"};
+    if (request.token_ids_size() == 0) {
+      v1::MatMulRequest matmul;
+      matmul.set_weight("w");
+      *matmul.mutable_input() = request.input();
+      matmul.set_output_dtype(request.output_dtype());
+      v1::MatMulResponse out;
+      if (grpc::Status status = Compute(matmul, &out); !status.ok()) return status;
+      response->mutable_output()->Swap(out.mutable_output());
+      response->set_compute_ns(out.compute_ns());
+      return grpc::Status::OK;
+    }
+    std::vector<float> y;
+    for (int32_t id : request.token_ids()) {
+      if (id < 0 || id >= kN) return {grpc::INVALID_ARGUMENT, "token id out of range [0, 3)"};
+      y.insert(y.end(), kWeight + id * kK, kWeight + (id + 1) * kK);
+    }
+    const v1::DType wire =
+        request.output_dtype() == v1::DTYPE_UNSPECIFIED ? v1::DTYPE_FP32 : request.output_dtype();
+    Encode(y, request.token_ids_size(), kK, wire, response->mutable_output());
+    response->set_compute_ns(77);
+    return grpc::Status::OK;
+  }
+
+  // out <- y [m, n] in the wire dtype `wire`.
+  static void Encode(const std::vector<float>& y, int64_t m, int64_t n, v1::DType wire,
+                     v1::Tensor* out) {
+    const DType dtype = wire == v1::DTYPE_FP16   ? DType::kF16
+                        : wire == v1::DTYPE_BF16 ? DType::kBF16
+                                                 : DType::kF32;
+    out->set_dtype(wire);
+    out->add_shape(m);
+    out->add_shape(n);
+    std::string data(y.size() * DTypeSize(dtype), '\0');
+    FromFloat(dtype, y.data(), y.size(), data.data());
+    out->set_data(std::move(data));
   }
 
   static grpc::Status Compute(const v1::MatMulRequest& request, v1::MatMulResponse* response) {
@@ -156,18 +216,9 @@ class FakeQmm final : public v1::Qmm::Service {
         y[i * kN + n] = sum;
       }
     }
-    const DType y_dtype = request.output_dtype() == v1::DTYPE_UNSPECIFIED ? x_dtype
-                          : request.output_dtype() == v1::DTYPE_FP16      ? DType::kF16
-                          : request.output_dtype() == v1::DTYPE_BF16      ? DType::kBF16
-                                                                          : DType::kF32;
-    v1::Tensor* out = response->mutable_output();
-    out->set_dtype(request.output_dtype() == v1::DTYPE_UNSPECIFIED ? in.dtype()
-                                                                   : request.output_dtype());
-    out->add_shape(m);
-    out->add_shape(kN);
-    std::string data(y.size() * DTypeSize(y_dtype), '\0');
-    FromFloat(y_dtype, y.data(), y.size(), data.data());
-    out->set_data(std::move(data));
+    Encode(y, m, kN,
+           request.output_dtype() == v1::DTYPE_UNSPECIFIED ? in.dtype() : request.output_dtype(),
+           response->mutable_output());
     response->set_compute_ns(4242);
     return grpc::Status::OK;
   }
@@ -390,6 +441,86 @@ TEST_F(ClientTest, StreamErrorEndsTheStreamWithTheServersStatus) {
   EXPECT_EQ((*stream)->Write("w", x).code(), absl::StatusCode::kNotFound);
   EXPECT_EQ((*stream)->Read().status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ((*stream)->Finish().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(ClientTest, ForwardTakesActivationsOrTokenIds) {
+  const std::vector<float> x = RandomX(3, 50);
+  absl::StatusOr<MatMulResult> y =
+      client_->Forward("m", FromFloats(DType::kF16, {3, kK}, x), DType::kF32);
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ(y->output.type, ElementType::kF32);
+  EXPECT_EQ(y->compute_ns, 4242);
+  const std::vector<float> got = ToFloats(y->output);
+  const std::vector<float> ref = Reference(ToFloats(FromFloats(DType::kF16, {3, kK}, x)));
+  ASSERT_EQ(got.size(), ref.size());
+  for (size_t i = 0; i < ref.size(); ++i) EXPECT_NEAR(got[i], ref[i], 1e-5);
+
+  const std::vector<int32_t> ids = {2, 0, 2};
+  absl::StatusOr<MatMulResult> rows = client_->Forward("m", ids);
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  EXPECT_EQ(rows->output.type, ElementType::kF32);  // the server's default for tokens
+  EXPECT_EQ(rows->output.shape, (std::vector<int64_t>{3, kK}));
+  const std::vector<float> table = ToFloats(rows->output);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    for (int64_t k = 0; k < kK; ++k) EXPECT_EQ(table[i * kK + k], kWeight[ids[i] * kK + k]);
+  }
+  const absl::Status missing = client_->Forward("gone", ids).status();
+  EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(missing.message(), "model 'gone' not found");
+}
+
+TEST_F(ClientTest, ForwardStreamAnswersInOrderAndEndsOnAnError) {
+  absl::StatusOr<std::unique_ptr<ForwardStream>> stream = client_->OpenForwardStream();
+  ASSERT_TRUE(stream.ok());
+  // Pipelined, activations and token ids mixed: each response matches its request.
+  const std::vector<float> x1 = RandomX(2, 60);
+  const std::vector<float> x2 = RandomX(4, 61);
+  const std::vector<int32_t> ids = {1, 1, 0};
+  ASSERT_TRUE((*stream)->Write("m", FromFloats(DType::kF32, {2, kK}, x1)).ok());
+  ASSERT_TRUE((*stream)->Write("m", ids, DType::kBF16).ok());
+  ASSERT_TRUE((*stream)->Write("m", FromFloats(DType::kF32, {4, kK}, x2)).ok());
+  for (const std::vector<float>* x : {&x1, static_cast<const std::vector<float>*>(nullptr), &x2}) {
+    absl::StatusOr<MatMulResult> y = (*stream)->Read();
+    ASSERT_TRUE(y.ok()) << y.status();
+    const std::vector<float> got = ToFloats(y->output);
+    if (x == nullptr) {
+      EXPECT_EQ(y->output.type, ElementType::kBF16);
+      ASSERT_EQ(got.size(), ids.size() * kK);
+      for (size_t i = 0; i < got.size(); ++i) {
+        EXPECT_EQ(got[i], kWeight[ids[i / kK] * kK + i % kK]);  // exact in bf16
+      }
+      continue;
+    }
+    const std::vector<float> ref = Reference(*x);
+    ASSERT_EQ(got.size(), ref.size());
+    for (size_t i = 0; i < ref.size(); ++i) EXPECT_NEAR(got[i], ref[i], 1e-5);
+  }
+  ASSERT_TRUE((*stream)->Call("m", ids).ok());
+
+  // A local error sends nothing and leaves the stream usable; the server's ends it.
+  NdArray f64{ElementType::kF64, {1, kK}, std::vector<uint8_t>(8 * kK, 0)};
+  EXPECT_EQ((*stream)->Write("m", f64).code(), absl::StatusCode::kInvalidArgument);
+  const std::vector<int32_t> bad = {3};
+  const absl::Status status = (*stream)->Call("m", bad).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(status.message(), "token id out of range [0, 3)");
+  EXPECT_EQ((*stream)->Write("m", ids).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*stream)->Read().status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*stream)->Finish().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(ClientTest, ForwardStreamFinishesCleanlyAndAbandonedOnesAreCancelled) {
+  absl::StatusOr<std::unique_ptr<ForwardStream>> stream = client_->OpenForwardStream();
+  ASSERT_TRUE(stream.ok());
+  ASSERT_TRUE((*stream)->Call("m", FromFloats(DType::kF32, {1, kK}, RandomX(1, 70))).ok());
+  EXPECT_TRUE((*stream)->Finish().ok());
+  EXPECT_TRUE((*stream)->Finish().ok());  // the recorded status again
+
+  absl::StatusOr<std::unique_ptr<ForwardStream>> abandoned = client_->OpenForwardStream();
+  ASSERT_TRUE(abandoned.ok());
+  ASSERT_TRUE((*abandoned)->Write("m", std::vector<int32_t>{0}).ok());
+  abandoned->reset();  // no Finish(): the destructor cancels
+  EXPECT_TRUE(client_->GetWeight("w").ok());
 }
 
 TEST_F(ClientTest, AbandonedStreamIsCancelledCleanly) {

@@ -72,6 +72,12 @@ TEST_F(ForwardEndToEndTest, CreateForwardVerifyAndDelete) {
   }
   EXPECT_THAT(Ok({"forward", "--model=lm", "--tokens=0,99,42", "--repeat=3", seeds}),
               HasSubstr(": PASS"));
+  // The repeats over one ForwardStream, activations and token ids.
+  EXPECT_THAT(Ok({"forward", "--model=block", "--random", "--m=3", "--repeat=4", "--stream",
+                  "--seed=9", seeds}),
+              HasSubstr(": PASS"));
+  EXPECT_THAT(Ok({"forward", "--model=lm", "--tokens=7,1", "--repeat=3", "--stream", seeds}),
+              HasSubstr(": PASS"));
   EXPECT_THAT(Ok({"forward", "--model=lm", "--random", "--m=6", "--out_dtype=bf16", seeds}),
               HasSubstr(": PASS"));
   // The wrong seed fails the check (exit 1), which shows the check can fail.
