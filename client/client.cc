@@ -6,7 +6,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/grpc_status.h"
-#include "proto/enum_convert.h"
 
 namespace qmm {
 
