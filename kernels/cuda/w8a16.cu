@@ -475,14 +475,14 @@ cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& device, bool* l
 
 template <typename T>
 cudaError_t LaunchFor(const GemmArgs& args, const W8A16Options& options, const DeviceInfo& device) {
-  // Up to 16 tokens the decode kernel where it is faster (LaunchDecode), unless a split
-  // count is forced (tuning). Otherwise the token tile by M. Each config takes 96 KB of
-  // ring per CTA (two CTAs per SM). Up to 32 tokens: 4 warps x 2 row tiles, 32-48 KB of
-  // weights in flight per CTA. From 33 tokens on: 64-token tiles with 4 row tiles per
-  // warp, so that each activation fragment feeds 4 MMAs (the MMA and shared-memory rates,
-  // not HBM, set the pace there).
   // Beyond 16 tokens (or forced) the wgmma GEMM where K allows it (K % 128 == 0) and the
-  // device runs it (sm_90a).
+  // device runs it (sm_90a). Up to 16 tokens the decode kernel where it is faster
+  // (LaunchDecode), unless a split count is forced (tuning). Otherwise (and wherever the
+  // wgmma GEMM cannot run) the mma.sync kernel with the token tile by M. Each config takes
+  // 96 KB of ring per CTA (two CTAs per SM). Up to 32 tokens: 4 warps x 2 row tiles, 32-48
+  // KB of weights in flight per CTA. From 33 tokens on: 64-token tiles with 4 row tiles
+  // per warp, so that each activation fragment feeds 4 MMAs (the MMA and shared-memory
+  // rates, not HBM, set the pace there).
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
   if ((options.wgmma_groups != 0 || (options.splits == 0 && args.m > 16)) &&
       args.shape.k % 128 == 0) {
