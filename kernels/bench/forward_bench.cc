@@ -200,21 +200,24 @@ class BlockBench {
     }
 
     // The kernels alone, in the order and dtypes the chain plan uses.
-    const auto gemm = [&](int copy, int w, const void* in, void* out) {
+    const auto args_of = [&](int copy, int w, const void* in, DType y_dtype, void* out) {
       cuda::GemmArgs a;
       a.weight = weights_[copy % o_.copies][w].data;
       a.shape = weights_[copy % o_.copies][w].shape;
       a.x_dtype = DType::kF16;
       a.x = in;
       a.m = m;
-      a.y_dtype = DType::kF32;
+      a.y_dtype = y_dtype;
       a.y = out;
       a.workspace = *ws;
       a.stream = stream_;
       a.cublas = cublas_;
-      return ops_->launch(a);
+      return a;
     };
-    const std::pair<std::string, std::function<cudaError_t(int)>> kernels[] = {
+    const auto gemm = [&](int copy, int w, const void* in, void* out) {
+      return ops_->launch(args_of(copy, w, in, DType::kF32, out));
+    };
+    std::vector<std::pair<std::string, std::function<cudaError_t(int)>>> kernels = {
         {"dyt",
          [&](int) {
            return cuda::LaunchDyT(DType::kF16, *x, m, h, kAlpha, gamma_, beta_, DType::kF16, *xn,
@@ -249,6 +252,25 @@ class BlockBench {
                                        stream_);
          }},
     };
+    // Where the plan fuses (ChainPlan), so does this: the down matmul adds the residual
+    // itself, and gate, up and their product are one SwiGLU launch.
+    if (ops_->takes_residual) {
+      kernels.erase(kernels.end() - 2, kernels.end());
+      kernels.emplace_back("down+residual", [&](int i) {
+        cuda::GemmArgs a = args_of(i, 2, *hid, DType::kF16, *y);
+        a.residual = *x;
+        a.residual_dtype = DType::kF16;
+        return ops_->launch(a);
+      });
+    }
+    if (ops_->launch_swiglu != nullptr && m <= ops_->swiglu_max_m) {
+      kernels.erase(kernels.begin() + 1, kernels.begin() + 4);
+      kernels.insert(kernels.begin() + 1, {"swiglu", [&](int i) {
+                                             return ops_->launch_swiglu(
+                                                 args_of(i, 0, *xn, DType::kF16, *hid),
+                                                 weights_[i % o_.copies][1].data);
+                                           }});
+    }
     const int batch = std::max(o_.copies, o_.graph_batch / o_.copies * o_.copies);
     for (const auto& [name, launch] : kernels) {
       absl::StatusOr<double> us = TimeAlone(stream_, batch, std::max(5, o_.iters / 10), launch);

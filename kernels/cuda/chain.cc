@@ -86,13 +86,20 @@ void ChainPlan::Build() {
         ++end;
       }
     };
-    // A matmul of weight `w` on `x`, then the epilogue of the tail when there is one.
+    // A matmul of weight `w` on `x`, then the epilogue of the tail when there is one
+    // (a residual alone the kernel adds itself where it can).
     const auto gemm_with_tail = [&](int w, const Operand& x, const float* bias) {
       take_tail(true);
       const int64_t n = l.weights[w].shape.n;
-      if (bias == nullptr && act == Activation::kIdentity && skip.slot == kNone) {
-        steps_.push_back(
-            {.op = Step::Op::kGemm, .layer = &l, .weight = w, .in = x, .out = dest(end), .n = n});
+      if (bias == nullptr && act == Activation::kIdentity &&
+          (skip.slot == kNone || l.weights[w].ops->takes_residual)) {
+        steps_.push_back({.op = Step::Op::kGemm,
+                          .layer = &l,
+                          .weight = w,
+                          .in = x,
+                          .skip = skip,
+                          .out = dest(end),
+                          .n = n});
         return steps_.back().out;
       }
       const Operand tmp = alloc(Storage::kF32);
@@ -147,18 +154,32 @@ void ChainPlan::Build() {
         const int64_t hidden = l.weights[0].shape.n;
         const Operand gate = alloc(Storage::kF32);
         const Operand up = alloc(Storage::kF32);
-        steps_.push_back(
-            {.op = Step::Op::kGemm, .layer = &l, .weight = 0, .in = in, .out = gate, .n = hidden});
-        steps_.push_back(
-            {.op = Step::Op::kGemm, .layer = &l, .weight = 1, .in = in, .out = up, .n = hidden});
         const Operand h = alloc(Storage::kAct);
-        steps_.push_back({.op = Step::Op::kEpilogue,
-                          .layer = &l,
-                          .in = gate,
-                          .up = up,
-                          .out = h,
-                          .act = Activation::kSilu,
-                          .n = hidden});
+        const ChainWeight& wg = l.weights[0];
+        const ChainWeight& wu = l.weights[1];
+        const bool fusable = wg.ops == wu.ops && wg.ops->launch_swiglu != nullptr &&
+                             wg.shape.n == wu.shape.n && wg.shape.k == wu.shape.k &&
+                             wg.shape.group_size == wu.shape.group_size;
+        std::vector<Step>& unfused = fusable ? unfused_ : steps_;
+        if (fusable) {
+          steps_.push_back({.op = Step::Op::kSwiGlu,
+                            .layer = &l,
+                            .in = in,
+                            .out = h,
+                            .n = hidden,
+                            .fallback = static_cast<int>(unfused_.size())});
+        }
+        unfused.push_back(
+            {.op = Step::Op::kGemm, .layer = &l, .weight = 0, .in = in, .out = gate, .n = hidden});
+        unfused.push_back(
+            {.op = Step::Op::kGemm, .layer = &l, .weight = 1, .in = in, .out = up, .n = hidden});
+        unfused.push_back({.op = Step::Op::kEpilogue,
+                           .layer = &l,
+                           .in = gate,
+                           .up = up,
+                           .out = h,
+                           .act = Activation::kSilu,
+                           .n = hidden});
         release(gate);
         release(up);
         out = gemm_with_tail(2, h, nullptr);
@@ -185,10 +206,12 @@ size_t ChainPlan::SlotBytes(int64_t m) const {
 
 size_t ChainPlan::WorkspaceBytes(int64_t m) const {
   size_t bytes = 0;
-  for (const Step& s : steps_) {
-    if (s.op != Step::Op::kGemm) continue;
-    const ChainWeight& w = s.layer->weights[s.weight];
-    bytes = std::max(bytes, w.ops->workspace_bytes(w.shape, m));
+  for (const std::vector<Step>* steps : {&steps_, &unfused_}) {
+    for (const Step& s : *steps) {
+      if (s.op != Step::Op::kGemm) continue;
+      const ChainWeight& w = s.layer->weights[s.weight];
+      bytes = std::max(bytes, w.ops->workspace_bytes(w.shape, m));
+    }
   }
   return Align(bytes);
 }
@@ -197,7 +220,15 @@ size_t ChainPlan::ArenaBytes(int64_t m) const {
   return static_cast<size_t>(slots_ + 1) * SlotBytes(m) + WorkspaceBytes(m);
 }
 
-int ChainPlan::launches() const { return static_cast<int>(steps_.size()); }
+int ChainPlan::launches(int64_t m) const {
+  int count = 0;
+  for (const Step& s : steps_) count += s.op == Step::Op::kSwiGlu && !SwiGluFused(s, m) ? 3 : 1;
+  return count;
+}
+
+bool ChainPlan::SwiGluFused(const Step& step, int64_t m) const {
+  return m <= step.layer->weights[0].ops->swiglu_max_m;
+}
 
 void* ChainPlan::Resolve(const ChainRun& run, const Operand& o) const {
   if (o.slot == kInput) return const_cast<void*>(run.x);
@@ -220,10 +251,10 @@ DType ChainPlan::ResolveDType(const ChainRun& run, const Operand& o) const {
   return DType::kF32;
 }
 
-cudaError_t ChainPlan::EnqueueGemm(const ChainRun& run, const Step& step) const {
-  const ChainWeight& w = step.layer->weights[step.weight];
-  const void* x = Resolve(run, step.in);
-  DType x_dtype = ResolveDType(run, step.in);
+cudaError_t ChainPlan::PrepareGemm(const ChainRun& run, const ChainWeight& w, const Operand& in,
+                                   const Operand& out, GemmArgs* args) const {
+  const void* x = Resolve(run, in);
+  DType x_dtype = ResolveDType(run, in);
   // Dense weights take their own dtype; the quantized kernels take either 16-bit type.
   DType need = DenseXDType(w.scheme);
   if (need == DType::kF32) need = x_dtype == DType::kF32 ? run.act_dtype : x_dtype;
@@ -237,18 +268,17 @@ cudaError_t ChainPlan::EnqueueGemm(const ChainRun& run, const Step& step) const 
     x = converted;
     x_dtype = need;
   }
-  GemmArgs args;
-  args.weight = w.data;
-  args.shape = w.shape;
-  args.x_dtype = x_dtype;
-  args.x = x;
-  args.m = run.m;
-  args.y_dtype = ResolveDType(run, step.out);
-  args.y = Resolve(run, step.out);
-  args.workspace = static_cast<char*>(run.arena) + (slots_ + 1) * SlotBytes(run.m);
-  args.stream = run.stream;
-  args.cublas = run.cublas;
-  return w.ops->launch(args);
+  args->weight = w.data;
+  args->shape = w.shape;
+  args->x_dtype = x_dtype;
+  args->x = x;
+  args->m = run.m;
+  args->y_dtype = ResolveDType(run, out);
+  args->y = Resolve(run, out);
+  args->workspace = static_cast<char*>(run.arena) + (slots_ + 1) * SlotBytes(run.m);
+  args->stream = run.stream;
+  args->cublas = run.cublas;
+  return cudaSuccess;
 }
 
 cudaError_t ChainPlan::Enqueue(const ChainRun& run) const {
@@ -257,45 +287,66 @@ cudaError_t ChainPlan::Enqueue(const ChainRun& run) const {
     return cudaErrorInvalidValue;
   }
   for (const Step& step : steps_) {
-    const ChainLayer& l = *step.layer;
-    cudaError_t err = cudaSuccess;
-    switch (step.op) {
-      case Step::Op::kEmbedding: {
-        const ChainWeight& table = l.weights[0];
-        err = LaunchEmbedding(table.scheme == Scheme::kBf16 ? DType::kBF16 : DType::kF16,
-                              table.data, table.shape.n, table.shape.k, run.ids, run.m,
-                              ResolveDType(run, step.out), Resolve(run, step.out), run.stream);
-        break;
-      }
-      case Step::Op::kDyT:
-        err = LaunchDyT(ResolveDType(run, step.in), Resolve(run, step.in), run.m, l.in_features,
-                        l.alpha, l.gamma, l.beta, ResolveDType(run, step.out),
-                        Resolve(run, step.out), run.stream);
-        break;
-      case Step::Op::kEpilogue: {
-        EpilogueArgs args;
-        args.x_dtype = ResolveDType(run, step.in);
-        args.x = Resolve(run, step.in);
-        args.m = run.m;
-        args.n = step.n;
-        args.bias = step.bias;
-        args.act = step.act;
-        args.up_dtype = ResolveDType(run, step.up);
-        args.up = Resolve(run, step.up);
-        args.skip_dtype = ResolveDType(run, step.skip);
-        args.skip = Resolve(run, step.skip);
-        args.y_dtype = ResolveDType(run, step.out);
-        args.y = Resolve(run, step.out);
-        err = LaunchEpilogue(args, run.stream);
-        break;
-      }
-      case Step::Op::kGemm:
-        err = EnqueueGemm(run, step);
-        break;
-    }
-    if (err != cudaSuccess) return err;
+    if (cudaError_t err = EnqueueStep(run, step); err != cudaSuccess) return err;
   }
   return cudaSuccess;
+}
+
+cudaError_t ChainPlan::EnqueueStep(const ChainRun& run, const Step& step) const {
+  const ChainLayer& l = *step.layer;
+  switch (step.op) {
+    case Step::Op::kEmbedding: {
+      const ChainWeight& table = l.weights[0];
+      return LaunchEmbedding(table.scheme == Scheme::kBf16 ? DType::kBF16 : DType::kF16, table.data,
+                             table.shape.n, table.shape.k, run.ids, run.m,
+                             ResolveDType(run, step.out), Resolve(run, step.out), run.stream);
+    }
+    case Step::Op::kDyT:
+      return LaunchDyT(ResolveDType(run, step.in), Resolve(run, step.in), run.m, l.in_features,
+                       l.alpha, l.gamma, l.beta, ResolveDType(run, step.out),
+                       Resolve(run, step.out), run.stream);
+    case Step::Op::kEpilogue: {
+      EpilogueArgs args;
+      args.x_dtype = ResolveDType(run, step.in);
+      args.x = Resolve(run, step.in);
+      args.m = run.m;
+      args.n = step.n;
+      args.bias = step.bias;
+      args.act = step.act;
+      args.up_dtype = ResolveDType(run, step.up);
+      args.up = Resolve(run, step.up);
+      args.skip_dtype = ResolveDType(run, step.skip);
+      args.skip = Resolve(run, step.skip);
+      args.y_dtype = ResolveDType(run, step.out);
+      args.y = Resolve(run, step.out);
+      return LaunchEpilogue(args, run.stream);
+    }
+    case Step::Op::kGemm: {
+      const ChainWeight& w = l.weights[step.weight];
+      GemmArgs args;
+      if (cudaError_t err = PrepareGemm(run, w, step.in, step.out, &args); err != cudaSuccess) {
+        return err;
+      }
+      args.residual = Resolve(run, step.skip);
+      args.residual_dtype = ResolveDType(run, step.skip);
+      return w.ops->launch(args);
+    }
+    case Step::Op::kSwiGlu: {
+      if (!SwiGluFused(step, run.m)) {
+        for (int i = step.fallback; i < step.fallback + 3; ++i) {
+          if (cudaError_t err = EnqueueStep(run, unfused_[i]); err != cudaSuccess) return err;
+        }
+        return cudaSuccess;
+      }
+      const ChainWeight& gate = l.weights[0];
+      GemmArgs args;
+      if (cudaError_t err = PrepareGemm(run, gate, step.in, step.out, &args); err != cudaSuccess) {
+        return err;
+      }
+      return gate.ops->launch_swiglu(args, l.weights[1].data);
+    }
+  }
+  return cudaErrorInvalidValue;
 }
 
 ChainGraph::~ChainGraph() {

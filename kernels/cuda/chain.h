@@ -4,8 +4,13 @@
 // ChainPlan turns checked layers (server/model.h) into a launch sequence once, at model
 // creation: the matmuls through the kernel registry (kernels.h), the layer kernels of
 // layers.h, and fusions of neighbours into one element-wise epilogue — a Linear's bias,
-// a following activation and a following residual add; SwiGLU's silu(gate) * up. A value
-// that some residual reads later is never fused away. Intermediate values live in equal
+// a following activation and a following residual add (into the matmul itself when the
+// residual is all there is and the kernel adds one: KernelOps::takes_residual); SwiGLU's
+// silu(gate) * up. A gated
+// MLP whose gate and up weights share a scheme with a SwiGLU kernel (KernelOps::
+// launch_swiglu) runs both projections and the product as one launch at the m that kernel
+// takes, and as two matmuls and an epilogue beyond. A value that some residual reads
+// later is never fused away. Intermediate values live in equal
 // slots of one arena, reused once no later layer reads them.
 //
 // Dtypes: matmul inputs are `act_dtype` (kF16 or kBF16, picked per run by the caller);
@@ -76,9 +81,10 @@ class ChainPlan {
 
   // Device bytes of the arena a run of m rows needs (intermediates and kernel workspace).
   size_t ArenaBytes(int64_t m) const;
-  // Steps of one run (a fused group is one step; a matmul is one step however many
-  // kernels its launcher enqueues, and a dtype conversion of its input is not counted).
-  int launches() const;
+  // Steps of a run of m rows (a fused group is one step; a matmul is one step however
+  // many kernels its launcher enqueues, and a dtype conversion of its input is not
+  // counted).
+  int launches(int64_t m) const;
   // Enqueues the chain; returns the first launch error. Never synchronizes.
   cudaError_t Enqueue(const ChainRun& run) const;
 
@@ -94,7 +100,9 @@ class ChainPlan {
     Storage storage = Storage::kAct;
   };
   struct Step {
-    enum class Op : uint8_t { kEmbedding, kGemm, kDyT, kEpilogue };
+    // kSwiGlu: the gated MLP's gate, up and product in one launch, or beyond the
+    // kernel's m its three unfused steps, unfused_[fallback .. fallback + 2].
+    enum class Op : uint8_t { kEmbedding, kGemm, kDyT, kEpilogue, kSwiGlu };
     Op op = Op::kGemm;
     const ChainLayer* layer = nullptr;
     int weight = 0;  // kGemm: index into layer->weights
@@ -102,6 +110,7 @@ class ChainPlan {
     const float* bias = nullptr;
     Activation act = Activation::kIdentity;
     int64_t n = 0;  // output features
+    int fallback = -1;
   };
 
   void Build();
@@ -109,10 +118,16 @@ class ChainPlan {
   size_t WorkspaceBytes(int64_t m) const;
   void* Resolve(const ChainRun& run, const Operand& o) const;
   DType ResolveDType(const ChainRun& run, const Operand& o) const;
-  cudaError_t EnqueueGemm(const ChainRun& run, const Step& step) const;
+  bool SwiGluFused(const Step& step, int64_t m) const;
+  cudaError_t EnqueueStep(const ChainRun& run, const Step& step) const;
+  // The matmul arguments of weight `w` from `in` to `out`, the input converted first
+  // (into the convert slot) when the kernel takes another dtype.
+  cudaError_t PrepareGemm(const ChainRun& run, const ChainWeight& w, const Operand& in,
+                          const Operand& out, GemmArgs* args) const;
 
   std::vector<ChainLayer> layers_;
   std::vector<Step> steps_;
+  std::vector<Step> unfused_;  // kSwiGlu steps' fallbacks
   int slots_ = 0;
   int convert_slot_ = 0;  // scratch for a matmul input in another dtype
   int64_t max_features_ = 1;

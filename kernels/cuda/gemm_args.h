@@ -33,6 +33,11 @@ struct GemmArgs {
   DType y_dtype = DType::kF16;  // kF32, kF16 or kBF16
   void* y = nullptr;            // device, [m, n] row-major
   void* workspace = nullptr;    // device, <Scheme>WorkspaceBytes(shape, m) bytes
+  // Optional, device [m, n] in residual_dtype: y = x * W^T + residual, added in fp32
+  // before y is rounded. Only for kernels whose registry entry says they take one
+  // (KernelOps::takes_residual); nullptr otherwise.
+  const void* residual = nullptr;
+  DType residual_dtype = DType::kF32;
   cudaStream_t stream = nullptr;
   void* cublas = nullptr;  // cublasHandle_t bound to `stream` (dense schemes only)
 };

@@ -5,7 +5,6 @@
 #include "kernels/cuda/w2a8.h"
 #include "kernels/cuda/w4a16.h"
 #include "kernels/cuda/w8a16.h"
-// W4A16 / W2A8: their kernels add their header here.
 
 namespace qmm::cuda {
 namespace {
@@ -16,12 +15,12 @@ struct Entry {
 };
 
 constexpr Entry kEntries[] = {
-    {Scheme::kFp16, {RepackDense, DenseWorkspaceBytes, LaunchDenseFp16}},
-    {Scheme::kBf16, {RepackDense, DenseWorkspaceBytes, LaunchDenseBf16}},
-    {Scheme::kW8A16, {RepackW8A16, W8A16WorkspaceBytes, LaunchW8A16}},
-    {Scheme::kW4A16, {RepackW4A16, W4A16WorkspaceBytes, LaunchW4A16}},
-    {Scheme::kW2A8, {RepackW2A8, W2A8WorkspaceBytes, LaunchW2A8}},
-    // W4A16 / W2A8 entries are added by their kernels, one line each.
+    {Scheme::kFp16, {RepackDense, DenseWorkspaceBytes, LaunchDenseFp16, nullptr, 0, false}},
+    {Scheme::kBf16, {RepackDense, DenseWorkspaceBytes, LaunchDenseBf16, nullptr, 0, false}},
+    {Scheme::kW8A16, {RepackW8A16, W8A16WorkspaceBytes, LaunchW8A16, nullptr, 0, false}},
+    {Scheme::kW4A16,
+     {RepackW4A16, W4A16WorkspaceBytes, LaunchW4A16, LaunchW4A16SwiGlu, kW4A16SwiGluMaxM, true}},
+    {Scheme::kW2A8, {RepackW2A8, W2A8WorkspaceBytes, LaunchW2A8, nullptr, 0, false}},
 };
 
 }  // namespace

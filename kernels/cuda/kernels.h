@@ -19,6 +19,14 @@ struct KernelOps {
   size_t (*workspace_bytes)(const WeightShape& shape, int64_t m);
   // Enqueues the product on args.stream; returns the launch error, never synchronizes.
   cudaError_t (*launch)(const GemmArgs& args);
+  // Optional (nullptr if the scheme has none): a gated MLP's gate and up projections and
+  // silu(gate) * up in one launch, args.weight the gate and `up` the up weight of the
+  // same shape, for m <= swiglu_max_m.
+  cudaError_t (*launch_swiglu)(const GemmArgs& args, const void* up);
+  int64_t swiglu_max_m;
+  // Whether `launch` adds GemmArgs::residual (a Linear closed by a residual is then one
+  // launch).
+  bool takes_residual;
 };
 
 // The kernel for `scheme`, or nullptr when it has none yet.

@@ -111,13 +111,13 @@ int ChooseStripWarps(int64_t sets, int chunks, int sms, int64_t slots) {
 
 // CTAs of the decode kernel for up to 8T tokens, R strips per warp, that fit on the
 // device at once (the occupancy is the same on every device of one kind).
-template <int T, int R, bool kBf16>
+template <int T, int R, bool kBf16, bool kGlu = false, bool kDeep = false>
 cudaError_t DecodeSlots(const DeviceInfo& device, int64_t* slots) {
   static std::atomic<int> occupancy{0};
   int occ = occupancy.load();
   if (occ == 0) {
     const cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &occ, w4a16::DecodeKernel<T, R, kBf16>, kThreads, 0);
+        &occ, w4a16::DecodeKernel<T, R, kBf16, kGlu, kDeep>, kThreads, 0);
     if (err != cudaSuccess) return err;
     occ = std::max(occ, 1);
     occupancy.store(occ);
@@ -131,31 +131,56 @@ int64_t DecodeSets(const WeightShape& shape, int r) {
   return ((shape.n + w4a16::kStripRows - 1) / w4a16::kStripRows + r - 1) / r;
 }
 
-// The decode kernel (w4a16_decode.cuh) for up to 8T tokens, R strips per warp.
-template <int T, int R, bool kBf16>
-cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& device) {
+// The decode kernel (w4a16_decode.cuh) for up to 8T tokens, R strips per warp; with
+// kGlu, silu(x gate^T) * (x up^T) for gate = args.weight and `up` (one strip of each
+// per row set).
+template <int T, int R, bool kBf16, bool kGlu = false>
+cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& device, const void* up = nullptr) {
   int64_t slots = 0;
-  const cudaError_t err = DecodeSlots<T, R, kBf16>(device, &slots);
+  const cudaError_t err = DecodeSlots<T, R, kBf16, kGlu>(device, &slots);
   if (err != cudaSuccess) return err;
   const WeightShape& shape = args.shape;
   const int chunks = static_cast<int>(w4a16::NumChunks(shape));
-  const int64_t sets = DecodeSets(shape, R);
+  const int64_t sets = DecodeSets(shape, kGlu ? 1 : R);
   const int split = ChooseStripWarps(sets, chunks, device.sms, slots);
   const int64_t per_cta = w4a16::kWarps / split;
   const int64_t units = (sets + per_cta - 1) / per_cta;
-  const int64_t ctas = std::min(units, slots);
+  // As many units per CTA everywhere: beyond one turn, CTAs = units / turns, so that no
+  // last turn runs on a fraction of the grid (a SwiGLU pair of 4096 x 14336 at M = 1:
+  // 896 units on 264 slots would leave 104 CTAs streaming alone at the end).
+  const int64_t turns = (units + slots - 1) / slots;
+  const int64_t ctas = (units + turns - 1) / turns;
 
   Params p = w4a16::MakeParams(args);
   p.splits = split;
-  p.early_trigger = EarlyTrigger(ctas, slots);
+  if (kGlu) {
+    p.w_up = static_cast<const uint8_t*>(up);
+    p.s_up = p.w_up + w4a16::WeightRegionBytes(shape);
+  }
   cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(ctas));
   config.blockDim = dim3(kThreads);
   config.stream = args.stream;
   cudaLaunchAttribute pdl[1];
   config.attrs = pdl;
   config.numAttrs = AppendDependentLaunch(device.cc_major, pdl, 0);
-  return cudaLaunchKernelEx(&config, w4a16::DecodeKernel<T, R, kBf16>, p);
+  // The deep tile (twice the bytes in flight per warp, half the CTAs per SM) wherever its
+  // grid is as large as the shallow one's (14336 x 4096 at M = 1: 12.3 us against 15.1;
+  // not for SwiGLU, whose deep tile needs all 128 registers and measured slower).
+  if constexpr (T == 1 && !kGlu) {
+    int64_t deep_slots = 0;
+    if (const cudaError_t e = DecodeSlots<T, R, kBf16, kGlu, true>(device, &deep_slots);
+        e != cudaSuccess) {
+      return e;
+    }
+    if (std::min(units, deep_slots) >= ctas) {
+      p.early_trigger = EarlyTrigger(ctas, deep_slots);
+      config.gridDim = dim3(static_cast<unsigned>(ctas));
+      return cudaLaunchKernelEx(&config, w4a16::DecodeKernel<T, R, kBf16, kGlu, true>, p);
+    }
+  }
+  p.early_trigger = EarlyTrigger(ctas, slots);
+  config.gridDim = dim3(static_cast<unsigned>(ctas));
+  return cudaLaunchKernelEx(&config, w4a16::DecodeKernel<T, R, kBf16, kGlu>, p);
 }
 
 template <bool kBf16>
@@ -204,27 +229,48 @@ cudaError_t LaunchForM(const GemmArgs& args, const W4A16Options& options) {
   return LaunchStaged<4, 2, kBf16>(args, options);
 }
 
+// The contract of w4a16.h: dtypes, a shape the layout holds, aligned device pointers.
+bool ArgsOk(const GemmArgs& args) {
+  const WeightShape& shape = args.shape;
+  const auto out_dtype = [](DType d) {
+    return d == DType::kF32 || d == DType::kF16 || d == DType::kBF16;
+  };
+  const bool dtypes_ok = (args.x_dtype == DType::kF16 || args.x_dtype == DType::kBF16) &&
+                         out_dtype(args.y_dtype) &&
+                         (args.residual == nullptr || out_dtype(args.residual_dtype));
+  const bool shape_ok = shape.n >= 1 && shape.k >= kChunkK && shape.k % kChunkK == 0 &&
+                        (shape.group_size == 0 || shape.group_size == kChunkK);
+  return dtypes_ok && shape_ok && args.m >= 1 && args.weight != nullptr && args.x != nullptr &&
+         args.y != nullptr && reinterpret_cast<uintptr_t>(args.x) % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(args.weight) % 16 == 0;
+}
+
 }  // namespace
 
 cudaError_t LaunchW4A16(const GemmArgs& args, const W4A16Options& options) {
-  const WeightShape& shape = args.shape;
-  const bool dtypes_ok =
-      (args.x_dtype == DType::kF16 || args.x_dtype == DType::kBF16) &&
-      (args.y_dtype == DType::kF32 || args.y_dtype == DType::kF16 || args.y_dtype == DType::kBF16);
-  const bool shape_ok = shape.n >= 1 && shape.k >= kChunkK && shape.k % kChunkK == 0 &&
-                        (shape.group_size == 0 || shape.group_size == kChunkK);
   const bool splits_ok = options.splits == 0 || options.splits == 1 || options.splits == 2 ||
                          options.splits == 4 || options.splits == w4a16::kMaxSplits;
   const bool groups_ok = options.wgmma_groups >= 0 && options.wgmma_groups <= 2;
-  if (!dtypes_ok || !shape_ok || !splits_ok || !groups_ok || args.m < 1 || args.weight == nullptr ||
-      args.x == nullptr || args.y == nullptr || reinterpret_cast<uintptr_t>(args.x) % 16 != 0 ||
-      reinterpret_cast<uintptr_t>(args.weight) % 16 != 0) {
-    return cudaErrorInvalidValue;
-  }
+  if (!splits_ok || !groups_ok || !ArgsOk(args)) return cudaErrorInvalidValue;
   return args.x_dtype == DType::kBF16 ? LaunchForM<true>(args, options)
                                       : LaunchForM<false>(args, options);
 }
 
 cudaError_t LaunchW4A16(const GemmArgs& args) { return LaunchW4A16(args, W4A16Options{}); }
+
+cudaError_t LaunchW4A16SwiGlu(const GemmArgs& args, const void* up) {
+  if (args.m > kW4A16SwiGluMaxM || up == nullptr || reinterpret_cast<uintptr_t>(up) % 16 != 0 ||
+      !ArgsOk(args)) {
+    return cudaErrorInvalidValue;
+  }
+  DeviceInfo device;
+  if (const cudaError_t err = CurrentDeviceInfo(&device); err != cudaSuccess) return err;
+  if (args.m > 8) {
+    return args.x_dtype == DType::kBF16 ? LaunchDecode<2, 2, true, true>(args, device, up)
+                                        : LaunchDecode<2, 2, false, true>(args, device, up);
+  }
+  return args.x_dtype == DType::kBF16 ? LaunchDecode<1, 2, true, true>(args, device, up)
+                                      : LaunchDecode<1, 2, false, true>(args, device, up);
+}
 
 }  // namespace qmm::cuda

@@ -33,8 +33,9 @@ std::vector<uint8_t> RepackW4A16(const PackedWeight& packed);
 // the split-K reduction stays in shared memory.
 size_t W4A16WorkspaceBytes(const WeightShape& shape, int64_t m);
 
-// Enqueues y = x * W^T. args.x must be 16-byte aligned (cudaMalloc'd buffers are), x_dtype
-// kF16 or kBF16, y_dtype kF32, kF16 or kBF16, m >= 1. Never synchronizes.
+// Enqueues y = x * W^T (+ args.residual, kF32, kF16 or kBF16, when set). args.x must be
+// 16-byte aligned (cudaMalloc'd buffers are), x_dtype kF16 or kBF16, y_dtype kF32, kF16 or
+// kBF16, m >= 1. Never synchronizes.
 cudaError_t LaunchW4A16(const GemmArgs& args);
 
 // Tuning knobs for tests and benchmarks; a default-constructed value is what
@@ -51,6 +52,14 @@ struct W4A16Options {
   int wgmma_groups = 0;
 };
 cudaError_t LaunchW4A16(const GemmArgs& args, const W4A16Options& options);
+
+// A gated MLP's gate and up projections and their SwiGLU product in one launch:
+// y = silu(x * W_gate^T) * (x * W_up^T), elementwise, with args.weight = W_gate and `up`
+// the device layout of W_up (same shape and group size). Both weights stream once, the
+// two products stay in fp32 until y is stored. For m <= kW4A16SwiGluMaxM (decode sizes;
+// cudaErrorInvalidValue beyond, and for what LaunchW4A16 rejects).
+inline constexpr int64_t kW4A16SwiGluMaxM = 16;
+cudaError_t LaunchW4A16SwiGlu(const GemmArgs& args, const void* up);
 
 }  // namespace qmm::cuda
 

@@ -45,6 +45,12 @@ struct Params {
   // Decode kernel: let the next kernel launch as soon as this one's wait returns, not
   // only once its last loads are issued (dependent_launch.h says when each pays).
   bool early_trigger = false;
+  // Decode kernel, SwiGLU: the up weight (same shape and layout as w) and its scales.
+  const uint8_t* w_up = nullptr;
+  const uint8_t* s_up = nullptr;
+  // Added to y when set ([m][n], GemmArgs::residual).
+  const void* residual = nullptr;
+  DType residual_dtype = DType::kF32;
 };
 
 // The parameters of a launch on the W4A16 layout; splits 1 (early_trigger off).
@@ -67,6 +73,8 @@ inline Params MakeParams(const GemmArgs& args) {
   p.chunks = static_cast<int32_t>(chunks);
   p.splits = 1;
   p.y_dtype = args.y_dtype;
+  p.residual = args.residual;
+  p.residual_dtype = args.residual_dtype;
   return p;
 }
 
@@ -110,9 +118,23 @@ __device__ inline void ApplyScale(uint32_t pair, const float (&part)[T][4], floa
   }
 }
 
+__device__ inline float LoadAs(DType dtype, const void* base, int64_t i) {
+  switch (dtype) {
+    case DType::kF32:
+      return static_cast<const float*>(base)[i];
+    case DType::kF16:
+      return __half2float(static_cast<const __half*>(base)[i]);
+    case DType::kBF16:
+      return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[i]);
+  }
+  return 0.f;
+}
+
+// y[tok][n] = v (+ the residual), in y's dtype; nothing outside [m, n].
 __device__ inline void StoreY(const Params& p, int64_t tok, int64_t n, float v) {
   if (tok >= p.m || n >= p.n) return;
   const int64_t i = tok * p.n + n;
+  if (p.residual != nullptr) v += LoadAs(p.residual_dtype, p.residual, i);
   switch (p.y_dtype) {
     case DType::kF32:
       static_cast<float*>(p.y)[i] = v;

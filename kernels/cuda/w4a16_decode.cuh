@@ -13,6 +13,10 @@
 // per warp and tile is enough: 16-32 warps per SM hide its latency. Launched as a
 // dependent launch (dependent_launch.h), the first slots fill while the previous kernel
 // finishes.
+//
+// SwiGLU (kGlu): a row set is one strip of the gate weight (p.w) and the same strip of
+// the up weight (p.w_up), R = 2, and the reduction writes silu(gate) * up, so a gated
+// MLP's two projections and their product are one launch that streams both weights.
 #ifndef QMM_KERNELS_CUDA_W4A16_DECODE_CUH_
 #define QMM_KERNELS_CUDA_W4A16_DECODE_CUH_
 
@@ -21,23 +25,27 @@
 namespace qmm::cuda::w4a16 {
 
 // T tiles of 8 tokens, R strips per warp (R divides kGroupStrips, so a row set never
-// crosses a 128-row group).
-template <int T, int R>
+// crosses a 128-row group). kDeep: twice the chunks in flight per warp, for grids of at
+// most two CTAs per SM (a 4096-wide N at M = 1 has 256 row sets: half the 4-CTA slots
+// would sit empty and the SMs would hold half the bytes in flight they can).
+template <int T, int R, bool kDeep = false>
 struct DecodeTile {
   static_assert(kGroupStrips % R == 0);
   // Strip-chunks of weights in flight per warp: 3 KB for one strip, within the 64
   // registers that let 4 CTAs (32 warps, 96 KB in flight) share an SM; 4 KB for two.
-  static constexpr int kSlots = R == 1 ? 3 : 4 / R;
+  static constexpr int kSlots = (R == 1 ? 3 : 4 / R) * (kDeep ? 2 : 1);
   // CTAs per SM the registers are capped for (8 warps each): 32 warps for one tile, 16
-  // for the larger ones, whose accumulators and activations take twice the registers.
-  static constexpr int kMinBlocks = T * R == 1 ? 4 : 2;
+  // for the larger ones, whose accumulators and activations take twice the registers,
+  // and for the deep tiles.
+  static constexpr int kMinBlocks = T * R == 1 && !kDeep ? 4 : 2;
 };
 
 // p.splits is S, the warps sharing one row set (1, 2, 4 or 8).
-template <int T, int R, bool kBf16>
-__global__ void __launch_bounds__(kThreads, DecodeTile<T, R>::kMinBlocks)
+template <int T, int R, bool kBf16, bool kGlu = false, bool kDeep = false>
+__global__ void __launch_bounds__(kThreads, DecodeTile<T, R, kDeep>::kMinBlocks)
     DecodeKernel(const __grid_constant__ Params p) {
-  using Tl = DecodeTile<T, R>;
+  static_assert(!kGlu || R == 2, "a SwiGLU row set is one gate strip and one up strip");
+  using Tl = DecodeTile<T, R, kDeep>;
   constexpr int kSlots = Tl::kSlots;
   // Floats of one warp's partial tile: [r][tile][lane][4].
   constexpr int kWarpFloats = R * T * 32 * 4;
@@ -56,7 +64,8 @@ __global__ void __launch_bounds__(kThreads, DecodeTile<T, R>::kMinBlocks)
   const int count = min(per_warp, p.chunks - c_begin);
   // The same for every warp, so all reach each barrier.
   const int rounds = (per_warp + kSlots - 1) / kSlots;
-  const int64_t sets = ((p.n + kStripRows - 1) / kStripRows + R - 1) / R;
+  const int64_t strips = (p.n + kStripRows - 1) / kStripRows;
+  const int64_t sets = kGlu ? strips : (strips + R - 1) / R;
   const int64_t units = (sets + sets_per_cta - 1) / sets_per_cta;
   auto set_of = [&](int64_t unit) { return unit * sets_per_cta + sub; };
 
@@ -72,21 +81,28 @@ __global__ void __launch_bounds__(kThreads, DecodeTile<T, R>::kMinBlocks)
   uint32_t sq[kSlots][R];
   // Slot `slot` <- chunk `c` of row set `set`: R strips, both blocks, and their scales.
   auto load = [&](int slot, int64_t set, int c) {
-    const int64_t strip = set * R;
+    const int64_t strip = kGlu ? set : set * R;
     const int64_t group = strip / kGroupStrips;
     const int in_group = static_cast<int>(strip % kGroupStrips);
-    const uint8_t* wp = p.w + group * p.w_group_stride + c * p.w_chunk_stride +
-                        in_group * kStripChunkBytes + lane * 16;
-    const uint8_t* sp =
-        p.s + group * p.s_group_stride + c * p.s_chunk_stride + in_group * kStripScaleBytes + g * 4;
+    const int64_t w_off =
+        group * p.w_group_stride + c * p.w_chunk_stride + in_group * kStripChunkBytes + lane * 16;
+    const int64_t s_off =
+        group * p.s_group_stride + c * p.s_chunk_stride + in_group * kStripScaleBytes + g * 4;
+    // Strip r of the set: the next strip of p.w, or for SwiGLU the same strip of p.w_up.
+    auto strip_w = [&](int r) {
+      return kGlu ? (r == 0 ? p.w : p.w_up) + w_off : p.w + w_off + r * kStripChunkBytes;
+    };
+    auto strip_s = [&](int r) {
+      return kGlu ? (r == 0 ? p.s : p.s_up) + s_off : p.s + s_off + r * kStripScaleBytes;
+    };
 #pragma unroll
     for (int r = 0; r < R; ++r) {
-      wq[slot][r][0] = LoadStream(wp + r * kStripChunkBytes);
-      wq[slot][r][1] = LoadStream(wp + r * kStripChunkBytes + kBlockBytes);
+      wq[slot][r][0] = LoadStream(strip_w(r));
+      wq[slot][r][1] = LoadStream(strip_w(r) + kBlockBytes);
     }
 #pragma unroll
     for (int r = 0; r < R; ++r) {
-      sq[slot][r] = __ldg(reinterpret_cast<const uint32_t*>(sp + r * kStripScaleBytes));
+      sq[slot][r] = __ldg(reinterpret_cast<const uint32_t*>(strip_s(r)));
     }
   };
 
@@ -159,19 +175,27 @@ __global__ void __launch_bounds__(kThreads, DecodeTile<T, R>::kMinBlocks)
     }
     __syncthreads();
     const float* rf = reinterpret_cast<const float*>(red[buf]);
-    for (int e = threadIdx.x; e < sets_per_cta * kWarpFloats; e += kThreads) {
-      const int q = e / kWarpFloats;
-      const int f = e % kWarpFloats;  // ((r * T + tile) * 32 + lane) * 4 + i
+    // SwiGLU stores one output per gate element; its up partner is strip r = 1's.
+    constexpr int kOutFloats = kGlu ? kWarpFloats / 2 : kWarpFloats;
+    for (int e = threadIdx.x; e < sets_per_cta * kOutFloats; e += kThreads) {
+      const int q = e / kOutFloats;
+      const int f = e % kOutFloats;  // ((r * T + tile) * 32 + lane) * 4 + i
       // Element i of lane (g, t): row g (+8 for i >= 2), token 2t + (i & 1).
       const int i = f % 4;
       const int ln = f / 4 % 32;
       const int tile = f / (4 * 32) % T;
       const int r = f / (4 * 32 * T);
-      const int64_t n = ((unit * sets_per_cta + q) * R + r) * kStripRows + ln / 4 + (i >> 1) * 8;
+      const int64_t strip = kGlu ? unit * sets_per_cta + q : (unit * sets_per_cta + q) * R + r;
+      const int64_t n = strip * kStripRows + ln / 4 + (i >> 1) * 8;
       const int64_t tok = tile * 8 + ln % 4 * 2 + (i & 1);
       if (n >= p.n || tok >= p.m) continue;
       float v = 0.f;
       for (int s = 0; s < split; ++s) v += rf[(q * split + s) * kWarpFloats + f];
+      if constexpr (kGlu) {
+        float up = 0.f;
+        for (int s = 0; s < split; ++s) up += rf[(q * split + s) * kWarpFloats + kOutFloats + f];
+        v = v / (1.0f + expf(-v)) * up;
+      }
       StoreY(p, tok, n, v);
     }
     buf ^= 1;

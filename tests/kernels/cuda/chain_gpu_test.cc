@@ -252,7 +252,7 @@ class ChainGpuTest : public ::testing::Test {
           EXPECT_NEAR(got[i], ref[i], tol * (std::fabs(ref[i]) + rms)) << name << " element " << i;
           EXPECT_NEAR(got[i], on_cpu[i], tol * (std::fabs(ref[i]) + rms))
               << name << " element " << i << " (CPU chain)";
-          if (::testing::Test::HasFailure()) return plan.launches();
+          if (::testing::Test::HasFailure()) return plan.launches(rows.front());
         }
 
         // The same run from a graph, into a poisoned output, twice.
@@ -269,7 +269,7 @@ class ChainGpuTest : public ::testing::Test {
         }
       }
     }
-    return plan.launches();
+    return plan.launches(rows.front());
   }
 
   cudaStream_t stream_ = nullptr;
@@ -303,6 +303,8 @@ TEST_F(ChainGpuTest, EachOtherLayerKind) {
     ExpectChain({DyT(256, true), Act(a, 256)}, std::string(ActivationName(a)));
   }
   ExpectChain({Mlp(Scheme::kW4A16, Scheme::kW4A16, 256, 768, 256)}, "gated mlp W4A16");
+  // A hidden size of a partial strip and group through the SwiGLU kernel.
+  ExpectChain({Mlp(Scheme::kW4A16, Scheme::kFp16, 256, 200, 256)}, "gated mlp W4A16/FP16");
   ExpectChain({Mlp(Scheme::kW8A16, Scheme::kW2A8, 256, 512, 384)}, "gated mlp W8A16/W2A8");
   ExpectChain({DyT(256, false), Residual(0, 256)}, "residual");
   ExpectChain({Embedding(Scheme::kBf16, 300, 128)}, "embedding bf16");
@@ -315,11 +317,22 @@ TEST_F(ChainGpuTest, FusionsCountOnce) {
                          Residual(0, 256)},
                         "linear+gelu+residual"),
             2);
-  // DyT, then SwiGLU (two matmuls, the gate*up epilogue, the down matmul) closed by its
-  // residual (the down matmul's epilogue): the Llama MLP block in six launches.
-  EXPECT_EQ(ExpectChain({DyT(256, true), Mlp(Scheme::kW4A16, Scheme::kW4A16, 256, 512, 256),
+  // A W4A16 matmul adds a residual itself (here the chain's input, in each input dtype):
+  // one launch.
+  EXPECT_EQ(ExpectChain({Linear(Scheme::kW4A16, 256, 256, false), Residual(0, 256)},
+                        "W4A16 linear+residual"),
+            1);
+  // DyT, then SwiGLU (gate, up and silu(gate) * up: one W4A16 launch up to its kernel's
+  // m, else two matmuls and an epilogue), then the down matmul closed by its residual:
+  // the Llama MLP block in three launches at decode sizes, five beyond. With W8A16
+  // weights the residual is the down matmul's epilogue: six.
+  const std::vector<TwinLayer> block = {
+      DyT(256, true), Mlp(Scheme::kW4A16, Scheme::kW4A16, 256, 512, 256), Residual(0, 256)};
+  EXPECT_EQ(ExpectChain(block, "llama block"), 3);
+  EXPECT_EQ(ExpectChain(block, "llama block m 17", {17}), 5);
+  EXPECT_EQ(ExpectChain({DyT(256, true), Mlp(Scheme::kW8A16, Scheme::kW8A16, 256, 512, 256),
                          Residual(0, 256)},
-                        "llama block"),
+                        "W8A16 block"),
             6);
   // A residual that reads the value between a linear and its activation keeps those two
   // apart (the residual itself still folds into the activation's epilogue).

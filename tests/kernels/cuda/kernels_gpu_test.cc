@@ -119,6 +119,27 @@ double OutputRoundoff(DType y_dtype) {
   return 0.0;
 }
 
+// `w` in the kernel's device layout, uploaded (nullptr on failure).
+std::unique_ptr<DeviceBuffer> UploadLayout(const KernelOps& ops, const Weight& w) {
+  const std::vector<uint8_t> layout = ops.repack(w.packed());
+  auto buffer = std::make_unique<DeviceBuffer>(layout.size());
+  if (!buffer->ok() || cudaMemcpy(buffer->get(), layout.data(), layout.size(),
+                                  cudaMemcpyHostToDevice) != cudaSuccess) {
+    return nullptr;
+  }
+  return buffer;
+}
+
+// The `count` values of `dtype` in `buffer`, as floats (NaN where the copy fails).
+std::vector<float> Download(const DeviceBuffer& buffer, DType dtype, size_t count) {
+  std::vector<uint8_t> bytes(count * DTypeSize(dtype));
+  std::vector<float> values(count, NAN);
+  if (cudaMemcpy(bytes.data(), buffer.get(), bytes.size(), cudaMemcpyDeviceToHost) == cudaSuccess) {
+    ToFloat(dtype, bytes.data(), count, values.data());
+  }
+  return values;
+}
+
 // A device copy of one weight in its kernel's layout, and a cuBLAS handle for dense ones.
 class GpuWeight {
  public:
@@ -401,6 +422,178 @@ TEST(W4A16Test, EveryPathMatchesCpu) {
   }
   CheckVariants(Scheme::kW4A16, {{1000, 2048, kW4GroupSize}, {300, 1152, 0}},
                 {1, 5, 17, 32, 40, 100, 128, 129, 300}, variants);
+}
+
+// The SwiGLU launch (gate, up and silu(gate) * up at once) against CpuMatMul of each
+// weight and the product in double. Each matmul carries the tolerance above (c * its
+// rms); through silu(g) * u that is c * (1.1 * rms(g) * |u| + |silu(g)| * rms(u))
+// (|silu'| <= 1.1), plus the output dtype's rounding. Shapes: a single row, a partial
+// strip and group (N = 200), per-row scales, a 4096-class layer; M over both token
+// tiles of the decode kernel.
+TEST(W4A16Test, SwiGluMatchesCpu) {
+  const uint64_t seed = FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  const KernelOps& ops = *FindKernel(Scheme::kW4A16);
+  ASSERT_NE(ops.launch_swiglu, nullptr);
+  cudaStream_t stream = nullptr;
+  ASSERT_CUDA(cudaStreamCreate(&stream));
+  for (const WeightShape& shape : std::vector<WeightShape>{
+           {1, 128, kW4GroupSize}, {200, 384, kW4GroupSize}, {1000, 1024, 0}, {4096, 4096, 128}}) {
+    const Weight gate = RandomWeight(Scheme::kW4A16, shape, rng);
+    const Weight up = RandomWeight(Scheme::kW4A16, shape, rng);
+    const std::unique_ptr<DeviceBuffer> dgate = UploadLayout(ops, gate);
+    const std::unique_ptr<DeviceBuffer> dup = UploadLayout(ops, up);
+    ASSERT_TRUE(dgate != nullptr && dup != nullptr);
+    for (int64_t m : {1, 2, 3, 7, 8, 9, 16}) {
+      for (DType x_dtype : {DType::kF16, DType::kBF16}) {
+        for (DType y_dtype : {x_dtype, DType::kF32}) {
+          SCOPED_TRACE(::testing::Message()
+                       << "n=" << shape.n << " k=" << shape.k << " g=" << shape.group_size
+                       << " m=" << m << " x=" << DTypeName(x_dtype) << " y=" << DTypeName(y_dtype));
+          const Rounded x = RoundTo(x_dtype, RandomNormal(rng, m * shape.k, 1.0f));
+          std::vector<float> g(m * shape.n), u(m * shape.n);
+          CpuMatMul(gate.packed(), x.values.data(), m, g.data(), 0);
+          CpuMatMul(up.packed(), x.values.data(), m, u.data(), 0);
+          double g2 = 0.0, u2 = 0.0;
+          for (size_t i = 0; i < g.size(); ++i) {
+            g2 += static_cast<double>(g[i]) * g[i];
+            u2 += static_cast<double>(u[i]) * u[i];
+          }
+          const double rms_g = std::sqrt(g2 / g.size());
+          const double rms_u = std::sqrt(u2 / u.size());
+          ASSERT_GT(rms_g * rms_u, 0.0);
+
+          DeviceBuffer dx(x.bytes.size());
+          DeviceBuffer dy(m * shape.n * DTypeSize(y_dtype));
+          ASSERT_TRUE(dx.ok() && dy.ok());
+          ASSERT_CUDA(cudaMemcpy(dx.get(), x.bytes.data(), x.bytes.size(), cudaMemcpyHostToDevice));
+          ASSERT_CUDA(dy.Poison());
+          GemmArgs args;
+          args.weight = dgate->get();
+          args.shape = shape;
+          args.x_dtype = x_dtype;
+          args.x = dx.get();
+          args.m = m;
+          args.y_dtype = y_dtype;
+          args.y = dy.get();
+          args.stream = stream;
+          ASSERT_CUDA(ops.launch_swiglu(args, dup->get()));
+          ASSERT_CUDA(cudaStreamSynchronize(stream));
+          const std::vector<float> got = Download(dy, y_dtype, m * shape.n);
+
+          const double c = x_dtype == DType::kF16 ? 2e-3 : 1.5e-2;
+          int bad = 0;
+          for (size_t i = 0; i < got.size(); ++i) {
+            const double gv = g[i];
+            const double silu = gv / (1.0 + std::exp(-gv));
+            const double want = silu * u[i];
+            const double tol = c * (1.1 * rms_g * std::fabs(u[i]) + std::fabs(silu) * rms_u) +
+                               OutputRoundoff(y_dtype) * std::fabs(want) + 1e-30;
+            if (!std::isfinite(got[i]) || std::fabs(got[i] - want) > tol) {
+              if (++bad <= 5) {
+                ADD_FAILURE() << "y[" << i / shape.n << "][" << i % shape.n << "] = " << got[i]
+                              << ", reference " << want << ", tolerance " << tol;
+              }
+            }
+          }
+          EXPECT_EQ(bad, 0) << "of " << got.size() << " elements";
+          if (HasFailure()) break;
+        }
+      }
+    }
+  }
+
+  // Beyond the decode sizes, and an up weight the kernel cannot read: refused, nothing
+  // launched.
+  GemmArgs args;
+  args.shape = {128, 128, kW4GroupSize};
+  args.m = kW4A16SwiGluMaxM + 1;
+  alignas(16) int dummy[8] = {};
+  args.weight = args.x = args.y = dummy;
+  EXPECT_EQ(ops.launch_swiglu(args, dummy), cudaErrorInvalidValue);
+  args.m = 1;
+  EXPECT_EQ(ops.launch_swiglu(args, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(ops.launch_swiglu(args, reinterpret_cast<const char*>(dummy) + 4),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  cudaStreamDestroy(stream);
+}
+
+// W4A16 adds GemmArgs::residual (in each dtype) in fp32 before rounding y, on every path:
+// M = 1 and 5 (decode), 12 (decode, two token tiles), 40 and 300 (wgmma; 128-token tiles
+// at 300). Tolerance: the matmul's above, the residual itself exact until y's rounding.
+TEST(W4A16Test, AddsTheResidual) {
+  const uint64_t seed = FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  const KernelOps& ops = *FindKernel(Scheme::kW4A16);
+  ASSERT_TRUE(ops.takes_residual);
+  cudaStream_t stream = nullptr;
+  ASSERT_CUDA(cudaStreamCreate(&stream));
+  for (const WeightShape& shape :
+       std::vector<WeightShape>{{200, 384, kW4GroupSize}, {1000, 1024, 0}}) {
+    const Weight w = RandomWeight(Scheme::kW4A16, shape, rng);
+    const std::unique_ptr<DeviceBuffer> dw = UploadLayout(ops, w);
+    ASSERT_TRUE(dw != nullptr);
+    for (int64_t m : {1, 5, 12, 40, 300}) {
+      for (DType r_dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+        const DType x_dtype = r_dtype == DType::kBF16 ? DType::kBF16 : DType::kF16;
+        const DType y_dtype = r_dtype == DType::kF32 ? DType::kF16 : DType::kF32;
+        SCOPED_TRACE(::testing::Message() << "n=" << shape.n << " k=" << shape.k << " m=" << m
+                                          << " residual " << DTypeName(r_dtype));
+        const Rounded x = RoundTo(x_dtype, RandomNormal(rng, m * shape.k, 1.0f));
+        const Rounded res = RoundTo(r_dtype, RandomNormal(rng, m * shape.n, 2.0f));
+        std::vector<float> prod(m * shape.n);
+        CpuMatMul(w.packed(), x.values.data(), m, prod.data(), 0);
+        double sum_sq = 0.0;
+        for (float v : prod) sum_sq += static_cast<double>(v) * v;
+        const double rms = std::sqrt(sum_sq / prod.size());
+
+        DeviceBuffer dx(x.bytes.size());
+        DeviceBuffer dr(res.bytes.size());
+        DeviceBuffer dy(m * shape.n * DTypeSize(y_dtype));
+        DeviceBuffer dws(ops.workspace_bytes(shape, m));
+        ASSERT_TRUE(dx.ok() && dr.ok() && dy.ok() && dws.ok());
+        ASSERT_CUDA(cudaMemcpy(dx.get(), x.bytes.data(), x.bytes.size(), cudaMemcpyHostToDevice));
+        ASSERT_CUDA(
+            cudaMemcpy(dr.get(), res.bytes.data(), res.bytes.size(), cudaMemcpyHostToDevice));
+        ASSERT_CUDA(dy.Poison());
+        ASSERT_CUDA(dws.Poison());
+        GemmArgs args;
+        args.weight = dw->get();
+        args.shape = shape;
+        args.x_dtype = x_dtype;
+        args.x = dx.get();
+        args.m = m;
+        args.y_dtype = y_dtype;
+        args.y = dy.get();
+        args.workspace = dws.get();
+        args.residual = dr.get();
+        args.residual_dtype = r_dtype;
+        args.stream = stream;
+        ASSERT_CUDA(ops.launch(args));
+        ASSERT_CUDA(cudaStreamSynchronize(stream));
+        const std::vector<float> got = Download(dy, y_dtype, m * shape.n);
+
+        const double c = x_dtype == DType::kF16 ? 2e-3 : 1.5e-2;
+        int bad = 0;
+        for (size_t i = 0; i < got.size(); ++i) {
+          const double want = static_cast<double>(prod[i]) + res.values[i];
+          const double tol = c * rms + OutputRoundoff(y_dtype) * std::fabs(want);
+          if (!std::isfinite(got[i]) || std::fabs(got[i] - want) > tol) {
+            if (++bad <= 5) {
+              ADD_FAILURE() << "y[" << i / shape.n << "][" << i % shape.n << "] = " << got[i]
+                            << ", reference " << want << ", tolerance " << tol;
+            }
+          }
+        }
+        EXPECT_EQ(bad, 0) << "of " << got.size() << " elements";
+        if (HasFailure()) break;
+      }
+    }
+  }
+  cudaStreamDestroy(stream);
 }
 
 // Dependent launches (dependent_launch.h) let each kernel start while the one before it
