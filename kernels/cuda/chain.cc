@@ -67,10 +67,22 @@ void ChainPlan::Build() {
     return v == count ? Operand{kOutput, Storage::kOut} : alloc(Storage::kAct);
   };
 
+  // Whether layer i is a DyT that the matmuls of layer i + 1, its only reader, apply.
+  const auto dyt_fuses = [&](int i) {
+    if (layers_[i].kind != LayerKind::kDyT || i + 1 >= count || block_start[i + 1]) return false;
+    const ChainLayer& next = layers_[i + 1];
+    if (next.kind == LayerKind::kLinear) return next.weights[0].ops->takes_dyt;
+    return next.kind == LayerKind::kGatedMlp && next.weights[0].ops->takes_dyt &&
+           next.weights[1].ops->takes_dyt;
+  };
+
   for (int i = 0; i < count;) {
-    const ChainLayer& l = layers_[i];
+    // A fused DyT joins the group of the layer after it, whose matmuls read the DyT's input.
+    const ChainLayer* dyt = dyt_fuses(i) ? &layers_[i] : nullptr;
+    const int first = dyt != nullptr ? i + 1 : i;
+    const ChainLayer& l = layers_[first];
     const Operand in = where[i];
-    int end = i + 1;  // the group of layers [i, end) produces value `end`
+    int end = first + 1;  // the group of layers [i, end) produces value `end`
     Activation act = Activation::kIdentity;
     Operand skip;
     // Folds a following activation (when allowed) and then a following residual into
@@ -86,9 +98,10 @@ void ChainPlan::Build() {
         ++end;
       }
     };
-    // A matmul of weight `w` on `x`, then the epilogue of the tail when there is one
-    // (a residual alone the kernel adds itself where it can).
-    const auto gemm_with_tail = [&](int w, const Operand& x, const float* bias) {
+    // A matmul of weight `w` on `x` (DyT'd by `x_dyt` if set), then the epilogue of the
+    // tail when there is one (a residual alone the kernel adds itself where it can).
+    const auto gemm_with_tail = [&](int w, const Operand& x, const float* bias,
+                                    const ChainLayer* x_dyt) {
       take_tail(true);
       const int64_t n = l.weights[w].shape.n;
       if (bias == nullptr && act == Activation::kIdentity &&
@@ -99,12 +112,18 @@ void ChainPlan::Build() {
                           .in = x,
                           .skip = skip,
                           .out = dest(end),
-                          .n = n});
+                          .n = n,
+                          .dyt = x_dyt});
         return steps_.back().out;
       }
       const Operand tmp = alloc(Storage::kF32);
-      steps_.push_back(
-          {.op = Step::Op::kGemm, .layer = &l, .weight = w, .in = x, .out = tmp, .n = n});
+      steps_.push_back({.op = Step::Op::kGemm,
+                        .layer = &l,
+                        .weight = w,
+                        .in = x,
+                        .out = tmp,
+                        .n = n,
+                        .dyt = x_dyt});
       const Operand out = dest(end);
       steps_.push_back({.op = Step::Op::kEpilogue,
                         .layer = &l,
@@ -148,7 +167,7 @@ void ChainPlan::Build() {
                           .n = l.out_features});
         break;
       case LayerKind::kLinear:
-        out = gemm_with_tail(0, in, l.bias);
+        out = gemm_with_tail(0, in, l.bias, dyt);
         break;
       case LayerKind::kGatedMlp: {
         const int64_t hidden = l.weights[0].shape.n;
@@ -167,12 +186,23 @@ void ChainPlan::Build() {
                             .in = in,
                             .out = h,
                             .n = hidden,
-                            .fallback = static_cast<int>(unfused_.size())});
+                            .fallback = static_cast<int>(unfused_.size()),
+                            .dyt = dyt});
         }
-        unfused.push_back(
-            {.op = Step::Op::kGemm, .layer = &l, .weight = 0, .in = in, .out = gate, .n = hidden});
-        unfused.push_back(
-            {.op = Step::Op::kGemm, .layer = &l, .weight = 1, .in = in, .out = up, .n = hidden});
+        unfused.push_back({.op = Step::Op::kGemm,
+                           .layer = &l,
+                           .weight = 0,
+                           .in = in,
+                           .out = gate,
+                           .n = hidden,
+                           .dyt = dyt});
+        unfused.push_back({.op = Step::Op::kGemm,
+                           .layer = &l,
+                           .weight = 1,
+                           .in = in,
+                           .out = up,
+                           .n = hidden,
+                           .dyt = dyt});
         unfused.push_back({.op = Step::Op::kEpilogue,
                            .layer = &l,
                            .in = gate,
@@ -182,7 +212,7 @@ void ChainPlan::Build() {
                            .n = hidden});
         release(gate);
         release(up);
-        out = gemm_with_tail(2, h, nullptr);
+        out = gemm_with_tail(2, h, nullptr, nullptr);
         release(h);
         break;
       }
@@ -251,13 +281,15 @@ DType ChainPlan::ResolveDType(const ChainRun& run, const Operand& o) const {
   return DType::kF32;
 }
 
-cudaError_t ChainPlan::PrepareGemm(const ChainRun& run, const ChainWeight& w, const Operand& in,
-                                   const Operand& out, GemmArgs* args) const {
-  const void* x = Resolve(run, in);
-  DType x_dtype = ResolveDType(run, in);
-  // Dense weights take their own dtype; the quantized kernels take either 16-bit type.
+cudaError_t ChainPlan::PrepareGemm(const ChainRun& run, const Step& step, const ChainWeight& w,
+                                   GemmArgs* args) const {
+  const void* x = Resolve(run, step.in);
+  DType x_dtype = ResolveDType(run, step.in);
+  // Dense weights take their own dtype; the quantized kernels take either 16-bit type, and
+  // one that applies a DyT every dtype (so that the DyT reads its input as it is).
   DType need = DenseXDType(w.scheme);
   if (need == DType::kF32) need = x_dtype == DType::kF32 ? run.act_dtype : x_dtype;
+  if (step.dyt != nullptr) need = x_dtype;
   if (x_dtype != need) {
     void* converted = static_cast<char*>(run.arena) + convert_slot_ * SlotBytes(run.m);
     if (cudaError_t err =
@@ -273,8 +305,11 @@ cudaError_t ChainPlan::PrepareGemm(const ChainRun& run, const ChainWeight& w, co
   args->x_dtype = x_dtype;
   args->x = x;
   args->m = run.m;
-  args->y_dtype = ResolveDType(run, out);
-  args->y = Resolve(run, out);
+  args->y_dtype = ResolveDType(run, step.out);
+  args->y = Resolve(run, step.out);
+  args->residual = Resolve(run, step.skip);
+  args->residual_dtype = ResolveDType(run, step.skip);
+  if (step.dyt != nullptr) args->dyt = {step.dyt->alpha, step.dyt->gamma, step.dyt->beta};
   args->workspace = static_cast<char*>(run.arena) + (slots_ + 1) * SlotBytes(run.m);
   args->stream = run.stream;
   args->cublas = run.cublas;
@@ -324,11 +359,7 @@ cudaError_t ChainPlan::EnqueueStep(const ChainRun& run, const Step& step) const 
     case Step::Op::kGemm: {
       const ChainWeight& w = l.weights[step.weight];
       GemmArgs args;
-      if (cudaError_t err = PrepareGemm(run, w, step.in, step.out, &args); err != cudaSuccess) {
-        return err;
-      }
-      args.residual = Resolve(run, step.skip);
-      args.residual_dtype = ResolveDType(run, step.skip);
+      if (cudaError_t err = PrepareGemm(run, step, w, &args); err != cudaSuccess) return err;
       return w.ops->launch(args);
     }
     case Step::Op::kSwiGlu: {
@@ -340,9 +371,7 @@ cudaError_t ChainPlan::EnqueueStep(const ChainRun& run, const Step& step) const 
       }
       const ChainWeight& gate = l.weights[0];
       GemmArgs args;
-      if (cudaError_t err = PrepareGemm(run, gate, step.in, step.out, &args); err != cudaSuccess) {
-        return err;
-      }
+      if (cudaError_t err = PrepareGemm(run, step, gate, &args); err != cudaSuccess) return err;
       return gate.ops->launch_swiglu(args, l.weights[1].data);
     }
   }

@@ -6,7 +6,9 @@
 // layers.h, and fusions of neighbours into one element-wise epilogue — a Linear's bias,
 // a following activation and a following residual add (into the matmul itself when the
 // residual is all there is and the kernel adds one: KernelOps::takes_residual); SwiGLU's
-// silu(gate) * up. A gated
+// silu(gate) * up; a DyT into the matmuls that read its output, where they apply it
+// themselves (KernelOps::takes_dyt; W2A8 folds it into its int8 quantization) and no
+// residual reads that output. A gated
 // MLP whose gate and up weights share a scheme with a SwiGLU kernel (KernelOps::
 // launch_swiglu) runs both projections and the product as one launch at the m that kernel
 // takes, and as two matmuls and an epilogue beyond. A value that some residual reads
@@ -111,6 +113,8 @@ class ChainPlan {
     Activation act = Activation::kIdentity;
     int64_t n = 0;  // output features
     int fallback = -1;
+    // kGemm, kSwiGlu: the DyT layer the kernel applies to its input, or nullptr.
+    const ChainLayer* dyt = nullptr;
   };
 
   void Build();
@@ -120,10 +124,10 @@ class ChainPlan {
   DType ResolveDType(const ChainRun& run, const Operand& o) const;
   bool SwiGluFused(const Step& step, int64_t m) const;
   cudaError_t EnqueueStep(const ChainRun& run, const Step& step) const;
-  // The matmul arguments of weight `w` from `in` to `out`, the input converted first
-  // (into the convert slot) when the kernel takes another dtype.
-  cudaError_t PrepareGemm(const ChainRun& run, const ChainWeight& w, const Operand& in,
-                          const Operand& out, GemmArgs* args) const;
+  // The arguments of step's matmul of weight `w` (its input, output, residual and DyT),
+  // the input converted first (into the convert slot) when the kernel takes another dtype.
+  cudaError_t PrepareGemm(const ChainRun& run, const Step& step, const ChainWeight& w,
+                          GemmArgs* args) const;
 
   std::vector<ChainLayer> layers_;
   std::vector<Step> steps_;

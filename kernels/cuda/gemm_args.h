@@ -24,6 +24,15 @@
 
 namespace qmm::cuda {
 
+// DyT applied to a matmul's input on the way in: x[k] -> gamma[k] * tanh(alpha * x[k]) +
+// beta[k] in fp32 (gamma and beta device fp32 [K]; beta may be nullptr: zero). Off while
+// gamma is nullptr.
+struct InputDyT {
+  float alpha = 0.0f;
+  const float* gamma = nullptr;
+  const float* beta = nullptr;
+};
+
 struct GemmArgs {
   const void* weight = nullptr;  // device layout from Repack<Scheme>()
   WeightShape shape;
@@ -38,6 +47,9 @@ struct GemmArgs {
   // (KernelOps::takes_residual); nullptr otherwise.
   const void* residual = nullptr;
   DType residual_dtype = DType::kF32;
+  // Optional: the product is DyT(x) * W^T, for kernels whose registry entry says they
+  // take it (KernelOps::takes_dyt); off otherwise.
+  InputDyT dyt;
   cudaStream_t stream = nullptr;
   void* cublas = nullptr;  // cublasHandle_t bound to `stream` (dense schemes only)
 };

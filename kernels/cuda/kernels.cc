@@ -15,12 +15,15 @@ struct Entry {
 };
 
 constexpr Entry kEntries[] = {
-    {Scheme::kFp16, {RepackDense, DenseWorkspaceBytes, LaunchDenseFp16, nullptr, 0, false}},
-    {Scheme::kBf16, {RepackDense, DenseWorkspaceBytes, LaunchDenseBf16, nullptr, 0, false}},
-    {Scheme::kW8A16, {RepackW8A16, W8A16WorkspaceBytes, LaunchW8A16, nullptr, 0, false}},
+    // scheme, {repack, workspace_bytes, launch, launch_swiglu, swiglu_max_m,
+    //          takes_residual, takes_dyt}
+    {Scheme::kFp16, {RepackDense, DenseWorkspaceBytes, LaunchDenseFp16, nullptr, 0, false, false}},
+    {Scheme::kBf16, {RepackDense, DenseWorkspaceBytes, LaunchDenseBf16, nullptr, 0, false, false}},
+    {Scheme::kW8A16, {RepackW8A16, W8A16WorkspaceBytes, LaunchW8A16, nullptr, 0, false, false}},
     {Scheme::kW4A16,
-     {RepackW4A16, W4A16WorkspaceBytes, LaunchW4A16, LaunchW4A16SwiGlu, kW4A16SwiGluMaxM, true}},
-    {Scheme::kW2A8, {RepackW2A8, W2A8WorkspaceBytes, LaunchW2A8, nullptr, 0, false}},
+     {RepackW4A16, W4A16WorkspaceBytes, LaunchW4A16, LaunchW4A16SwiGlu, kW4A16SwiGluMaxM, true,
+      false}},
+    {Scheme::kW2A8, {RepackW2A8, W2A8WorkspaceBytes, LaunchW2A8, nullptr, 0, false, true}},
 };
 
 }  // namespace

@@ -27,6 +27,9 @@ struct KernelOps {
   // Whether `launch` adds GemmArgs::residual (a Linear closed by a residual is then one
   // launch).
   bool takes_residual;
+  // Whether `launch` applies GemmArgs::dyt to its input, read in any of kF32, kF16 and
+  // kBF16 (a DyT before it is then no launch of its own).
+  bool takes_dyt;
 };
 
 // The kernel for `scheme`, or nullptr when it has none yet.

@@ -7,6 +7,7 @@
 #include "kernels/cuda/dependent_launch.h"
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/dtype_device.cuh"
+#include "kernels/cuda/dyt_value.cuh"
 #include "kernels/cuda/layers.h"
 
 namespace qmm::cuda {
@@ -15,7 +16,6 @@ namespace {
 constexpr int kThreads = 256;
 // Grid-stride kernels: enough blocks to fill an H200 several times over, no more.
 constexpr int64_t kMaxBlocks = 4096;
-constexpr int64_t kMaxRowBlocks = 65535;
 
 bool IsDType(DType d) { return d == DType::kF32 || d == DType::kF16 || d == DType::kBF16; }
 
@@ -75,12 +75,6 @@ __device__ __forceinline__ float Apply(Activation act, float v) {
   }
 }
 
-// One DyT value. The explicit fma keeps the rounding the same in every kernel that calls
-// this (the fused quantizer recomputes each value and must get the same bits).
-__device__ __forceinline__ float DyTValue(float x, float alpha, float gamma, float beta) {
-  return __fmaf_rn(gamma, tanhf(__fmul_rn(alpha, x)), beta);
-}
-
 __global__ void __launch_bounds__(kThreads)
     EmbeddingKernel(DType table_dtype, const void* __restrict__ table, int64_t vocab, int64_t dim,
                     const int32_t* __restrict__ ids, int64_t count, DType y_dtype,
@@ -108,57 +102,6 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t j = i % f;
     StoreAs(y_dtype, y, i,
             DyTValue(LoadAs(x_dtype, x, i), alpha, gamma[j], beta == nullptr ? 0.0f : beta[j]));
-  }
-}
-
-// One block per row (grid-stride over rows): the row's max |DyT| first, then the
-// quantized values from recomputed DyT values (cheaper than staging a long row).
-__global__ void __launch_bounds__(kThreads)
-    DyTQuantizeKernel(DType x_dtype, const void* __restrict__ x, int64_t m, int64_t f, float alpha,
-                      const float* __restrict__ gamma, const float* __restrict__ beta,
-                      int8_t* __restrict__ q, float* __restrict__ scale,
-                      int32_t* __restrict__ row_sum) {
-  StartDependent();
-  __shared__ float warp_max[kThreads / 32];
-  __shared__ int32_t warp_sum[kThreads / 32];
-  for (int64_t row = blockIdx.x; row < m; row += gridDim.x) {
-    const int64_t base = row * f;
-    float max_abs = 0.0f;
-    for (int64_t j = threadIdx.x; j < f; j += kThreads) {
-      const float d =
-          DyTValue(LoadAs(x_dtype, x, base + j), alpha, gamma[j], beta == nullptr ? 0.0f : beta[j]);
-      max_abs = fmaxf(max_abs, fabsf(d));
-    }
-    for (int offset = 16; offset > 0; offset >>= 1) {
-      max_abs = fmaxf(max_abs, __shfl_xor_sync(0xffffffffu, max_abs, offset));
-    }
-    if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = max_abs;
-    __syncthreads();
-    max_abs = warp_max[0];
-    for (int w = 1; w < kThreads / 32; ++w) max_abs = fmaxf(max_abs, warp_max[w]);
-    // IEEE division, as QuantizeRowsInt8 and LaunchQuantizeRowsInt8 do.
-    const float s = __fdiv_rn(max_abs, 127.0f);
-    int32_t sum = 0;
-    for (int64_t j = threadIdx.x; j < f; j += kThreads) {
-      const float d =
-          DyTValue(LoadAs(x_dtype, x, base + j), alpha, gamma[j], beta == nullptr ? 0.0f : beta[j]);
-      const int v =
-          s == 0.0f ? 0 : static_cast<int>(fminf(fmaxf(roundf(__fdiv_rn(d, s)), -127.0f), 127.0f));
-      q[base + j] = static_cast<int8_t>(v);
-      sum += v;
-    }
-    for (int offset = 16; offset > 0; offset >>= 1) {
-      sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-    }
-    if (threadIdx.x % 32 == 0) warp_sum[threadIdx.x / 32] = sum;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      for (int w = 1; w < kThreads / 32; ++w) sum += warp_sum[w];
-      scale[row] = s;
-      if (row_sum != nullptr) row_sum[row] = sum;
-    }
-    // warp_max and warp_sum are rewritten for the next row only after every thread read them.
-    __syncthreads();
   }
 }
 
@@ -201,18 +144,6 @@ cudaError_t LaunchDyT(DType x_dtype, const void* x, int64_t m, int64_t f, float 
   const int64_t count = m * f;
   return Launch(DyTKernel, Blocks(count), stream, x_dtype, x, f, count, alpha, gamma, beta, y_dtype,
                 y);
-}
-
-cudaError_t LaunchDyTQuantizeInt8(DType x_dtype, const void* x, int64_t m, int64_t f, float alpha,
-                                  const float* gamma, const float* beta, int8_t* q, float* scale,
-                                  int32_t* row_sum, cudaStream_t stream) {
-  if (!IsDType(x_dtype) || f < 1 || m < 0 || gamma == nullptr || q == nullptr || scale == nullptr) {
-    return cudaErrorInvalidValue;
-  }
-  if (m == 0) return cudaSuccess;
-  const int blocks = static_cast<int>(std::min<int64_t>(m, kMaxRowBlocks));
-  return Launch(DyTQuantizeKernel, blocks, stream, x_dtype, x, m, f, alpha, gamma, beta, q, scale,
-                row_sum);
 }
 
 cudaError_t LaunchEpilogue(const EpilogueArgs& args, cudaStream_t stream) {

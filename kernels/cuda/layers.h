@@ -34,15 +34,6 @@ cudaError_t LaunchDyT(DType x_dtype, const void* x, int64_t m, int64_t f, float 
                       const float* gamma, const float* beta, DType y_dtype, void* y,
                       cudaStream_t stream);
 
-// DyT as above, then each row quantized to int8 by the W2A8 rule (kernels/cuda/act_quant.h):
-// scale[i] = max|d[i][:]| / 127, q = round(d / scale) clamped to [-127, 127], q = 0 when
-// the scale is 0, where d is the fp32 DyT value. Bit-identical to LaunchDyT with an fp32 y
-// followed by LaunchQuantizeRowsInt8. row_sum[i] = sum of q[i][:] (what the W2A8 matmul's
-// w + 1 trick needs) unless row_sum is nullptr. q is [m, f] int8, scale and row_sum [m].
-cudaError_t LaunchDyTQuantizeInt8(DType x_dtype, const void* x, int64_t m, int64_t f, float alpha,
-                                  const float* gamma, const float* beta, int8_t* q, float* scale,
-                                  int32_t* row_sum, cudaStream_t stream);
-
 // The element-wise tail of a layer, over [m, n]:
 //   v = x[i][j] (+ bias[j]);  v = act(v);  v *= up[i][j];  v += skip[i][j];  y[i][j] = v.
 // Every part but x is optional (nullptr: skipped). That covers a Linear's bias and

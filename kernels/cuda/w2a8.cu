@@ -139,6 +139,9 @@ cudaError_t LaunchW2A8(const GemmArgs& args, const W2A8Options& options) {
   pro.x_sum = reinterpret_cast<int32_t*>(base + ws.x_sum);
   pro.zero = reinterpret_cast<uint4*>(base + ws.acc);
   pro.zero_vectors = plan.atomics ? (ws.zero_end - ws.acc) / 16 : 0;
+  pro.dyt_alpha = args.dyt.alpha;
+  pro.dyt_gamma = args.dyt.gamma;
+  pro.dyt_beta = args.dyt.beta;
   // About four 16-byte stores per thread for the zeroing blocks.
   constexpr int64_t kZeroPerBlock = w2a8::kPrologueThreads * 4;
   const int64_t zero_blocks =

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/dyt_value.cuh"
 #include "kernels/cuda/w2a8_ptx.cuh"
 
 namespace qmm::cuda::w2a8 {
@@ -23,6 +24,10 @@ struct PrologueParams {
   int32_t* x_sum;  // [m]
   uint4* zero;     // zero_vectors 16-byte words to clear
   int64_t zero_vectors;
+  // DyT applied to x before it is quantized (GemmArgs::dyt; off while gamma is nullptr).
+  float dyt_alpha;
+  const float* dyt_gamma;
+  const float* dyt_beta;
 };
 
 // The activation element types the prologue reads: fp32 input is quantized as it is, so
@@ -76,14 +81,24 @@ __global__ void __launch_bounds__(kPrologueThreads) W2A8PrologueKernel(const Pro
     const int64_t v = base + i * kPrologueThreads + threadIdx.x;
     return v < vectors ? __ldg(xr + v) : make_uint4(0, 0, 0, 0);
   };
+  // Element e of vector v (in cache[i]) as the matmul sees it: x, or DyT(x) in fp32
+  // (bit for bit the DyT kernel's fp32 output). Beyond the row: 0.
+  auto value = [&](int i, int64_t v, int e) {
+    const float x = XElement<kKind>(cache[i], e);
+    if (p.dyt_gamma == nullptr || v >= vectors) return x;
+    const int64_t k = v * kPer + e;
+    return DyTValue(x, p.dyt_alpha, __ldg(p.dyt_gamma + k),
+                    p.dyt_beta == nullptr ? 0.0f : __ldg(p.dyt_beta + k));
+  };
   float max_abs = 0.0f;
   for (int64_t base = 0; base < vectors; base += kStep) {
 #pragma unroll
     for (int i = 0; i < kCached; ++i) cache[i] = load(base, i);
 #pragma unroll
     for (int i = 0; i < kCached; ++i) {
+      const int64_t v = base + i * kPrologueThreads + threadIdx.x;
 #pragma unroll
-      for (int e = 0; e < kPer; ++e) max_abs = fmaxf(max_abs, fabsf(XElement<kKind>(cache[i], e)));
+      for (int e = 0; e < kPer; ++e) max_abs = fmaxf(max_abs, fabsf(value(i, v, e)));
     }
   }
 #pragma unroll
@@ -112,7 +127,7 @@ __global__ void __launch_bounds__(kPrologueThreads) W2A8PrologueKernel(const Pro
       uint32_t packed[2] = {0, 0};
 #pragma unroll
       for (int e = 0; e < kPer; ++e) {
-        const float f = XElement<kKind>(cache[i], e);
+        const float f = value(i, v, e);
         const int q =
             s == 0.0f ? 0
                       : static_cast<int>(fminf(fmaxf(roundf(__fdiv_rn(f, s)), -127.0f), 127.0f));

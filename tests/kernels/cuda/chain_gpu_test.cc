@@ -334,6 +334,17 @@ TEST_F(ChainGpuTest, FusionsCountOnce) {
                          Residual(0, 256)},
                         "W8A16 block"),
             6);
+  // A DyT before W2A8 matmuls is applied by their prologues: none of its own...
+  EXPECT_EQ(ExpectChain({DyT(256, true), Linear(Scheme::kW2A8, 256, 256, false)}, "dyt+W2A8"), 1);
+  EXPECT_EQ(ExpectChain({DyT(256, false), Mlp(Scheme::kW2A8, Scheme::kW4A16, 256, 512, 256),
+                         Residual(0, 256)},
+                        "dyt+W2A8 mlp"),
+            4);
+  // ... unless a residual reads its output, or another scheme reads it.
+  EXPECT_EQ(ExpectChain({DyT(256, true), Linear(Scheme::kW2A8, 256, 256, false), Residual(1, 256)},
+                        "dyt kept for its residual"),
+            3);
+  EXPECT_EQ(ExpectChain({DyT(256, true), Linear(Scheme::kW8A16, 256, 256, false)}, "dyt+W8A16"), 2);
   // A residual that reads the value between a linear and its activation keeps those two
   // apart (the residual itself still folds into the activation's epilogue).
   EXPECT_EQ(ExpectChain({Linear(Scheme::kFp16, 256, 256, false), Act(Activation::kRelu, 256),

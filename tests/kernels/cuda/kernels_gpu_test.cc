@@ -596,6 +596,83 @@ TEST(W4A16Test, AddsTheResidual) {
   cudaStreamDestroy(stream);
 }
 
+// W2A8 with a DyT on its input (GemmArgs::dyt) gives exactly the bytes of the DyT kernel's
+// fp32 output fed to W2A8: the prologue computes the same fp32 DyT values, so it quantizes
+// them to the same int8 values, and the integer matmul is exact. Decode (stream-K) and
+// row-group paths, every input dtype, with and without beta; and a DyT that is all zeros
+// (gamma = 0, no beta) quantizes to zero rows: y = 0.
+TEST(W2A8Test, DyTInputIsBitIdenticalToDyTThenMatMul) {
+  const uint64_t seed = FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  const KernelOps& ops = *FindKernel(Scheme::kW2A8);
+  ASSERT_TRUE(ops.takes_dyt);
+  cudaStream_t stream = nullptr;
+  ASSERT_CUDA(cudaStreamCreate(&stream));
+  const WeightShape shape = {300, 2560, 0};
+  const Weight w = RandomWeight(Scheme::kW2A8, shape, rng);
+  const std::unique_ptr<DeviceBuffer> dw = UploadLayout(ops, w);
+  ASSERT_TRUE(dw != nullptr);
+  for (int64_t m : {1, 9, 40}) {
+    for (DType x_dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+      for (int variant = 0; variant < 3; ++variant) {  // beta, no beta, gamma = 0 and no beta
+        SCOPED_TRACE(::testing::Message()
+                     << "m=" << m << " x=" << DTypeName(x_dtype) << " variant " << variant);
+        const Rounded x = RoundTo(x_dtype, RandomNormal(rng, m * shape.k, 1.5f));
+        std::vector<float> gamma = RandomNormal(rng, shape.k, 1.0f);
+        if (variant == 2) std::fill(gamma.begin(), gamma.end(), 0.0f);
+        const std::vector<float> beta = RandomNormal(rng, shape.k, 0.1f);
+        DeviceBuffer dx(x.bytes.size()), dg(shape.k * 4), db(shape.k * 4), dd(m * shape.k * 4);
+        DeviceBuffer dy(m * shape.n * 4), dy2(m * shape.n * 4);
+        DeviceBuffer dws(ops.workspace_bytes(shape, m));
+        ASSERT_TRUE(dx.ok() && dg.ok() && db.ok() && dd.ok() && dy.ok() && dy2.ok() && dws.ok());
+        ASSERT_CUDA(cudaMemcpy(dx.get(), x.bytes.data(), x.bytes.size(), cudaMemcpyHostToDevice));
+        ASSERT_CUDA(cudaMemcpy(dg.get(), gamma.data(), shape.k * 4, cudaMemcpyHostToDevice));
+        ASSERT_CUDA(cudaMemcpy(db.get(), beta.data(), shape.k * 4, cudaMemcpyHostToDevice));
+        ASSERT_CUDA(dy.Poison());
+        ASSERT_CUDA(dy2.Poison());
+        const float alpha = 0.8f;
+        const float* d_beta = variant == 0 ? static_cast<const float*>(db.get()) : nullptr;
+        const auto* d_gamma = static_cast<const float*>(dg.get());
+
+        GemmArgs args;
+        args.weight = dw->get();
+        args.shape = shape;
+        args.x_dtype = x_dtype;
+        args.x = dx.get();
+        args.m = m;
+        args.y_dtype = DType::kF32;
+        args.y = dy.get();
+        args.workspace = dws.get();
+        args.stream = stream;
+        args.dyt = {alpha, d_gamma, d_beta};
+        ASSERT_CUDA(ops.launch(args));
+        ASSERT_CUDA(LaunchDyT(x_dtype, dx.get(), m, shape.k, alpha, d_gamma, d_beta, DType::kF32,
+                              dd.get(), stream));
+        args.x_dtype = DType::kF32;
+        args.x = dd.get();
+        args.y = dy2.get();
+        args.dyt = {};
+        ASSERT_CUDA(ops.launch(args));
+        ASSERT_CUDA(cudaStreamSynchronize(stream));
+        const std::vector<float> fused = Download(dy, DType::kF32, m * shape.n);
+        const std::vector<float> unfused = Download(dy2, DType::kF32, m * shape.n);
+        ASSERT_EQ(0, std::memcmp(fused.data(), unfused.data(), fused.size() * 4));
+        for (float v : fused) {
+          ASSERT_TRUE(std::isfinite(v));
+          if (variant == 2) {
+            ASSERT_EQ(v, 0.0f);
+          }
+        }
+        if (variant != 2) {
+          ASSERT_TRUE(std::any_of(fused.begin(), fused.end(), [](float v) { return v != 0.0f; }));
+        }
+      }
+    }
+  }
+  cudaStreamDestroy(stream);
+}
+
 // Dependent launches (dependent_launch.h) let each kernel start while the one before it
 // runs. A chain of matmuls in which each reads the previous one's output and overwrites
 // what the one before it read, two W2A8 launches in a row sharing one workspace, and a

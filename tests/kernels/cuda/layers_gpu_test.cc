@@ -4,21 +4,17 @@
 // Tolerance of an element: the device's tanhf/expf against the host's differ by a few
 // ulp, and a 16-bit input or output is one rounding of that dtype:
 //   |y - want| <= 4e-6 * (|want| + gain * |argument|) + u * |want|
-// with u the unit roundoff of the output dtype (0 for fp32, 2^-11 fp16, 2^-8 bf16). The
-// fused DyT + int8 quantization must be bit-identical to its unfused twin.
+// with u the unit roundoff of the output dtype (0 for fp32, 2^-11 fp16, 2^-8 bf16).
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "kernels/activation_quant.h"
 #include "kernels/cpu/layers.h"
-#include "kernels/cuda/act_quant.h"
 #include "kernels/cuda/layers.h"
 #include "kernels/dtype.h"
 #include "kernels/layers_reference.h"
@@ -188,68 +184,6 @@ TEST(DyTGpuTest, MatchesCpuAndReferenceForEveryDTypePair) {
   }
 }
 
-TEST(DyTGpuTest, FusedQuantizationIsBitIdenticalToDyTThenQuantize) {
-  std::mt19937_64 rng(13);
-  for (DType x_dtype : kDTypes) {
-    for (int64_t m : {1, 2, 9}) {
-      for (int64_t f : {128, 2560, 4096}) {
-        const Tensor16 x = RoundTo(x_dtype, RandomNormal(rng, m * f, 1.5f));
-        const std::vector<float> gamma = RandomNormal(rng, f, 1.0f);
-        const std::vector<float> beta = RandomNormal(rng, f, 0.1f);
-        DeviceBuffer d_x(x.bytes.size()), d_gamma(f * 4), d_beta(f * 4), d_d(m * f * 4);
-        DeviceBuffer d_q(m * f), d_scale(m * 4), d_sum(m * 4), d_q2(m * f), d_scale2(m * 4);
-        ASSERT_CUDA(d_x.Upload(x.bytes.data()));
-        ASSERT_CUDA(d_gamma.Upload(gamma.data()));
-        ASSERT_CUDA(d_beta.Upload(beta.data()));
-        ASSERT_CUDA(LaunchDyTQuantizeInt8(x_dtype, d_x.get(), m, f, 1.25f, d_gamma.get<float>(),
-                                          d_beta.get<float>(), d_q.get<int8_t>(),
-                                          d_scale.get<float>(), d_sum.get<int32_t>(), nullptr));
-        ASSERT_CUDA(LaunchDyT(x_dtype, d_x.get(), m, f, 1.25f, d_gamma.get<float>(),
-                              d_beta.get<float>(), DType::kF32, d_d.get(), nullptr));
-        ASSERT_CUDA(LaunchQuantizeRowsInt8(DType::kF32, d_d.get(), m, f, d_q2.get<int8_t>(),
-                                           d_scale2.get<float>(), nullptr));
-        ASSERT_CUDA(cudaDeviceSynchronize());
-        const std::string what =
-            std::string(DTypeName(x_dtype)) + " m" + std::to_string(m) + " f" + std::to_string(f);
-        const std::vector<int8_t> q = d_q.Download<int8_t>();
-        const std::vector<float> scale = d_scale.Download<float>();
-        const std::vector<int32_t> sum = d_sum.Download<int32_t>();
-        EXPECT_EQ(q, d_q2.Download<int8_t>()) << what;
-        EXPECT_EQ(0, std::memcmp(scale.data(), d_scale2.Download<float>().data(), m * 4)) << what;
-        // The host rule on the device's DyT values gives the same bits too.
-        const std::vector<float> d = d_d.Download<float>();
-        std::vector<int8_t> q_host(m * f);
-        std::vector<float> scale_host(m);
-        QuantizeRowsInt8(d.data(), m, f, q_host.data(), scale_host.data());
-        EXPECT_EQ(q, q_host) << what;
-        EXPECT_EQ(scale, scale_host) << what;
-        for (int64_t i = 0; i < m; ++i) {
-          int32_t s = 0;
-          for (int64_t j = 0; j < f; ++j) s += q[i * f + j];
-          EXPECT_EQ(sum[i], s) << what << " row " << i;
-          EXPECT_GT(scale[i], 0.0f) << what << " row " << i;
-        }
-      }
-    }
-  }
-}
-
-TEST(DyTGpuTest, ZeroRowsQuantizeToZero) {
-  // gamma = 0 makes every DyT value 0 (no beta): scale 0, q 0, sum 0.
-  const int64_t m = 2, f = 256;
-  const std::vector<float> x(m * f, 1.0f), gamma(f, 0.0f);
-  DeviceBuffer d_x(m * f * 4), d_gamma(f * 4), d_q(m * f), d_scale(m * 4), d_sum(m * 4);
-  ASSERT_CUDA(d_x.Upload(x.data()));
-  ASSERT_CUDA(d_gamma.Upload(gamma.data()));
-  ASSERT_CUDA(LaunchDyTQuantizeInt8(DType::kF32, d_x.get(), m, f, 1.0f, d_gamma.get<float>(),
-                                    nullptr, d_q.get<int8_t>(), d_scale.get<float>(),
-                                    d_sum.get<int32_t>(), nullptr));
-  ASSERT_CUDA(cudaDeviceSynchronize());
-  for (int8_t v : d_q.Download<int8_t>()) ASSERT_EQ(v, 0);
-  for (float v : d_scale.Download<float>()) ASSERT_EQ(v, 0.0f);
-  for (int32_t v : d_sum.Download<int32_t>()) ASSERT_EQ(v, 0);
-}
-
 TEST(EpilogueGpuTest, EveryPartAndDTypeAgainstCpuKernels) {
   std::mt19937_64 rng(14);
   const int64_t m = 5, n = 1000;
@@ -336,9 +270,6 @@ TEST(LayersGpuTest, BadArgumentsAreRejectedAndNothingRunsForZeroRows) {
   EXPECT_EQ(
       LaunchDyT(DType::kF32, nullptr, 1, 0, 1.0f, nullptr, nullptr, DType::kF32, nullptr, nullptr),
       cudaErrorInvalidValue);
-  EXPECT_EQ(LaunchDyTQuantizeInt8(DType::kF32, nullptr, 1, 8, 1.0f, nullptr, nullptr, nullptr,
-                                  nullptr, nullptr, nullptr),
-            cudaErrorInvalidValue);
   EXPECT_EQ(LaunchEpilogue({.n = 0}, nullptr), cudaErrorInvalidValue);
   float dummy = 0.0f;
   EXPECT_EQ(LaunchEpilogue({.x = &dummy, .m = 0, .n = 4, .y = &dummy}, nullptr), cudaSuccess);
