@@ -104,6 +104,22 @@ Plan MakePlan(const Geometry& geo, int64_t m, int sms, const W2A8Options& option
   return plan;
 }
 
+// The prologue for x_dtype, with or without a DyT on its input.
+template <bool kDyT>
+cudaError_t LaunchPrologue(const cudaLaunchConfig_t& config, const w2a8::PrologueParams& pro,
+                           DType x_dtype) {
+  using w2a8::XKind;
+  switch (x_dtype) {
+    case DType::kBF16:
+      return cudaLaunchKernelEx(&config, w2a8::W2A8PrologueKernel<XKind::kBF16, kDyT>, pro);
+    case DType::kF32:
+      return cudaLaunchKernelEx(&config, w2a8::W2A8PrologueKernel<XKind::kF32, kDyT>, pro);
+    case DType::kF16:
+      return cudaLaunchKernelEx(&config, w2a8::W2A8PrologueKernel<XKind::kF16, kDyT>, pro);
+  }
+  return cudaErrorInvalidValue;
+}
+
 }  // namespace
 
 size_t W2A8WorkspaceBytes(const WeightShape& shape, int64_t m) {
@@ -158,16 +174,12 @@ cudaError_t LaunchW2A8(const GemmArgs& args, const W2A8Options& options) {
   pro_config.stream = args.stream;
   pro_config.attrs = pdl;
   pro_config.numAttrs = args.m <= 16 ? pdl_count : 0;
-  using w2a8::XKind;
-  cudaError_t pro_err;
-  if (args.x_dtype == DType::kBF16) {
-    pro_err = cudaLaunchKernelEx(&pro_config, w2a8::W2A8PrologueKernel<XKind::kBF16>, pro);
-  } else if (args.x_dtype == DType::kF32) {
-    pro_err = cudaLaunchKernelEx(&pro_config, w2a8::W2A8PrologueKernel<XKind::kF32>, pro);
-  } else {
-    pro_err = cudaLaunchKernelEx(&pro_config, w2a8::W2A8PrologueKernel<XKind::kF16>, pro);
+  if (const cudaError_t err = pro.dyt_gamma != nullptr
+                                  ? LaunchPrologue<true>(pro_config, pro, args.x_dtype)
+                                  : LaunchPrologue<false>(pro_config, pro, args.x_dtype);
+      err != cudaSuccess) {
+    return err;
   }
-  if (pro_err != cudaSuccess) return pro_err;
 
   GemmParams gp{};
   gp.codes = static_cast<const uint4*>(args.weight);
