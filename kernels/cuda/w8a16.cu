@@ -415,13 +415,13 @@ int ChooseSetWarps(int64_t sets, int chunks, int sms) {
 
 // CTAs of the decode kernel for up to 8NT tokens, R row tiles per warp, that fit on the
 // device at once (the occupancy is the same on every device of one kind).
-template <typename T, int NT, int R>
+template <typename T, int NT, int R, bool kDeep = false>
 cudaError_t DecodeSlots(const DeviceInfo& device, int64_t* slots) {
   static std::atomic<int> occupancy{0};
   int occ = occupancy.load();
   if (occ == 0) {
     if (cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &occ, w8a16::DecodeKernel<T, NT, R>, w8a16::kDecodeThreads, 0);
+            &occ, w8a16::DecodeKernel<T, NT, R, kDeep>, w8a16::kDecodeThreads, 0);
         err != cudaSuccess) {
       return err;
     }
@@ -438,12 +438,21 @@ cudaError_t DecodeSlots(const DeviceInfo& device, int64_t* slots) {
 // sets than CTAs at once (N >= 14336 there) the last turn of the persistent grid leaves
 // SMs with few bytes in flight, and with K = 14336 each warp's run grows long; the
 // cluster tiles were faster on those (64.5 against 84 us on 8192 x 28672).
+// Deep tiles (one token tile: twice the bytes in flight per warp, w8a16_decode.cuh) where
+// the grid is no larger than they fit at once: 4096 x 4096 at M = 1, 10.2 -> 8.8 us. Not
+// beyond kDecodeMaxK either (14336 x 4096: 28.2 us against the cluster tiles' 26.3).
 constexpr int64_t kDecodeMaxK = 8192;
 template <typename T, int NT, int R>
 cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& device, bool* launched) {
   *launched = false;
   int64_t slots = 0;
   if (cudaError_t err = DecodeSlots<T, NT, R>(device, &slots); err != cudaSuccess) return err;
+  int64_t deep_slots = 0;
+  if constexpr (NT == 1) {
+    if (cudaError_t err = DecodeSlots<T, NT, R, true>(device, &deep_slots); err != cudaSuccess) {
+      return err;
+    }
+  }
   w8a16::DecodeParams p{};
   p.row_tiles = static_cast<int32_t>((args.shape.n + 15) / 16);
   const int64_t sets = (p.row_tiles + R - 1) / R;
@@ -461,7 +470,8 @@ cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& device, bool* l
   const int64_t per_cta = w8a16::kDecodeWarps / p.splits;
   const int64_t units = (sets + per_cta - 1) / per_cta;
   const int64_t ctas = std::min(units, slots);
-  p.early_trigger = EarlyTrigger(ctas, slots);
+  const bool deep = ctas <= deep_slots;
+  p.early_trigger = EarlyTrigger(ctas, deep ? deep_slots : slots);
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(static_cast<unsigned>(ctas));
   config.blockDim = dim3(w8a16::kDecodeThreads);
@@ -470,6 +480,9 @@ cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& device, bool* l
   config.attrs = pdl;
   config.numAttrs = AppendDependentLaunch(device.cc_major, pdl, 0);
   *launched = true;
+  if constexpr (NT == 1) {
+    if (deep) return cudaLaunchKernelEx(&config, w8a16::DecodeKernel<T, NT, R, true>, p);
+  }
   return cudaLaunchKernelEx(&config, w8a16::DecodeKernel<T, NT, R>, p);
 }
 

@@ -50,21 +50,22 @@ struct DecodeParams {
   bool early_trigger = false;
 };
 
-// NT tiles of 8 tokens, R row tiles per warp.
-template <int NT, int R>
+// NT tiles of 8 tokens, R row tiles per warp. kDeep: twice the chunks in flight per
+// warp, for grids of at most two CTAs per SM (as the W4A16 decode kernel's deep tiles).
+template <int NT, int R, bool kDeep = false>
 struct DecodeTile {
   static constexpr int kChunkBytes = 512;  // one 32-k chunk of one row tile
   // Row-tile chunks of weights in flight per warp: 3 KB for one row tile, within the 64
   // registers that let 4 CTAs (32 warps, 96 KB in flight) share an SM; 4 KB for two.
-  static constexpr int kSlots = R == 1 ? 6 : 8 / R;
+  static constexpr int kSlots = (R == 1 ? 6 : 8 / R) * (kDeep ? 2 : 1);
   // CTAs per SM the registers are capped for (8 warps each).
-  static constexpr int kMinBlocks = NT * R == 1 ? 4 : 2;
+  static constexpr int kMinBlocks = NT * R == 1 && !kDeep ? 4 : 2;
 };
 
-template <typename T, int NT, int R>
-__global__ void __launch_bounds__(kDecodeThreads, DecodeTile<NT, R>::kMinBlocks)
+template <typename T, int NT, int R, bool kDeep = false>
+__global__ void __launch_bounds__(kDecodeThreads, DecodeTile<NT, R, kDeep>::kMinBlocks)
     DecodeKernel(const __grid_constant__ DecodeParams p) {
-  using Tl = DecodeTile<NT, R>;
+  using Tl = DecodeTile<NT, R, kDeep>;
   constexpr int kSlots = Tl::kSlots;
   // Floats of one warp's partial tile: [r][tile][lane][4].
   constexpr int kWarpFloats = R * NT * 32 * 4;
