@@ -21,6 +21,7 @@
 #include "kernels/bench/random_packed.h"
 #include "kernels/cuda/dependent_launch.h"
 #include "kernels/cuda/kernels.h"
+#include "kernels/cuda/w2a8.h"
 #include "kernels/cuda/w4a16.h"
 #include "kernels/cuda/w8a16.h"
 #include "nlohmann/json.hpp"
@@ -263,11 +264,15 @@ absl::Status RunKernelBench(const BenchOptions& o) {
         w4.wgmma_groups = o.w4a16_wgmma_groups;
         const bool tuned8 = scheme == Scheme::kW8A16 && (w8.splits != 0 || w8.wgmma_groups != 0);
         const bool tuned4 = scheme == Scheme::kW4A16 && (w4.splits != 0 || w4.wgmma_groups != 0);
+        cuda::W2A8Options w2;
+        w2.wgmma_groups = o.w2a8_wgmma_groups;
+        const bool tuned2 = scheme == Scheme::kW2A8 && w2.wgmma_groups != 0;
         const int n_copies = static_cast<int>(copies->buffers.size());
         auto launch = [&](int i) {
           args.weight = copies->buffers[i % n_copies].get();
           return tuned8   ? cuda::LaunchW8A16(args, w8)
                  : tuned4 ? cuda::LaunchW4A16(args, w4)
+                 : tuned2 ? cuda::LaunchW2A8(args, w2)
                           : ops->launch(args);
         };
         absl::StatusOr<Timing> t = TimeRuns(stream, o.warmup, o.iters, launch);

@@ -43,12 +43,13 @@ struct BenchOptions {
   double l2_multiple = 3.0;
   std::string json_path;  // empty: no JSON
   std::string command;    // recorded in the JSON
-  // Tuning overrides (0: the launcher's own choice): cuda::W8A16Options and
-  // cuda::W4A16Options.
+  // Tuning overrides (0: the launcher's own choice): cuda::W8A16Options,
+  // cuda::W4A16Options and cuda::W2A8Options.
   int w8a16_splits = 0;
   int w8a16_wgmma_groups = 0;
   int w4a16_splits = 0;
   int w4a16_wgmma_groups = 0;
+  int w2a8_wgmma_groups = 0;
 };
 
 // Runs every (scheme, shape, M), prints a table to stdout and writes the JSON file.

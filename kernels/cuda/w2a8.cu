@@ -9,6 +9,8 @@
 #include "kernels/cuda/w2a8_gemm.cuh"
 #include "kernels/cuda/w2a8_layout.h"
 #include "kernels/cuda/w2a8_prologue.cuh"
+#include "kernels/cuda/w2a8_wgmma.cuh"
+#include "kernels/cuda/wgmma_gemm_launch.cuh"
 
 namespace qmm::cuda {
 namespace {
@@ -123,7 +125,7 @@ cudaError_t LaunchPrologue(const cudaLaunchConfig_t& config, const w2a8::Prologu
 }  // namespace
 
 size_t W2A8WorkspaceBytes(const WeightShape& shape, int64_t m) {
-  return static_cast<size_t>(Workspace(Geometry(shape.n, shape.k), m).total);
+  return static_cast<size_t>(w2a8::WgmmaWorkspaceBytes(Geometry(shape.n, shape.k), m));
 }
 
 cudaError_t LaunchW2A8(const GemmArgs& args) { return LaunchW2A8(args, W2A8Options{}); }
@@ -139,10 +141,20 @@ cudaError_t LaunchW2A8(const GemmArgs& args, const W2A8Options& options) {
        args.y_dtype != DType::kBF16)) {
     return cudaErrorInvalidValue;
   }
+  if (options.wgmma_groups < 0 || options.wgmma_groups > 1) return cudaErrorInvalidValue;
   DeviceInfo info;
   if (cudaError_t err = CurrentDeviceInfo(&info); err != cudaSuccess) return err;
   const Geometry geo(args.shape.n, args.shape.k);
   const Workspace ws(geo, args.m);
+  // Beyond 16 tokens (or forced, and unless a k split is) the wgmma GEMM where the device
+  // runs it (sm_90a), after the prologue.
+  bool wgmma = false;
+  if (options.wgmma_groups != 0 || (args.m > 16 && options.k_splits == 0)) {
+    if (cudaError_t err = wgmma_gemm::Runs<w2a8::WgmmaFormat, false>(info, &wgmma);
+        err != cudaSuccess) {
+      return err;
+    }
+  }
   const Plan plan = MakePlan(geo, args.m, info.sms, options);
   auto* base = static_cast<uint8_t*>(args.workspace);
 
@@ -154,7 +166,7 @@ cudaError_t LaunchW2A8(const GemmArgs& args, const W2A8Options& options) {
   pro.x_scale = reinterpret_cast<float*>(base + ws.x_scale);
   pro.x_sum = reinterpret_cast<int32_t*>(base + ws.x_sum);
   pro.zero = reinterpret_cast<uint4*>(base + ws.acc);
-  pro.zero_vectors = plan.atomics ? (ws.zero_end - ws.acc) / 16 : 0;
+  pro.zero_vectors = plan.atomics && !wgmma ? (ws.zero_end - ws.acc) / 16 : 0;
   pro.dyt_alpha = args.dyt.alpha;
   pro.dyt_gamma = args.dyt.gamma;
   pro.dyt_beta = args.dyt.beta;
@@ -179,6 +191,12 @@ cudaError_t LaunchW2A8(const GemmArgs& args, const W2A8Options& options) {
                                   : LaunchPrologue<false>(pro_config, pro, args.x_dtype);
       err != cudaSuccess) {
     return err;
+  }
+  if (wgmma) {
+    wgmma_gemm::Options wgmma_options;
+    wgmma_options.groups = options.wgmma_groups;
+    bool launched = false;
+    return wgmma_gemm::Launch<w2a8::WgmmaFormat, false>(args, wgmma_options, &launched);
   }
 
   GemmParams gp{};

@@ -8,12 +8,15 @@
 // split-K workspace, and the matmul, which on sm_90 starts early through programmatic
 // dependent launch and streams its first weight bytes while the prologue still runs.
 // Up to 16 tokens, the matmul splits the (row group, k block) units evenly over every
-// warp the GPU holds at once (stream-K). Beyond, each warp takes 64 tokens and the four
-// warps of a CTA four neighbouring row groups, so that activations loaded once serve
-// four warps from L1, and CTAs split K only as far as it takes to fill the GPU. Warps
-// sharing a row group add their int32 partial sums with atomics and the last one to
-// finish applies the scales; a warp that covers a whole row group writes its result
-// directly.
+// warp the GPU holds at once (stream-K). Beyond, on sm_90a, the wgmma GEMM of the 16-bit
+// schemes (wgmma_gemm.cuh) with the W2A8 format (w2a8_wgmma.cuh: u8 x s8 wgmma, int32
+// sums, the int8 activations permuted for wgmma's B operand by a third kernel). On other
+// devices, or with a forced k split, each warp takes 64 tokens and the four warps of a
+// CTA four neighbouring row groups, so that activations loaded once serve four warps
+// from L1, and CTAs split K only as far as it takes to fill the GPU. In the mma.sync
+// kernels, warps sharing a row group add their int32 partial sums with atomics and the
+// last one to finish applies the scales; a warp that covers a whole row group writes its
+// result directly.
 #ifndef QMM_KERNELS_CUDA_W2A8_H_
 #define QMM_KERNELS_CUDA_W2A8_H_
 
@@ -32,7 +35,8 @@ namespace qmm::cuda {
 std::vector<uint8_t> RepackW2A8(const PackedWeight& packed);
 
 // The workspace of one launch of m rows: 4*m*N bytes of partial sums plus the quantized
-// activations (m*K bytes) and small per-row and per-row-group arrays.
+// activations (m*K bytes), their copy permuted for the wgmma GEMM (m rounded up to 128,
+// times K bytes) and small per-row and per-row-group arrays.
 size_t W2A8WorkspaceBytes(const WeightShape& shape, int64_t m);
 
 // Enqueues y = x * W^T, or DyT(x) * W^T with args.dyt (applied in fp32 before the
@@ -51,6 +55,10 @@ struct W2A8Options {
   // M > 16: CTAs that split the K of each four row groups (clamped to K / 128). 0 picks
   // one from the shape and the device.
   int64_t k_splits = 0;
+  // 1 forces the wgmma GEMM (one 128-row group per CTA) at every M where it runs
+  // (sm_90a); 0 lets the launch choose. A nonzero k_splits alone keeps the kernels above
+  // beyond 16 tokens.
+  int wgmma_groups = 0;
 };
 cudaError_t LaunchW2A8(const GemmArgs& args, const W2A8Options& options);
 

@@ -8,6 +8,7 @@
 #define QMM_KERNELS_CUDA_W4A16_WGMMA_CUH_
 
 #include "kernels/cuda/w4a16_common.cuh"
+#include "kernels/cuda/wgmma.cuh"
 
 namespace qmm::cuda::w4a16 {
 
@@ -68,6 +69,23 @@ __device__ inline void DequantScaled(uint32_t w, const ChunkScales& s, uint32_t 
 
 struct WgmmaFormat {
   static constexpr int kGroupStageBytes = kGroupChunkBytes + kGroupScaleBytes;
+  using Params = w4a16::Params;
+  using Acc = float;
+  static constexpr int kXBytes = 2;
+  static constexpr int kSteps = 8;
+  static constexpr int kMaxGroups = 2;
+  static constexpr bool kSerialBatches = false;
+
+  template <int J, bool kBf16>
+  __device__ static void Mma(float (&d)[J][4], const uint32_t (&a)[4], uint64_t desc,
+                             bool accumulate) {
+#ifdef QMM_WGMMA
+    wgmma::MmaRs<J, kBf16>(d, a, desc, accumulate);
+#endif
+  }
+
+  static const void* PermuteSource(const GemmArgs& args) { return args.x; }
+  static uint8_t* PermutedX(const GemmArgs& args) { return static_cast<uint8_t*>(args.workspace); }
 
   // Logical core j of a block holds the physical words j, j + 8, j + 16, j + 24.
   __device__ static int CoreWord(int j, int t) { return j + 8 * t; }
@@ -97,15 +115,18 @@ struct WgmmaFormat {
     DequantScaled<kBf16>(w.w, sc, a[3]);
   }
 
-  __device__ static void RowScales(const Params& p, int64_t group, int warp, int g, float* lo,
-                                   float* hi) {
-    *lo = *hi = 1.f;
-    if (p.s_chunk_stride != 0) return;
-    if (group >= p.groups) group = p.groups - 1;  // never stored
-    const __half2 s = *reinterpret_cast<const __half2*>(p.s + group * p.s_group_stride +
-                                                        warp * kStripScaleBytes + g * 4);
-    *lo = __low2float(s);
-    *hi = __high2float(s);
+  // Per-row scales multiply the sums here; per-chunk ones were applied in Dequant.
+  __device__ static float4 Finish(const Params& p, int64_t group, int warp, int lane,
+                                  int64_t /*tok*/, int /*split*/, const float (&d)[4]) {
+    float lo = 1.f, hi = 1.f;
+    if (p.s_chunk_stride == 0) {
+      if (group >= p.groups) group = p.groups - 1;  // never stored
+      const __half2 s = *reinterpret_cast<const __half2*>(p.s + group * p.s_group_stride +
+                                                          warp * kStripScaleBytes + lane / 4 * 4);
+      lo = __low2float(s);
+      hi = __high2float(s);
+    }
+    return make_float4(d[0] * lo, d[1] * lo, d[2] * hi, d[3] * hi);
   }
 
   static Params MakeParams(const GemmArgs& args) { return w4a16::MakeParams(args); }

@@ -13,10 +13,28 @@
 
 #include "kernels/cuda/w4a16_common.cuh"
 #include "kernels/cuda/w8a16_ptx.cuh"
+#include "kernels/cuda/wgmma.cuh"
 
 namespace qmm::cuda::w8a16 {
 
 struct WgmmaFormat {
+  using Params = w4a16::Params;
+  using Acc = float;
+  static constexpr int kXBytes = 2;
+  static constexpr int kSteps = 8;
+  static constexpr int kMaxGroups = 2;
+  static constexpr bool kSerialBatches = false;
+
+  template <int J, bool kBf16>
+  __device__ static void Mma(float (&d)[J][4], const uint32_t (&a)[4], uint64_t desc,
+                             bool accumulate) {
+#ifdef QMM_WGMMA
+    wgmma::MmaRs<J, kBf16>(d, a, desc, accumulate);
+#endif
+  }
+
+  static const void* PermuteSource(const GemmArgs& args) { return args.x; }
+  static uint8_t* PermutedX(const GemmArgs& args) { return static_cast<uint8_t*>(args.workspace); }
   static constexpr int kRowTileChunkBytes = 2048;  // 16 rows x 128 k
   static constexpr int kGroupStageBytes = 8 * kRowTileChunkBytes;
   static constexpr int kLayoutChunkBytes = 512;  // 16 rows x 32 k
@@ -27,7 +45,7 @@ struct WgmmaFormat {
 
   // p.w_group_stride is the layout's row-tile stride (16 K bytes); row tiles past the
   // last read the last again (never stored).
-  __device__ static void Load(uint8_t* dst, const w4a16::Params& p, int64_t group, int64_t chunk,
+  __device__ static void Load(uint8_t* dst, const Params& p, int64_t group, int64_t chunk,
                               uint64_t* bar) {
 #if __CUDA_ARCH__ >= 900
     const int64_t row_tiles = (p.n + 15) / 16;
@@ -42,8 +60,8 @@ struct WgmmaFormat {
   }
 
   template <bool kBf16>
-  __device__ static void Dequant(const w4a16::Params&, const uint8_t* gs, int warp, int lane,
-                                 int blk, uint32_t (*a)[4]) {
+  __device__ static void Dequant(const Params&, const uint8_t* gs, int warp, int lane, int blk,
+                                 uint32_t (*a)[4]) {
     using T = std::conditional_t<kBf16, __nv_bfloat16, __half>;
     const uint8_t* tile = gs + warp * kRowTileChunkBytes + 2 * blk * kLayoutChunkBytes + lane * 16;
     w8a16::Dequant<T>(*reinterpret_cast<const uint4*>(tile),
@@ -52,13 +70,14 @@ struct WgmmaFormat {
                       *reinterpret_cast<uint32_t(*)[2][4]>(&a[2]));
   }
 
-  __device__ static void RowScales(const w4a16::Params& p, int64_t group, int warp, int g,
-                                   float* lo, float* hi) {
+  __device__ static float4 Finish(const Params& p, int64_t group, int warp, int lane,
+                                  int64_t /*tok*/, int /*split*/, const float (&d)[4]) {
     const int64_t rows = (p.n + 15) / 16 * 16;
-    const int64_t row = group * 128 + warp * 16 + g;
+    const int64_t row = group * 128 + warp * 16 + lane / 4;
     const auto* s = reinterpret_cast<const float*>(p.s);
-    *lo = row < rows ? s[row] : 0.f;
-    *hi = row + 8 < rows ? s[row + 8] : 0.f;
+    const float lo = row < rows ? s[row] : 0.f;  // rows past the layout: never stored
+    const float hi = row + 8 < rows ? s[row + 8] : 0.f;
+    return make_float4(d[0] * lo, d[1] * lo, d[2] * hi, d[3] * hi);
   }
 
   static w4a16::Params MakeParams(const GemmArgs& args) {

@@ -46,6 +46,17 @@ template <int kPending>
 __device__ inline void Wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(kPending) : "memory");
 }
+// Marks registers an issued wgmma reads as used here, after the wait that completes it:
+// the compiler sees only the issue, and could otherwise reuse them while the tensor
+// cores still read them.
+template <int N>
+__device__ inline void KeepUntilHere(const uint32_t (&a)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    asm volatile("" ::"r"(a[i][0]), "r"(a[i][1]), "r"(a[i][2]), "r"(a[i][3]) : "memory");
+  }
+}
+
 // Makes this thread's ordinary shared-memory stores visible to the tensor cores (the
 // async proxy); a barrier must follow before another thread's wgmma reads them.
 __device__ inline void FenceProxyAsync() {
@@ -127,6 +138,57 @@ __device__ inline void MmaRs<16, true>(float (&d)[16][4], const uint32_t (&a)[4]
   QMM_WGMMA_N128("bf16");
 }
 
+// d[64 x 8J] (int32) = A[64 x 32] * B[32 x 8J] (+ d when `accumulate`), A unsigned 8-bit
+// (the m16n8k32 registers of each warp's 16 rows), B signed 8-bit by descriptor.
+template <int J>
+__device__ inline void MmaRsU8S8(int (&d)[J][4], const uint32_t (&a)[4], uint64_t b,
+                                 bool accumulate);
+
+#define QMM_WGMMA_IACC4(j) "+r"(d[j][0]), "+r"(d[j][1]), "+r"(d[j][2]), "+r"(d[j][3])
+
+template <>
+__device__ inline void MmaRsU8S8<4>(int (&d)[4][4], const uint32_t (&a)[4], uint64_t b,
+                                    bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k32.s32.u8.s8"
+      " {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15},"
+      " {%16,%17,%18,%19}, %20, p;\n}"
+      : QMM_WGMMA_IACC4(0), QMM_WGMMA_IACC4(1), QMM_WGMMA_IACC4(2), QMM_WGMMA_IACC4(3)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(int{accumulate}));
+}
+template <>
+__device__ inline void MmaRsU8S8<8>(int (&d)[8][4], const uint32_t (&a)[4], uint64_t b,
+                                    bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k32.s32.u8.s8"
+      " {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31},"
+      " {%32,%33,%34,%35}, %36, p;\n}"
+      : QMM_WGMMA_IACC4(0), QMM_WGMMA_IACC4(1), QMM_WGMMA_IACC4(2), QMM_WGMMA_IACC4(3),
+        QMM_WGMMA_IACC4(4), QMM_WGMMA_IACC4(5), QMM_WGMMA_IACC4(6), QMM_WGMMA_IACC4(7)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(int{accumulate}));
+}
+template <>
+__device__ inline void MmaRsU8S8<16>(int (&d)[16][4], const uint32_t (&a)[4], uint64_t b,
+                                     bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.s32.u8.s8"
+      " {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+      "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+      "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63},"
+      " {%64,%65,%66,%67}, %68, p;\n}"
+      : QMM_WGMMA_IACC4(0), QMM_WGMMA_IACC4(1), QMM_WGMMA_IACC4(2), QMM_WGMMA_IACC4(3),
+        QMM_WGMMA_IACC4(4), QMM_WGMMA_IACC4(5), QMM_WGMMA_IACC4(6), QMM_WGMMA_IACC4(7),
+        QMM_WGMMA_IACC4(8), QMM_WGMMA_IACC4(9), QMM_WGMMA_IACC4(10), QMM_WGMMA_IACC4(11),
+        QMM_WGMMA_IACC4(12), QMM_WGMMA_IACC4(13), QMM_WGMMA_IACC4(14), QMM_WGMMA_IACC4(15)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(int{accumulate}));
+}
+
+#undef QMM_WGMMA_IACC4
 #undef QMM_WGMMA_N128
 #undef QMM_WGMMA_N64
 #undef QMM_WGMMA_N32

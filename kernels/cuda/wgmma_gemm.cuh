@@ -25,7 +25,10 @@
 // batches (G = 2: one group each; G = 1: one 64-k block each): each consumer warp
 // dequantizes its rows of a batch into A registers and its warpgroup issues the batch's
 // wgmmas, accumulating straight into the fp32 results; two register sets take turns, so
-// a batch is dequantized while the tensor cores run the one before it. Nothing but the
+// a batch is dequantized while the tensor cores run the one before it (each set is
+// marked live until the wait that completes its batch: the compiler does not know that
+// wgmma reads registers after it is issued, and reusing them early corrupted W2A8's
+// integer products on the H200). Nothing but the
 // stage barriers couples the warpgroups.
 // Measured on the H200: docs/PERFORMANCE.md.
 #ifndef QMM_KERNELS_CUDA_WGMMA_GEMM_CUH_
@@ -39,7 +42,6 @@ namespace qmm::cuda::wgmma_gemm {
 // The geometry the formats share with the W4A16 cluster kernels: 16-row strips, 8 per
 // 128-row group, 128-k chunks of two 64-k blocks, and their launch parameters and
 // split-K epilogue (w4a16_common.cuh).
-using w4a16::kBlockK;
 using w4a16::kChunkK;
 using w4a16::kGroupStrips;
 using w4a16::Params;
@@ -53,14 +55,16 @@ struct Tile {
   static_assert(NT == 32 || NT == 64 || NT == 128);
   static_assert(G == 1 || G == 2);
   static constexpr int kAtomBytes = 1024;
-  // A stage: the B tiles ([block][token / 8] atoms), then the groups' weight bytes.
-  static constexpr int kXBytes = NT * kChunkK * 2;
+  // A stage: the B tiles ([block][token / 8] atoms of 128 bytes of k per token), then the
+  // groups' weight bytes.
+  static constexpr int kXBytes = NT * kChunkK * F::kXBytes;
   static constexpr int kStageBytes = (kXBytes + G * F::kGroupStageBytes + 1023) / 1024 * 1024;
   // As many stages as fit in 200 KB, at most 6.
   static constexpr int kStages = 200 * 1024 / kStageBytes < 6 ? 200 * 1024 / kStageBytes : 6;
   static constexpr int kStagesOffset = 1024;  // after the mbarriers, atom-aligned
   static constexpr int kJ = NT / 8;           // n8 tiles per wgmma
-  static constexpr int kBatchSteps = G * 4;   // k16 steps of one batch
+  static constexpr int kHalfSteps = F::kSteps / 2;
+  static constexpr int kBatchSteps = G * kHalfSteps;  // wgmma k steps of one batch
   static constexpr int kStrips = G * kGroupStrips;
   static constexpr int kReduceBytes = kStrips * kJ * 32 * 16;
   static constexpr int kRingBytes =
@@ -71,19 +75,20 @@ struct Tile {
 
 // Workspace <- x permuted for GemmKernel<F, NT, *> (above); zeros past M. Grid: x =
 // NT-token tiles, y = chunks; each thread writes 16-byte pieces, consecutive threads
-// consecutive pieces, gathering 4 words of one token's 64-k block (8 threads read the
-// whole block).
+// consecutive pieces, gathering 4 words of one token's 128-byte block (8 threads read
+// the whole block).
 template <typename F, int NT>
 __global__ void __launch_bounds__(w4a16::kThreads)
     PermuteKernel(const void* x, uint8_t* out, int64_t m, int64_t k) {
-  constexpr int kPieces = NT * kChunkK * 2 / 16;
+  constexpr int kRowBytes = kChunkK * F::kXBytes;  // one token's chunk
+  constexpr int kPieces = NT * kRowBytes / 16;
   // The previous kernel may be writing x; the matmul after this one prefetches weights.
   WaitForPrerequisiteGrid();
   AllowDependentLaunch();
   const int64_t chunks = k / kChunkK;
   const int64_t tile = blockIdx.x;
   const int64_t chunk = blockIdx.y;
-  uint4* dst = reinterpret_cast<uint4*>(out + (tile * chunks + chunk) * (NT * kChunkK * 2));
+  uint4* dst = reinterpret_cast<uint4*>(out + (tile * chunks + chunk) * (NT * kRowBytes));
   for (int q = threadIdx.x; q < kPieces; q += w4a16::kThreads) {
     const int atom = q / 64;
     const int row = q / 8 % 8;
@@ -93,7 +98,7 @@ __global__ void __launch_bounds__(w4a16::kThreads)
     uint4 v = make_uint4(0, 0, 0, 0);
     if (tok < m) {
       const auto* src = reinterpret_cast<const uint32_t*>(
-          static_cast<const uint8_t*>(x) + (tok * k + chunk * kChunkK + blk * kBlockK) * 2);
+          static_cast<const uint8_t*>(x) + (tok * k + chunk * kChunkK) * F::kXBytes + blk * 128);
       v = make_uint4(src[F::CoreWord(core, 0)], src[F::CoreWord(core, 1)],
                      src[F::CoreWord(core, 2)], src[F::CoreWord(core, 3)]);
     }
@@ -102,22 +107,33 @@ __global__ void __launch_bounds__(w4a16::kThreads)
 }
 
 // A weight format F provides, for a 128-row group's 128-k chunk:
-//   kGroupStageBytes               its bytes in a stage;
+//   Params, Acc                     its launch parameters (a w4a16::Params) and the
+//                                   accumulator type;
+//   kXBytes, kSteps                 bytes per activation value (2, or 1 for int8) and
+//                                   wgmma k steps per chunk (8 of k16, or 4 of k32);
+//   kGroupStageBytes                its weight bytes in a stage;
+//   kMaxGroups                      groups per CTA it supports (1 or 2);
+//   kSerialBatches                  whether each batch of wgmmas completes before the
+//                                   next is dequantized (else one stays in flight);
 //   Load(dst, p, group, chunk, bar) bulk copies of them (the producer lane; bar counts
 //                                   the bytes);
-//   Dequant<kBf16>(p, gs, warp, lane, blk, a)  a[0..3] <- the A registers of the four k16
-//                                   steps of 64-k block blk for the warp's 16 rows, from
-//                                   the group's stage bytes gs, scaled if the format
-//                                   scales per chunk;
-//   CoreWord(j, t)                  the physical word (2 k) of the block at position t of
-//                                   logical core j (the k order of Dequant's registers);
-//   RowScales(p, group, warp, g, lo, hi)  the fp32 factors of rows g and g + 8 of the
-//                                   warp's strip applied to the sums (1 if none);
-//   MakeParams(args)                the launch parameters (host).
+//   Dequant<kBf16>(p, gs, warp, lane, half, a)  a[0..kSteps/2) <- the A registers of half
+//                                   the chunk's steps for the warp's 16 rows, from the
+//                                   group's stage bytes gs;
+//   Mma<J, kBf16>(d, a, desc, accumulate)  one wgmma of J n8 tiles;
+//   CoreWord(j, t)                  the physical 4-byte word of a token's 128-byte block
+//                                   at position t of logical core j (the k order of
+//                                   Dequant's registers);
+//   Finish(p, group, warp, lane, tok, split, d)  the fp32 partial sums of one
+//                                   accumulator quad (rows g, g + 8 of the warp's strip,
+//                                   tokens tok, tok + 1), scaled;
+//   PermuteSource(args), PermutedX(args), MakeParams(args)  (host) the activations to
+//                                   permute, where to, and the launch parameters.
 //
 // Grid: x = token tiles of NT, y = sets of G 128-row groups, z = K splits (one cluster).
 template <typename F, int NT, int G, bool kBf16>
-__global__ void __launch_bounds__(kThreads, 1) GemmKernel(const __grid_constant__ Params p) {
+__global__ void __launch_bounds__(kThreads, 1)
+    GemmKernel(const __grid_constant__ typename F::Params p) {
 #ifdef QMM_WGMMA
   using Tl = Tile<F, NT, G>;
   constexpr int kStages = Tl::kStages;
@@ -194,14 +210,15 @@ __global__ void __launch_bounds__(kThreads, 1) GemmKernel(const __grid_constant_
 
   // Written first by the wgmmas of chunk 0 (every CTA has at least one chunk): zeroing
   // them beforehand would make ptxas serialize the wgmmas.
-  float acc[G][Tl::kJ][4];
+  typename F::Acc acc[G][Tl::kJ][4];
   uint32_t a[2][Tl::kBatchSteps][4];
   // Dequantizes batch b of the chunk in `stage` into a[b].
   auto dequant = [&](const uint8_t* stage, int b) {
     const uint8_t* ws = stage + Tl::kXBytes;
     if constexpr (G == 2) {
       F::template Dequant<kBf16>(p, ws + b * F::kGroupStageBytes, warp, lane, 0, &a[b][0]);
-      F::template Dequant<kBf16>(p, ws + b * F::kGroupStageBytes, warp, lane, 1, &a[b][4]);
+      F::template Dequant<kBf16>(p, ws + b * F::kGroupStageBytes, warp, lane, 1,
+                                 &a[b][Tl::kHalfSteps]);
     } else {
       F::template Dequant<kBf16>(p, ws, warp, lane, b, &a[b][0]);
     }
@@ -214,25 +231,30 @@ __global__ void __launch_bounds__(kThreads, 1) GemmKernel(const __grid_constant_
     for (int i = 0; i < Tl::kBatchSteps; ++i) {
       // Step st = 4 blk + s covers cores 2s and 2s + 1 of block blk: bytes 32s of the
       // rows of atoms (blk, *).
-      const int st = G == 2 ? i : 4 * b + i;
+      const int st = G == 2 ? i : Tl::kHalfSteps * b + i;
       const uint64_t desc =
           wgmma::SmemDescSw128(xs + st / 4 * NT / 8 * Tl::kAtomBytes + st % 4 * 32, Tl::kAtomBytes);
-      wgmma::MmaRs<Tl::kJ, kBf16>(acc[G == 2 ? b : 0], a[b][i], desc,
-                                  !(first && i == 0 && (G == 2 || b == 0)));
+      F::template Mma<Tl::kJ, kBf16>(acc[G == 2 ? b : 0], a[b][i], desc,
+                                     !(first && i == 0 && (G == 2 || b == 0)));
     }
     wgmma::Commit();
   };
 
+  // Batches left in flight at each wait: one (dequantize the next while the tensor cores
+  // run this one), or none for a format that must complete each batch first.
+  constexpr int kPending = F::kSerialBatches ? 0 : 1;
   for (int c = 0; c < count; ++c) {
     const uint8_t* stage = stages + (c % kStages) * Tl::kStageBytes;
     w4a16::MbarWait(&full[c % kStages], (c / kStages) & 1);
     dequant(stage, 0);  // a[0] is free: batch 0 of chunk c - 1 completed below
     issue(stage, 0, c == 0);
-    wgmma::Wait<1>();  // batch 1 of chunk c - 1: a[1] and chunk c - 1's stage are free
+    wgmma::Wait<kPending>();  // batch 1 of chunk c - 1: a[1] and its stage are free
+    wgmma::KeepUntilHere(a[1]);
     if (c > 0 && lane == 0) w4a16::MbarArrive(&empty[(c - 1) % kStages]);
     dequant(stage, 1);
     issue(stage, 1, c == 0);
-    wgmma::Wait<1>();  // batch 0 of chunk c
+    wgmma::Wait<kPending>();  // batch 0 of chunk c
+    wgmma::KeepUntilHere(a[0]);
   }
   wgmma::Wait<0>();
   // Every warp is done with the stages before they become the reduction buffer.
@@ -241,12 +263,10 @@ __global__ void __launch_bounds__(kThreads, 1) GemmKernel(const __grid_constant_
   auto* red = reinterpret_cast<float4*>(stages);
 #pragma unroll
   for (int r = 0; r < G; ++r) {
-    float s_lo, s_hi;
-    F::RowScales(p, group0 + r, warp, lane / 4, &s_lo, &s_hi);
 #pragma unroll
     for (int j = 0; j < Tl::kJ; ++j) {
-      red[((r * kGroupStrips + warp) * Tl::kJ + j) * 32 + lane] = make_float4(
-          acc[r][j][0] * s_lo, acc[r][j][1] * s_lo, acc[r][j][2] * s_hi, acc[r][j][3] * s_hi);
+      red[((r * kGroupStrips + warp) * Tl::kJ + j) * 32 + lane] =
+          F::Finish(p, group0 + r, warp, lane, tok0 + 8 * j + lane % 4 * 2, split, acc[r][j]);
     }
   }
   w4a16::ReduceAndStore<Tl::kJ, Tl::kStrips>(p, red, tok0, group0, split);

@@ -33,8 +33,8 @@ cudaError_t LaunchPermute(const GemmArgs& args, const DeviceInfo& device) {
   cudaLaunchAttribute pdl[1];
   config.attrs = pdl;
   config.numAttrs = AppendDependentLaunch(device.cc_major, pdl, 0);
-  return cudaLaunchKernelEx(&config, PermuteKernel<F, NT>, args.x,
-                            static_cast<uint8_t*>(args.workspace), args.m, args.shape.k);
+  return cudaLaunchKernelEx(&config, PermuteKernel<F, NT>, F::PermuteSource(args),
+                            F::PermutedX(args), args.m, args.shape.k);
 }
 
 template <typename F, int NT, int G, bool kBf16>
@@ -47,7 +47,7 @@ cudaError_t FitGemm(const DeviceInfo& device, KernelFit* fit) {
 // group does about half the work of one of two (the same activation traffic, half the
 // weights and MMAs), measured on the H200 at kOneGroupChunkCost of it; a CTA's pipeline
 // fill and reduction cost about kFillChunks. 128-token tiles take one group: two would
-// need more registers than a thread has.
+// need more registers than a thread has; so do formats whose F::kMaxGroups is 1.
 template <typename F, int NT, bool kBf16>
 cudaError_t Plan(const GemmArgs& args, const DeviceInfo& device, Options* options) {
   constexpr double kOneGroupChunkCost = 0.65;
@@ -61,7 +61,7 @@ cudaError_t Plan(const GemmArgs& args, const DeviceInfo& device, Options* option
   const SplitChoice one =
       ChooseSplits(token_tiles * groups, chunks, device.sms, fit, false, kFillChunks);
   SplitChoice two = one;
-  if constexpr (NT < 128) {
+  if constexpr (NT < 128 && F::kMaxGroups == 2) {
     if ((err = FitGemm<F, NT, 2, kBf16>(device, &fit)) != cudaSuccess) return err;
     two =
         ChooseSplits(token_tiles * ((groups + 1) / 2), chunks, device.sms, fit, false, kFillChunks);
@@ -75,14 +75,14 @@ cudaError_t Plan(const GemmArgs& args, const DeviceInfo& device, Options* option
   return cudaSuccess;
 }
 
-// The GEMM on the permuted activations in args.workspace, as a dependent launch.
+// The GEMM on the permuted activations, as a dependent launch.
 template <typename F, int NT, int G, bool kBf16>
 cudaError_t LaunchGemm(const GemmArgs& args, const DeviceInfo& device, int splits) {
   KernelFit fit;
   cudaError_t err = FitGemm<F, NT, G, kBf16>(device, &fit);  // opts into the shared memory
   if (err != cudaSuccess) return err;
-  Params p = F::MakeParams(args);
-  p.x = args.workspace;
+  typename F::Params p = F::MakeParams(args);
+  p.x = F::PermutedX(args);
   p.splits = splits;
   const int64_t token_tiles = (args.m + NT - 1) / NT;
   const int64_t row_tiles = (p.groups + G - 1) / G;
@@ -112,34 +112,42 @@ cudaError_t LaunchTile(const GemmArgs& args, const DeviceInfo& device, Options o
   cudaError_t err = Plan<F, NT, kBf16>(args, device, &options);
   if (err == cudaSuccess) err = LaunchPermute<F, NT>(args, device);
   if (err != cudaSuccess) return err;
-  if constexpr (NT < 128) {
+  if constexpr (NT < 128 && F::kMaxGroups == 2) {
     if (options.groups == 2) return LaunchGemm<F, NT, 2, kBf16>(args, device, options.splits);
   }
   return LaunchGemm<F, NT, 1, kBf16>(args, device, options.splits);
 }
 
-// y = x * W^T through the wgmma GEMM where the device runs its sm_90a code (sets
-// *launched; nothing is enqueued otherwise). Needs K % 128 == 0 and a workspace of
-// PermutedXBytes(m, k) (wgmma_layout.h). Tiles of 32 tokens up to 32, of 64 up to 64,
-// then of 128 (a forced options.groups of 2 keeps 64); several token tiles read each
-// weight tile together (mostly once from HBM, then from L2).
+// Whether `device` runs the GEMM's sm_90a code.
 template <typename F, bool kBf16>
-cudaError_t Launch(const GemmArgs& args, const Options& options, bool* launched) {
+cudaError_t Runs(const DeviceInfo& device, bool* runs) {
   // Per device: bit 2d says device d was checked, bit 2d + 1 that it runs the kernel.
   static std::atomic<uint64_t> checked{0};
-  *launched = false;
-  DeviceInfo device;
-  cudaError_t err = CurrentDeviceInfo(&device);
-  if (err != cudaSuccess) return err;
   uint64_t bits = device.ordinal < 32 ? checked.load() >> (2 * device.ordinal) : 0;
   if ((bits & 1) == 0) {
     bool ok = false;
-    err = wgmma::Available(GemmKernel<F, 32, 1, kBf16>, &ok);
+    const cudaError_t err = wgmma::Available(GemmKernel<F, 32, 1, kBf16>, &ok);
     if (err != cudaSuccess) return err;
     bits = ok ? 3 : 1;
     if (device.ordinal < 32) checked.fetch_or(bits << (2 * device.ordinal));
   }
-  if ((bits & 2) == 0) return cudaSuccess;
+  *runs = (bits & 2) != 0;
+  return cudaSuccess;
+}
+
+// y = x * W^T through the wgmma GEMM where the device runs its sm_90a code (sets
+// *launched; nothing is enqueued otherwise). Needs K % 128 == 0 and the format's
+// workspace (for A16 formats PermutedXBytes(m, k), wgmma_layout.h). Tiles of 32 tokens up to 32, of
+// 64 up to 64, then of 128 (a forced options.groups of 2 keeps 64); several token tiles read each
+// weight tile together (mostly once from HBM, then from L2).
+template <typename F, bool kBf16>
+cudaError_t Launch(const GemmArgs& args, const Options& options, bool* launched) {
+  *launched = false;
+  DeviceInfo device;
+  cudaError_t err = CurrentDeviceInfo(&device);
+  if (err != cudaSuccess) return err;
+  bool runs = false;
+  if ((err = Runs<F, kBf16>(device, &runs)) != cudaSuccess || !runs) return err;
   if (args.workspace == nullptr || args.shape.k % kChunkK != 0) return cudaErrorInvalidValue;
   *launched = true;
   if (args.m <= 32) return LaunchTile<F, 32, kBf16>(args, device, options);

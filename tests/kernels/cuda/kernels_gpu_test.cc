@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -31,6 +32,7 @@
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/kernels.h"
 #include "kernels/cuda/layers.h"
+#include "kernels/cuda/w2a8.h"
 #include "kernels/cuda/w4a16.h"
 #include "kernels/cuda/w8a16.h"
 #include "kernels/dtype.h"
@@ -64,7 +66,9 @@ class DeviceBuffer {
   size_t bytes_;
 };
 
+// A fresh seed per test (printed in every failure's trace); QMM_TEST_SEED=<n> repeats one.
 uint64_t FreshSeed() {
+  if (const char* fixed = std::getenv("QMM_TEST_SEED")) return std::strtoull(fixed, nullptr, 10);
   std::random_device rd;
   return (static_cast<uint64_t>(rd()) << 32) | rd();
 }
@@ -402,6 +406,25 @@ TEST(W8A16Test, EverySplitMatchesCpu) {
   }
   CheckVariants(Scheme::kW8A16, {{1000, 4096, 0}, {300, 1088, 0}, {200, 1152, 0}},
                 {1, 9, 17, 40, 65, 100, 129, 300}, variants);
+}
+
+// A W2A8 launch with the wgmma GEMM forced (kGroups 1), or with a forced k split
+// (the mma.sync kernels the default launch leaves on sm_90a beyond 16 tokens).
+template <int kGroups, int kSplits>
+cudaError_t LaunchW2A8With(const GemmArgs& args) {
+  W2A8Options options;
+  options.wgmma_groups = kGroups;
+  options.k_splits = kSplits;
+  return LaunchW2A8(args, options);
+}
+
+// Every W2A8 path: the default launch, the mma.sync kernels beyond 16 tokens, and the
+// wgmma GEMM, also at the M the default gives the others.
+TEST(W2A8Test, EveryPathMatchesCpu) {
+  CheckVariants(Scheme::kW2A8, {{1000, 2048, 0}, {300, 1152, 0}}, {1, 5, 17, 40, 64, 100, 129, 300},
+                {{"default", &LaunchW2A8With<0, 0>},
+                 {"k splits 2", &LaunchW2A8With<0, 2>},
+                 {"wgmma", &LaunchW2A8With<1, 0>}});
 }
 
 // Every W4A16 path beyond the main sweep: token counts around the kernels' tile sizes

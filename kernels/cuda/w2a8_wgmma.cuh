@@ -1,0 +1,142 @@
+// The W2A8 weight format of the wgmma GEMM (wgmma_gemm.cuh), for many tokens on sm_90a.
+// The prologue (w2a8_prologue.cuh) has quantized the activations to int8 in the
+// workspace; the GEMM's PermuteKernel orders them for wgmma's B operand. A 128-row
+// group's 128-k chunk is four consecutive row groups' units (w2a8_layout.h): 1 KB each,
+// one bulk copy each. Field j of a lane's four words is the A fragment of k32 step j
+// (codes c = t + 1 in 0..2, unsigned), so dequantizing is one shift and one AND per
+// register; the tensor cores multiply u8 codes by s8 activations into int32, exact. The
+// sum over k of c x is the wanted t x plus the row's activation sum, which Finish
+// subtracts (once, in the CTA of split 0) before both scales.
+#ifndef QMM_KERNELS_CUDA_W2A8_WGMMA_CUH_
+#define QMM_KERNELS_CUDA_W2A8_WGMMA_CUH_
+
+#include "kernels/cuda/w2a8_layout.h"
+#include "kernels/cuda/w4a16_common.cuh"
+#include "kernels/cuda/wgmma.cuh"
+#include "kernels/cuda/wgmma_layout.h"
+
+namespace qmm::cuda::w2a8 {
+
+// Where the wgmma path puts the permuted int8 activations: after the launch workspace
+// of w2a8_layout.h.
+constexpr int64_t WgmmaXOffset(const Geometry& g, int64_t m) { return Workspace(g, m).total; }
+constexpr int64_t WgmmaWorkspaceBytes(const Geometry& g, int64_t m) {
+  return WgmmaXOffset(g, m) + PermutedXBytes(m, g.k) / 2;
+}
+
+struct WgmmaFormat {
+  struct Params : w4a16::Params {
+    const float* x_scale;
+    const int32_t* x_sum;
+    int64_t row_groups;
+  };
+  using Acc = int;
+  static constexpr int kXBytes = 1;
+  static constexpr int kSteps = 4;
+  // Two groups per CTA: ptxas serializes the integer wgmmas of the two accumulator sets.
+  static constexpr int kMaxGroups = 1;
+  // Every integer wgmma batch completes before the next is dequantized: with one left in
+  // flight (as the 16-bit formats run), tokens 8 and up of a 32-token tile came out wrong
+  // on the H200 (CUDA 13.0), also with the A registers kept live until their wait (the
+  // cause, some register ptxas reuses, is not found yet). Even so, against the mma.sync
+  // kernel at M = 64 on 8192 x 28672: 54.6 us against 81.3 (docs/PERFORMANCE.md).
+  static constexpr bool kSerialBatches = true;
+  static constexpr int kGroupStageBytes = 4 * kUnitBytes;
+
+  // Logical core c (16 k) of step c / 2 holds the physical words 16 (c % 2) + 4t + c / 2.
+  __device__ static int CoreWord(int c, int t) { return c % 2 * 16 + 4 * t + c / 2; }
+
+  // p.w_group_stride is the layout's row-group stride (K / 128 units); row groups past
+  // the last read the last again (never stored).
+  __device__ static void Load(uint8_t* dst, const Params& p, int64_t group, int64_t chunk,
+                              uint64_t* bar) {
+#if __CUDA_ARCH__ >= 900
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int64_t rg = group * 4 + i < p.row_groups ? group * 4 + i : p.row_groups - 1;
+      w4a16::BulkCopy(dst + i * kUnitBytes, p.w + rg * p.w_group_stride + chunk * kUnitBytes,
+                      kUnitBytes, bar);
+    }
+#endif
+  }
+
+  // The warp's strip is row block warp % 2 of the group's row group warp / 2.
+  template <bool>
+  __device__ static void Dequant(const Params&, const uint8_t* gs, int warp, int lane, int half,
+                                 uint32_t (*a)[4]) {
+    const uint4 w = *reinterpret_cast<const uint4*>(gs + warp / 2 * kUnitBytes +
+                                                    warp % 2 * kBytesPerRowBlock + lane * 16);
+#pragma unroll
+    for (int s = 0; s < 2; ++s) {
+      const int shift = 2 * (2 * half + s);
+      a[s][0] = w.x >> shift & 0x03030303u;
+      a[s][1] = w.y >> shift & 0x03030303u;
+      a[s][2] = w.z >> shift & 0x03030303u;
+      a[s][3] = w.w >> shift & 0x03030303u;
+    }
+  }
+
+  template <int J, bool>
+  __device__ static void Mma(int (&d)[J][4], const uint32_t (&a)[4], uint64_t desc,
+                             bool accumulate) {
+#ifdef QMM_WGMMA
+    wgmma::MmaRsU8S8<J>(d, a, desc, accumulate);
+#endif
+  }
+
+  __device__ static float4 Finish(const Params& p, int64_t group, int warp, int lane, int64_t tok,
+                                  int split, const int (&d)[4]) {
+    const int64_t rows = p.row_groups * kRowsPerGroup;
+    const int64_t row = group * 128 + warp * 16 + lane / 4;
+    const auto* ws = reinterpret_cast<const float*>(p.s);
+    const float lo = row < rows ? ws[row] : 0.f;  // rows past the layout: never stored
+    const float hi = row + 8 < rows ? ws[row + 8] : 0.f;
+    // Tokens past M are never stored; read the last one's terms instead.
+    const int64_t t0 = tok < p.m ? tok : p.m - 1;
+    const int64_t t1 = tok + 1 < p.m ? tok + 1 : p.m - 1;
+    const float sum0 = split == 0 ? static_cast<float>(p.x_sum[t0]) : 0.f;
+    const float sum1 = split == 0 ? static_cast<float>(p.x_sum[t1]) : 0.f;
+    const float s0 = p.x_scale[t0];
+    const float s1 = p.x_scale[t1];
+    return make_float4(
+        (static_cast<float>(d[0]) - sum0) * s0 * lo, (static_cast<float>(d[1]) - sum1) * s1 * lo,
+        (static_cast<float>(d[2]) - sum0) * s0 * hi, (static_cast<float>(d[3]) - sum1) * s1 * hi);
+  }
+
+  // args.workspace is the launch workspace of w2a8_layout.h followed by the permuted
+  // activations.
+  static const void* PermuteSource(const GemmArgs& args) {
+    const Geometry g(args.shape.n, args.shape.k);
+    return static_cast<const uint8_t*>(args.workspace) + Workspace(g, args.m).xq;
+  }
+  static uint8_t* PermutedX(const GemmArgs& args) {
+    const Geometry g(args.shape.n, args.shape.k);
+    return static_cast<uint8_t*>(args.workspace) + WgmmaXOffset(g, args.m);
+  }
+  static Params MakeParams(const GemmArgs& args) {
+    const Geometry g(args.shape.n, args.shape.k);
+    const Workspace ws(g, args.m);
+    auto* base = static_cast<uint8_t*>(args.workspace);
+    Params p{};
+    p.w = static_cast<const uint8_t*>(args.weight);
+    p.s = p.w + g.code_bytes();
+    p.x = args.x;
+    p.y = args.y;
+    p.m = args.m;
+    p.n = args.shape.n;
+    p.k = args.shape.k;
+    p.groups = (args.shape.n + 127) / 128;
+    p.w_group_stride = g.k_blocks * kUnitBytes;
+    p.chunks = static_cast<int32_t>(g.k_blocks);
+    p.splits = 1;
+    p.y_dtype = args.y_dtype;
+    p.x_scale = reinterpret_cast<const float*>(base + ws.x_scale);
+    p.x_sum = reinterpret_cast<const int32_t*>(base + ws.x_sum);
+    p.row_groups = g.row_groups;
+    return p;
+  }
+};
+
+}  // namespace qmm::cuda::w2a8
+
+#endif  // QMM_KERNELS_CUDA_W2A8_WGMMA_CUH_
