@@ -46,17 +46,6 @@ template <int kPending>
 __device__ inline void Wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(kPending) : "memory");
 }
-// Marks registers an issued wgmma reads as used here, after the wait that completes it:
-// the compiler sees only the issue, and could otherwise reuse them while the tensor
-// cores still read them.
-template <int N>
-__device__ inline void KeepUntilHere(const uint32_t (&a)[N][4]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) {
-    asm volatile("" ::"r"(a[i][0]), "r"(a[i][1]), "r"(a[i][2]), "r"(a[i][3]) : "memory");
-  }
-}
-
 // Makes this thread's ordinary shared-memory stores visible to the tensor cores (the
 // async proxy); a barrier must follow before another thread's wgmma reads them.
 __device__ inline void FenceProxyAsync() {

@@ -25,11 +25,9 @@
 // batches (G = 2: one group each; G = 1: one 64-k block each): each consumer warp
 // dequantizes its rows of a batch into A registers and its warpgroup issues the batch's
 // wgmmas, accumulating straight into the fp32 results; two register sets take turns, so
-// a batch is dequantized while the tensor cores run the one before it (each set is
-// marked live until the wait that completes its batch: the compiler does not know that
-// wgmma reads registers after it is issued, and reusing them early corrupted W2A8's
-// integer products on the H200). Nothing but the
-// stage barriers couples the warpgroups.
+// a batch is dequantized while the tensor cores run the one before it (unless the format
+// completes each batch first, F::kSerialBatches). Nothing but the stage barriers couples
+// the warpgroups.
 // Measured on the H200: docs/PERFORMANCE.md.
 #ifndef QMM_KERNELS_CUDA_WGMMA_GEMM_CUH_
 #define QMM_KERNELS_CUDA_WGMMA_GEMM_CUH_
@@ -249,12 +247,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     dequant(stage, 0);  // a[0] is free: batch 0 of chunk c - 1 completed below
     issue(stage, 0, c == 0);
     wgmma::Wait<kPending>();  // batch 1 of chunk c - 1: a[1] and its stage are free
-    wgmma::KeepUntilHere(a[1]);
     if (c > 0 && lane == 0) w4a16::MbarArrive(&empty[(c - 1) % kStages]);
     dequant(stage, 1);
     issue(stage, 1, c == 0);
     wgmma::Wait<kPending>();  // batch 0 of chunk c
-    wgmma::KeepUntilHere(a[0]);
   }
   wgmma::Wait<0>();
   // Every warp is done with the stages before they become the reduction buffer.
