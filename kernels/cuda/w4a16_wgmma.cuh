@@ -8,7 +8,7 @@
 #define QMM_KERNELS_CUDA_W4A16_WGMMA_CUH_
 
 #include "kernels/cuda/w4a16_common.cuh"
-#include "kernels/cuda/wgmma.cuh"
+#include "kernels/cuda/wgmma_a16_format.cuh"
 
 namespace qmm::cuda::w4a16 {
 
@@ -67,25 +67,8 @@ __device__ inline void DequantScaled(uint32_t w, const ChunkScales& s, uint32_t 
   }
 }
 
-struct WgmmaFormat {
+struct WgmmaFormat : wgmma_gemm::A16Format {
   static constexpr int kGroupStageBytes = kGroupChunkBytes + kGroupScaleBytes;
-  using Params = w4a16::Params;
-  using Acc = float;
-  static constexpr int kXBytes = 2;
-  static constexpr int kSteps = 8;
-  static constexpr int kMaxGroups = 2;
-  static constexpr bool kSerialBatches = false;
-
-  template <int J, bool kBf16>
-  __device__ static void Mma(float (&d)[J][4], const uint32_t (&a)[4], uint64_t desc,
-                             bool accumulate) {
-#ifdef QMM_WGMMA
-    wgmma::MmaRs<J, kBf16>(d, a, desc, accumulate);
-#endif
-  }
-
-  static const void* PermuteSource(const GemmArgs& args) { return args.x; }
-  static uint8_t* PermutedX(const GemmArgs& args) { return static_cast<uint8_t*>(args.workspace); }
 
   // Logical core j of a block holds the physical words j, j + 8, j + 16, j + 24.
   __device__ static int CoreWord(int j, int t) { return j + 8 * t; }

@@ -13,28 +13,11 @@
 
 #include "kernels/cuda/w4a16_common.cuh"
 #include "kernels/cuda/w8a16_ptx.cuh"
-#include "kernels/cuda/wgmma.cuh"
+#include "kernels/cuda/wgmma_a16_format.cuh"
 
 namespace qmm::cuda::w8a16 {
 
-struct WgmmaFormat {
-  using Params = w4a16::Params;
-  using Acc = float;
-  static constexpr int kXBytes = 2;
-  static constexpr int kSteps = 8;
-  static constexpr int kMaxGroups = 2;
-  static constexpr bool kSerialBatches = false;
-
-  template <int J, bool kBf16>
-  __device__ static void Mma(float (&d)[J][4], const uint32_t (&a)[4], uint64_t desc,
-                             bool accumulate) {
-#ifdef QMM_WGMMA
-    wgmma::MmaRs<J, kBf16>(d, a, desc, accumulate);
-#endif
-  }
-
-  static const void* PermuteSource(const GemmArgs& args) { return args.x; }
-  static uint8_t* PermutedX(const GemmArgs& args) { return static_cast<uint8_t*>(args.workspace); }
+struct WgmmaFormat : wgmma_gemm::A16Format {
   static constexpr int kRowTileChunkBytes = 2048;  // 16 rows x 128 k
   static constexpr int kGroupStageBytes = 8 * kRowTileChunkBytes;
   static constexpr int kLayoutChunkBytes = 512;  // 16 rows x 32 k

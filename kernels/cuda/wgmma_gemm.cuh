@@ -1,9 +1,10 @@
-// The quantized-weight GEMM for many tokens on sm_90a, shared by W4A16 and W8A16:
+// The quantized-weight GEMM for many tokens on sm_90a, shared by W4A16, W8A16 and W2A8:
 // warpgroup MMA (wgmma) with the weights as the A operand, dequantized in registers, and
 // the activations as the B operand in shared memory (mma.sync cannot keep Hopper's
-// tensor cores busy). A weight format F (w4a16_wgmma.cuh, w8a16_wgmma.cuh) says how a
-// 128-row group's 128-k chunk is copied into a stage, dequantized into the A registers
-// of one warp's 16 rows, and scaled; the rest is here. Two kernels per launch:
+// tensor cores busy). A weight format F (w4a16_wgmma.cuh, w8a16_wgmma.cuh on
+// wgmma_a16_format.cuh; w2a8_wgmma.cuh) says how a 128-row group's 128-k chunk is copied
+// into a stage, dequantized into the A registers of one warp's 16 rows, and scaled; the
+// rest is here. Two kernels per launch:
 //
 // PermuteKernel writes the activations into the workspace in exactly the bytes a stage
 // holds: per NT-token tile and 128-k chunk, per 64-k block and 8 tokens a

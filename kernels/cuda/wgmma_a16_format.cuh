@@ -1,0 +1,38 @@
+// What the wgmma GEMM's formats with 16-bit activations (W4A16, W8A16) share: fp32
+// accumulation by the fp16 / bf16 wgmma, the activations permuted straight from the
+// caller's x into the workspace, two A register sets in flight (wgmma_gemm.cuh lists what
+// a format provides; w4a16_wgmma.cuh and w8a16_wgmma.cuh add the weight side).
+#ifndef QMM_KERNELS_CUDA_WGMMA_A16_FORMAT_CUH_
+#define QMM_KERNELS_CUDA_WGMMA_A16_FORMAT_CUH_
+
+#include <cstdint>
+
+#include "kernels/cuda/gemm_args.h"
+#include "kernels/cuda/w4a16_common.cuh"
+#include "kernels/cuda/wgmma.cuh"
+
+namespace qmm::cuda::wgmma_gemm {
+
+struct A16Format {
+  using Params = w4a16::Params;
+  using Acc = float;
+  static constexpr int kXBytes = 2;
+  static constexpr int kSteps = 8;
+  static constexpr int kMaxGroups = 2;
+  static constexpr bool kSerialBatches = false;
+
+  template <int J, bool kBf16>
+  __device__ static void Mma(float (&d)[J][4], const uint32_t (&a)[4], uint64_t desc,
+                             bool accumulate) {
+#ifdef QMM_WGMMA
+    wgmma::MmaRs<J, kBf16>(d, a, desc, accumulate);
+#endif
+  }
+
+  static const void* PermuteSource(const GemmArgs& args) { return args.x; }
+  static uint8_t* PermutedX(const GemmArgs& args) { return static_cast<uint8_t*>(args.workspace); }
+};
+
+}  // namespace qmm::cuda::wgmma_gemm
+
+#endif  // QMM_KERNELS_CUDA_WGMMA_A16_FORMAT_CUH_
