@@ -73,6 +73,25 @@ uint64_t FreshSeed() {
   return (static_cast<uint64_t>(rd()) << 32) | rd();
 }
 
+// A test with its own seed (in the trace of every failure) and generator.
+template <typename Base = ::testing::Test>
+class Seeded : public Base {
+ protected:
+  const uint64_t seed_ = FreshSeed();
+  const ::testing::ScopedTrace trace_{__FILE__, __LINE__, ::testing::Message() << "seed " << seed_};
+  std::mt19937_64 rng_{seed_};
+};
+
+// A seeded test with a stream of its own.
+class SeededStreamTest : public Seeded<> {
+ protected:
+  void SetUp() override { ASSERT_CUDA(cudaStreamCreate(&stream_)); }
+  void TearDown() override {
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+  cudaStream_t stream_ = nullptr;
+};
+
 std::vector<float> RandomNormal(std::mt19937_64& rng, size_t count, float sigma) {
   std::normal_distribution<float> dist(0.0f, sigma);
   std::vector<float> v(count);
@@ -144,6 +163,27 @@ std::vector<float> Download(const DeviceBuffer& buffer, DType dtype, size_t coun
   return values;
 }
 
+// Expects every value of `got` (a [rows, n] result) finite and within tol(i, want(i)) of
+// want(i); reports the first five misses and the worst error over its tolerance.
+template <typename Want, typename Tol>
+void ExpectWithin(const std::vector<float>& got, int64_t n, Want want, Tol tol) {
+  int bad = 0;
+  double worst = 0.0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double w = want(i);
+    const double t = tol(i, w);
+    const double err = std::fabs(static_cast<double>(got[i]) - w);
+    worst = std::max(worst, std::isfinite(got[i]) ? err / t : INFINITY);
+    if (!std::isfinite(got[i]) || err > t) {
+      if (++bad <= 5) {
+        ADD_FAILURE() << "y[" << i / n << "][" << i % n << "] = " << got[i] << ", reference " << w
+                      << ", tolerance " << t;
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0) << "of " << got.size() << " elements; worst error / tolerance = " << worst;
+}
+
 // A device copy of one weight in its kernel's layout, and a cuBLAS handle for dense ones.
 class GpuWeight {
  public:
@@ -209,21 +249,9 @@ class GpuWeight {
     const double rms = std::sqrt(sum_sq / expected.size());
     ASSERT_GT(rms, 0.0) << "random data must not give an all-zero product";
     const double c = x_dtype == DType::kF16 ? 2e-3 : 1.5e-2;
-    const double u = OutputRoundoff(y_dtype);
-    int bad = 0;
-    double worst = 0.0;
-    for (size_t i = 0; i < got.size(); ++i) {
-      const double err = std::fabs(static_cast<double>(got[i]) - expected[i]);
-      const double tol = c * rms + u * std::fabs(expected[i]);
-      worst = std::max(worst, std::isfinite(got[i]) ? err / (c * rms) : INFINITY);
-      if (!std::isfinite(got[i]) || err > tol) {
-        if (++bad <= 5) {
-          ADD_FAILURE() << "y[" << i / shape.n << "][" << i % shape.n << "] = " << got[i]
-                        << ", CPU " << expected[i] << ", tolerance " << tol;
-        }
-      }
-    }
-    EXPECT_EQ(bad, 0) << "of " << got.size() << " elements; worst error / (c * rms) = " << worst;
+    ExpectWithin(
+        got, shape.n, [&](size_t i) { return static_cast<double>(expected[i]); },
+        [&](size_t, double want) { return c * rms + OutputRoundoff(y_dtype) * std::fabs(want); });
   }
 
  private:
@@ -259,26 +287,23 @@ std::vector<WeightShape> TestShapes(Scheme scheme) {
   return shapes;
 }
 
-class RegistryTest : public ::testing::TestWithParam<Scheme> {};
+class RegistryTest : public Seeded<::testing::TestWithParam<Scheme>> {};
 
 TEST_P(RegistryTest, MatchesCpuKernel) {
   const Scheme scheme = GetParam();
   const KernelOps* ops = FindKernel(scheme);
   if (ops == nullptr) GTEST_SKIP() << SchemeName(scheme) << " has no CUDA kernel yet";
-  const uint64_t seed = FreshSeed();
-  SCOPED_TRACE(::testing::Message() << "seed " << seed);
-  std::mt19937_64 rng(seed);
   for (const WeightShape& shape : TestShapes(scheme)) {
     ASSERT_TRUE(ValidateShape(scheme, shape).ok());
-    const Weight w = RandomWeight(scheme, shape, rng);
+    const Weight w = RandomWeight(scheme, shape, rng_);
     GpuWeight gpu(*ops, w);
     ASSERT_TRUE(gpu.ok());
     for (DType x_dtype : XDtypes(scheme)) {
       for (int64_t m : kMs) {
-        gpu.Check(x_dtype, DType::kF32, m, rng);
+        gpu.Check(x_dtype, DType::kF32, m, rng_);
         if (m == 3 || m == 65) {
-          gpu.Check(x_dtype, DType::kF16, m, rng);
-          gpu.Check(x_dtype, DType::kBF16, m, rng);
+          gpu.Check(x_dtype, DType::kF16, m, rng_);
+          gpu.Check(x_dtype, DType::kBF16, m, rng_);
         }
         if (HasFatalFailure()) return;
       }
@@ -293,17 +318,14 @@ TEST_P(RegistryTest, LargeLayerMatchesCpuKernel) {
   const Scheme scheme = GetParam();
   const KernelOps* ops = FindKernel(scheme);
   if (ops == nullptr) GTEST_SKIP() << SchemeName(scheme) << " has no CUDA kernel yet";
-  const uint64_t seed = FreshSeed();
-  SCOPED_TRACE(::testing::Message() << "seed " << seed);
-  std::mt19937_64 rng(seed);
   const int32_t group = scheme == Scheme::kW4A16 ? kW4GroupSize : 0;
   for (const WeightShape& shape :
        {WeightShape{28672, 8192, group}, WeightShape{8192, 28672, group}}) {
-    const Weight w = RandomWeight(scheme, shape, rng);
+    const Weight w = RandomWeight(scheme, shape, rng_);
     GpuWeight gpu(*ops, w);
     ASSERT_TRUE(gpu.ok());
     for (int64_t m : {1, 4, 16, 64}) {
-      gpu.Check(XDtypes(scheme).front(), DType::kF32, m, rng);
+      gpu.Check(XDtypes(scheme).front(), DType::kF32, m, rng_);
       if (HasFatalFailure()) return;
     }
   }
@@ -357,10 +379,7 @@ cudaError_t LaunchW4A16Wgmma(const GemmArgs& args) {
 // Each launch variant against the CPU on fresh random weights of each shape, at each M,
 // for fp16 and bf16 activations.
 void CheckVariants(Scheme scheme, const std::vector<WeightShape>& shapes,
-                   const std::vector<int64_t>& ms, const Variants& variants) {
-  const uint64_t seed = FreshSeed();
-  SCOPED_TRACE(::testing::Message() << "seed " << seed);
-  std::mt19937_64 rng(seed);
+                   const std::vector<int64_t>& ms, const Variants& variants, std::mt19937_64& rng) {
   const KernelOps* ops = FindKernel(scheme);
   ASSERT_NE(ops, nullptr);
   for (const WeightShape& shape : shapes) {
@@ -379,6 +398,11 @@ void CheckVariants(Scheme scheme, const std::vector<WeightShape>& shapes,
   }
 }
 
+class W8A16Test : public SeededStreamTest {};
+class W4A16Test : public SeededStreamTest {};
+class W2A8Test : public SeededStreamTest {};
+using DependentLaunchTest = SeededStreamTest;
+
 // The W8A16 wgmma GEMM at every M with G groups per CTA and a forced split (0: the
 // launch's choice); where it cannot run (not sm_90a, K % 128 != 0) the launch falls
 // back to the other kernels.
@@ -393,7 +417,7 @@ cudaError_t LaunchW8A16Wgmma(const GemmArgs& args) {
 // Every split count of W8A16, not only the ones the heuristic picks, and the wgmma GEMM
 // with each row-group count, alone and split 4 ways, also at the M the default launch
 // gives the other kernels (K = 1088 is not a multiple of 128: the fallback).
-TEST(W8A16Test, EverySplitMatchesCpu) {
+TEST_F(W8A16Test, EverySplitMatchesCpu) {
   DeviceInfo device;
   ASSERT_CUDA(CurrentDeviceInfo(&device));
   Variants variants = SplitVariants<W8A16Options, &LaunchW8A16>(device);
@@ -405,7 +429,7 @@ TEST(W8A16Test, EverySplitMatchesCpu) {
     variants.push_back({"wgmma 2 groups, splits 4", &LaunchW8A16Wgmma<2, 4>});
   }
   CheckVariants(Scheme::kW8A16, {{1000, 4096, 0}, {300, 1088, 0}, {200, 1152, 0}},
-                {1, 9, 17, 40, 65, 100, 129, 300}, variants);
+                {1, 9, 17, 40, 65, 100, 129, 300}, variants, rng_);
 }
 
 // A W2A8 launch with the wgmma GEMM forced (kGroups 1), or with a forced k split
@@ -420,11 +444,12 @@ cudaError_t LaunchW2A8With(const GemmArgs& args) {
 
 // Every W2A8 path: the default launch, the mma.sync kernels beyond 16 tokens, and the
 // wgmma GEMM, also at the M the default gives the others.
-TEST(W2A8Test, EveryPathMatchesCpu) {
+TEST_F(W2A8Test, EveryPathMatchesCpu) {
   CheckVariants(Scheme::kW2A8, {{1000, 2048, 0}, {300, 1152, 0}}, {1, 5, 17, 40, 64, 100, 129, 300},
                 {{"default", &LaunchW2A8With<0, 0>},
                  {"k splits 2", &LaunchW2A8With<0, 2>},
-                 {"wgmma", &LaunchW2A8With<1, 0>}});
+                 {"wgmma", &LaunchW2A8With<1, 0>}},
+                rng_);
 }
 
 // Every W4A16 path beyond the main sweep: token counts around the kernels' tile sizes
@@ -432,7 +457,7 @@ TEST(W2A8Test, EveryPathMatchesCpu) {
 // (which the default launch never picks for some M on an H200), and the wgmma kernel
 // with each row-group count, alone and split 4 ways, also at the M the default launch
 // gives the decode kernels.
-TEST(W4A16Test, EveryPathMatchesCpu) {
+TEST_F(W4A16Test, EveryPathMatchesCpu) {
   DeviceInfo device;
   ASSERT_CUDA(CurrentDeviceInfo(&device));
   Variants variants = SplitVariants<W4A16Options, &LaunchW4A16>(device);
@@ -444,7 +469,7 @@ TEST(W4A16Test, EveryPathMatchesCpu) {
     variants.push_back({"wgmma 2 groups, splits 4", &LaunchW4A16Wgmma<2, 4>});
   }
   CheckVariants(Scheme::kW4A16, {{1000, 2048, kW4GroupSize}, {300, 1152, 0}},
-                {1, 5, 17, 32, 40, 100, 128, 129, 300}, variants);
+                {1, 5, 17, 32, 40, 100, 128, 129, 300}, variants, rng_);
 }
 
 // The SwiGLU launch (gate, up and silu(gate) * up at once) against CpuMatMul of each
@@ -453,18 +478,13 @@ TEST(W4A16Test, EveryPathMatchesCpu) {
 // (|silu'| <= 1.1), plus the output dtype's rounding. Shapes: a single row, a partial
 // strip and group (N = 200), per-row scales, a 4096-class layer; M over both token
 // tiles of the decode kernel.
-TEST(W4A16Test, SwiGluMatchesCpu) {
-  const uint64_t seed = FreshSeed();
-  SCOPED_TRACE(::testing::Message() << "seed " << seed);
-  std::mt19937_64 rng(seed);
+TEST_F(W4A16Test, SwiGluMatchesCpu) {
   const KernelOps& ops = *FindKernel(Scheme::kW4A16);
   ASSERT_NE(ops.launch_swiglu, nullptr);
-  cudaStream_t stream = nullptr;
-  ASSERT_CUDA(cudaStreamCreate(&stream));
   for (const WeightShape& shape : std::vector<WeightShape>{
            {1, 128, kW4GroupSize}, {200, 384, kW4GroupSize}, {1000, 1024, 0}, {4096, 4096, 128}}) {
-    const Weight gate = RandomWeight(Scheme::kW4A16, shape, rng);
-    const Weight up = RandomWeight(Scheme::kW4A16, shape, rng);
+    const Weight gate = RandomWeight(Scheme::kW4A16, shape, rng_);
+    const Weight up = RandomWeight(Scheme::kW4A16, shape, rng_);
     const std::unique_ptr<DeviceBuffer> dgate = UploadLayout(ops, gate);
     const std::unique_ptr<DeviceBuffer> dup = UploadLayout(ops, up);
     ASSERT_TRUE(dgate != nullptr && dup != nullptr);
@@ -474,7 +494,7 @@ TEST(W4A16Test, SwiGluMatchesCpu) {
           SCOPED_TRACE(::testing::Message()
                        << "n=" << shape.n << " k=" << shape.k << " g=" << shape.group_size
                        << " m=" << m << " x=" << DTypeName(x_dtype) << " y=" << DTypeName(y_dtype));
-          const Rounded x = RoundTo(x_dtype, RandomNormal(rng, m * shape.k, 1.0f));
+          const Rounded x = RoundTo(x_dtype, RandomNormal(rng_, m * shape.k, 1.0f));
           std::vector<float> g(m * shape.n), u(m * shape.n);
           CpuMatMul(gate.packed(), x.values.data(), m, g.data(), 0);
           CpuMatMul(up.packed(), x.values.data(), m, u.data(), 0);
@@ -500,27 +520,19 @@ TEST(W4A16Test, SwiGluMatchesCpu) {
           args.m = m;
           args.y_dtype = y_dtype;
           args.y = dy.get();
-          args.stream = stream;
+          args.stream = stream_;
           ASSERT_CUDA(ops.launch_swiglu(args, dup->get()));
-          ASSERT_CUDA(cudaStreamSynchronize(stream));
+          ASSERT_CUDA(cudaStreamSynchronize(stream_));
           const std::vector<float> got = Download(dy, y_dtype, m * shape.n);
 
           const double c = x_dtype == DType::kF16 ? 2e-3 : 1.5e-2;
-          int bad = 0;
-          for (size_t i = 0; i < got.size(); ++i) {
-            const double gv = g[i];
-            const double silu = gv / (1.0 + std::exp(-gv));
-            const double want = silu * u[i];
-            const double tol = c * (1.1 * rms_g * std::fabs(u[i]) + std::fabs(silu) * rms_u) +
-                               OutputRoundoff(y_dtype) * std::fabs(want) + 1e-30;
-            if (!std::isfinite(got[i]) || std::fabs(got[i] - want) > tol) {
-              if (++bad <= 5) {
-                ADD_FAILURE() << "y[" << i / shape.n << "][" << i % shape.n << "] = " << got[i]
-                              << ", reference " << want << ", tolerance " << tol;
-              }
-            }
-          }
-          EXPECT_EQ(bad, 0) << "of " << got.size() << " elements";
+          auto silu = [&](size_t i) { return g[i] / (1.0 + std::exp(-static_cast<double>(g[i]))); };
+          ExpectWithin(
+              got, shape.n, [&](size_t i) { return silu(i) * u[i]; },
+              [&](size_t i, double want) {
+                return c * (1.1 * rms_g * std::fabs(u[i]) + std::fabs(silu(i)) * rms_u) +
+                       OutputRoundoff(y_dtype) * std::fabs(want) + 1e-30;
+              });
           if (HasFailure()) break;
         }
       }
@@ -540,23 +552,17 @@ TEST(W4A16Test, SwiGluMatchesCpu) {
   EXPECT_EQ(ops.launch_swiglu(args, reinterpret_cast<const char*>(dummy) + 4),
             cudaErrorInvalidValue);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
-  cudaStreamDestroy(stream);
 }
 
 // W4A16 adds GemmArgs::residual (in each dtype) in fp32 before rounding y, on every path:
 // M = 1 and 5 (decode), 12 (decode, two token tiles), 40 and 300 (wgmma; 128-token tiles
 // at 300). Tolerance: the matmul's above, the residual itself exact until y's rounding.
-TEST(W4A16Test, AddsTheResidual) {
-  const uint64_t seed = FreshSeed();
-  SCOPED_TRACE(::testing::Message() << "seed " << seed);
-  std::mt19937_64 rng(seed);
+TEST_F(W4A16Test, AddsTheResidual) {
   const KernelOps& ops = *FindKernel(Scheme::kW4A16);
   ASSERT_TRUE(ops.takes_residual);
-  cudaStream_t stream = nullptr;
-  ASSERT_CUDA(cudaStreamCreate(&stream));
   for (const WeightShape& shape :
        std::vector<WeightShape>{{200, 384, kW4GroupSize}, {1000, 1024, 0}}) {
-    const Weight w = RandomWeight(Scheme::kW4A16, shape, rng);
+    const Weight w = RandomWeight(Scheme::kW4A16, shape, rng_);
     const std::unique_ptr<DeviceBuffer> dw = UploadLayout(ops, w);
     ASSERT_TRUE(dw != nullptr);
     for (int64_t m : {1, 5, 12, 40, 300}) {
@@ -565,8 +571,8 @@ TEST(W4A16Test, AddsTheResidual) {
         const DType y_dtype = r_dtype == DType::kF32 ? DType::kF16 : DType::kF32;
         SCOPED_TRACE(::testing::Message() << "n=" << shape.n << " k=" << shape.k << " m=" << m
                                           << " residual " << DTypeName(r_dtype));
-        const Rounded x = RoundTo(x_dtype, RandomNormal(rng, m * shape.k, 1.0f));
-        const Rounded res = RoundTo(r_dtype, RandomNormal(rng, m * shape.n, 2.0f));
+        const Rounded x = RoundTo(x_dtype, RandomNormal(rng_, m * shape.k, 1.0f));
+        const Rounded res = RoundTo(r_dtype, RandomNormal(rng_, m * shape.n, 2.0f));
         std::vector<float> prod(m * shape.n);
         CpuMatMul(w.packed(), x.values.data(), m, prod.data(), 0);
         double sum_sq = 0.0;
@@ -594,29 +600,21 @@ TEST(W4A16Test, AddsTheResidual) {
         args.workspace = dws.get();
         args.residual = dr.get();
         args.residual_dtype = r_dtype;
-        args.stream = stream;
+        args.stream = stream_;
         ASSERT_CUDA(ops.launch(args));
-        ASSERT_CUDA(cudaStreamSynchronize(stream));
+        ASSERT_CUDA(cudaStreamSynchronize(stream_));
         const std::vector<float> got = Download(dy, y_dtype, m * shape.n);
 
         const double c = x_dtype == DType::kF16 ? 2e-3 : 1.5e-2;
-        int bad = 0;
-        for (size_t i = 0; i < got.size(); ++i) {
-          const double want = static_cast<double>(prod[i]) + res.values[i];
-          const double tol = c * rms + OutputRoundoff(y_dtype) * std::fabs(want);
-          if (!std::isfinite(got[i]) || std::fabs(got[i] - want) > tol) {
-            if (++bad <= 5) {
-              ADD_FAILURE() << "y[" << i / shape.n << "][" << i % shape.n << "] = " << got[i]
-                            << ", reference " << want << ", tolerance " << tol;
-            }
-          }
-        }
-        EXPECT_EQ(bad, 0) << "of " << got.size() << " elements";
+        ExpectWithin(
+            got, shape.n, [&](size_t i) { return static_cast<double>(prod[i]) + res.values[i]; },
+            [&](size_t, double want) {
+              return c * rms + OutputRoundoff(y_dtype) * std::fabs(want);
+            });
         if (HasFailure()) break;
       }
     }
   }
-  cudaStreamDestroy(stream);
 }
 
 // W2A8 with a DyT on its input (GemmArgs::dyt) gives exactly the bytes of the DyT kernel's
@@ -624,16 +622,11 @@ TEST(W4A16Test, AddsTheResidual) {
 // them to the same int8 values, and the integer matmul is exact. Decode (stream-K) and
 // row-group paths, every input dtype, with and without beta; and a DyT that is all zeros
 // (gamma = 0, no beta) quantizes to zero rows: y = 0.
-TEST(W2A8Test, DyTInputIsBitIdenticalToDyTThenMatMul) {
-  const uint64_t seed = FreshSeed();
-  SCOPED_TRACE(::testing::Message() << "seed " << seed);
-  std::mt19937_64 rng(seed);
+TEST_F(W2A8Test, DyTInputIsBitIdenticalToDyTThenMatMul) {
   const KernelOps& ops = *FindKernel(Scheme::kW2A8);
   ASSERT_TRUE(ops.takes_dyt);
-  cudaStream_t stream = nullptr;
-  ASSERT_CUDA(cudaStreamCreate(&stream));
   const WeightShape shape = {300, 2560, 0};
-  const Weight w = RandomWeight(Scheme::kW2A8, shape, rng);
+  const Weight w = RandomWeight(Scheme::kW2A8, shape, rng_);
   const std::unique_ptr<DeviceBuffer> dw = UploadLayout(ops, w);
   ASSERT_TRUE(dw != nullptr);
   for (int64_t m : {1, 9, 40}) {
@@ -641,10 +634,10 @@ TEST(W2A8Test, DyTInputIsBitIdenticalToDyTThenMatMul) {
       for (int variant = 0; variant < 3; ++variant) {  // beta, no beta, gamma = 0 and no beta
         SCOPED_TRACE(::testing::Message()
                      << "m=" << m << " x=" << DTypeName(x_dtype) << " variant " << variant);
-        const Rounded x = RoundTo(x_dtype, RandomNormal(rng, m * shape.k, 1.5f));
-        std::vector<float> gamma = RandomNormal(rng, shape.k, 1.0f);
+        const Rounded x = RoundTo(x_dtype, RandomNormal(rng_, m * shape.k, 1.5f));
+        std::vector<float> gamma = RandomNormal(rng_, shape.k, 1.0f);
         if (variant == 2) std::fill(gamma.begin(), gamma.end(), 0.0f);
-        const std::vector<float> beta = RandomNormal(rng, shape.k, 0.1f);
+        const std::vector<float> beta = RandomNormal(rng_, shape.k, 0.1f);
         DeviceBuffer dx(x.bytes.size()), dg(shape.k * 4), db(shape.k * 4), dd(m * shape.k * 4);
         DeviceBuffer dy(m * shape.n * 4), dy2(m * shape.n * 4);
         DeviceBuffer dws(ops.workspace_bytes(shape, m));
@@ -667,17 +660,17 @@ TEST(W2A8Test, DyTInputIsBitIdenticalToDyTThenMatMul) {
         args.y_dtype = DType::kF32;
         args.y = dy.get();
         args.workspace = dws.get();
-        args.stream = stream;
+        args.stream = stream_;
         args.dyt = {alpha, d_gamma, d_beta};
         ASSERT_CUDA(ops.launch(args));
         ASSERT_CUDA(LaunchDyT(x_dtype, dx.get(), m, shape.k, alpha, d_gamma, d_beta, DType::kF32,
-                              dd.get(), stream));
+                              dd.get(), stream_));
         args.x_dtype = DType::kF32;
         args.x = dd.get();
         args.y = dy2.get();
         args.dyt = {};
         ASSERT_CUDA(ops.launch(args));
-        ASSERT_CUDA(cudaStreamSynchronize(stream));
+        ASSERT_CUDA(cudaStreamSynchronize(stream_));
         const std::vector<float> fused = Download(dy, DType::kF32, m * shape.n);
         const std::vector<float> unfused = Download(dy2, DType::kF32, m * shape.n);
         ASSERT_EQ(0, std::memcmp(fused.data(), unfused.data(), fused.size() * 4));
@@ -693,7 +686,6 @@ TEST(W2A8Test, DyTInputIsBitIdenticalToDyTThenMatMul) {
       }
     }
   }
-  cudaStreamDestroy(stream);
 }
 
 // Dependent launches (dependent_launch.h) let each kernel start while the one before it
@@ -702,10 +694,7 @@ TEST(W2A8Test, DyTInputIsBitIdenticalToDyTThenMatMul) {
 // residual epilogue between them, must give, launched back to back, exactly the bytes it
 // gives with a synchronization after every launch (every kernel here is deterministic).
 // Shapes and M cover the decode, staged, cluster and wgmma paths of each scheme.
-TEST(DependentLaunchTest, BackToBackChainsMatchSerializedRuns) {
-  const uint64_t seed = FreshSeed();
-  SCOPED_TRACE(::testing::Message() << "seed " << seed);
-  std::mt19937_64 rng(seed);
+TEST_F(DependentLaunchTest, BackToBackChainsMatchSerializedRuns) {
   constexpr int64_t kNarrow = 2048;
   constexpr int64_t kWide = 10240;  // more row tiles than the decode kernels cover at once
   constexpr int64_t kMaxM = 64;
@@ -723,7 +712,7 @@ TEST(DependentLaunchTest, BackToBackChainsMatchSerializedRuns) {
       Layer layer{FindKernel(scheme), {up ? kWide : kNarrow, up ? kNarrow : kWide, 0}, nullptr};
       if (scheme == Scheme::kW4A16) layer.shape.group_size = kW4GroupSize;
       ASSERT_NE(layer.ops, nullptr);
-      const Weight w = RandomWeight(scheme, layer.shape, rng,
+      const Weight w = RandomWeight(scheme, layer.shape, rng_,
                                     1.0f / std::sqrt(static_cast<float>(layer.shape.k)));
       const std::vector<uint8_t> bytes = layer.ops->repack(w.packed());
       layer.weight = std::make_unique<DeviceBuffer>(bytes.size());
@@ -734,15 +723,13 @@ TEST(DependentLaunchTest, BackToBackChainsMatchSerializedRuns) {
       layers.push_back(std::move(layer));
     }
   }
-  cudaStream_t stream = nullptr;
-  ASSERT_CUDA(cudaStreamCreate(&stream));
   DeviceBuffer a(kMaxM * kWide * 2), b(kMaxM * kWide * 2), x0(kMaxM * kNarrow * 2),
       ws(workspace_bytes);
   ASSERT_TRUE(a.ok() && b.ok() && x0.ok() && ws.ok());
 
   for (int64_t m : {1, 5, 16, 64}) {
     SCOPED_TRACE(::testing::Message() << "m=" << m);
-    const Rounded x = RoundTo(DType::kF16, RandomNormal(rng, m * kNarrow, 1.0f));
+    const Rounded x = RoundTo(DType::kF16, RandomNormal(rng_, m * kNarrow, 1.0f));
     ASSERT_CUDA(cudaMemcpy(x0.get(), x.bytes.data(), x.bytes.size(), cudaMemcpyHostToDevice));
     // Up and down through each scheme twice, each down followed by x += (the input of its
     // up); a and b take turns as input and output.
@@ -760,7 +747,7 @@ TEST(DependentLaunchTest, BackToBackChainsMatchSerializedRuns) {
         args.y_dtype = DType::kF16;
         args.y = step % 2 == 0 ? b.get() : a.get();
         args.workspace = ws.get();
-        args.stream = stream;
+        args.stream = stream_;
         ASSERT_CUDA(layer.ops->launch(args));
         if (step % 2 == 1) {
           EpilogueArgs e;
@@ -772,13 +759,13 @@ TEST(DependentLaunchTest, BackToBackChainsMatchSerializedRuns) {
           e.skip = x0.get();
           e.y_dtype = DType::kF16;
           e.y = a.get();
-          ASSERT_CUDA(LaunchEpilogue(e, stream));
+          ASSERT_CUDA(LaunchEpilogue(e, stream_));
         }
         if (sync) {
-          ASSERT_CUDA(cudaStreamSynchronize(stream));
+          ASSERT_CUDA(cudaStreamSynchronize(stream_));
         }
       }
-      ASSERT_CUDA(cudaStreamSynchronize(stream));
+      ASSERT_CUDA(cudaStreamSynchronize(stream_));
       out->resize(m * kNarrow * 2);
       ASSERT_CUDA(cudaMemcpy(out->data(), a.get(), out->size(), cudaMemcpyDeviceToHost));
     };
@@ -800,10 +787,9 @@ TEST(DependentLaunchTest, BackToBackChainsMatchSerializedRuns) {
       EXPECT_TRUE(back_to_back == serialized) << "repeat " << repeat;
     }
   }
-  cudaStreamDestroy(stream);
 }
 
-TEST(W8A16Test, RejectsBadArguments) {
+TEST_F(W8A16Test, RejectsBadArguments) {
   GemmArgs args;
   args.shape = {16, 64, 0};
   args.m = 1;
@@ -831,7 +817,7 @@ TEST(DenseTest, RejectsActivationsOfTheOtherDtype) {
   EXPECT_EQ(FindKernel(Scheme::kBf16)->launch(args), cudaErrorInvalidValue);
 }
 
-TEST(W8A16Test, LayoutSizeIsPaddedToRowTiles) {
+TEST_F(W8A16Test, LayoutSizeIsPaddedToRowTiles) {
   EXPECT_EQ(W8A16DeviceBytes({1, 64, 0}), 16 * 64 + 16 * 4);
   EXPECT_EQ(W8A16DeviceBytes({200, 128, 0}), 208 * 128 + 208 * 4);
 }
