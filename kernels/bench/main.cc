@@ -37,7 +37,8 @@ ABSL_FLAG(int, w4a16_splits, 0,
           "mma.sync cluster kernels)");
 ABSL_FLAG(int, w4a16_wgmma_groups, 0,
           "W4A16 tuning: force the wgmma kernel at every M with 1 or 2 row groups per CTA");
-ABSL_FLAG(int, w2a8_wgmma_groups, 0, "W2A8 tuning: 1 forces the wgmma kernel at every M");
+ABSL_FLAG(int, w2a8_wgmma_groups, 0,
+          "W2A8 tuning: force the wgmma kernel at every M with 1 or 2 row groups per CTA");
 
 namespace {
 

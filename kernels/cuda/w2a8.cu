@@ -141,7 +141,7 @@ cudaError_t LaunchW2A8(const GemmArgs& args, const W2A8Options& options) {
        args.y_dtype != DType::kBF16)) {
     return cudaErrorInvalidValue;
   }
-  if (options.wgmma_groups < 0 || options.wgmma_groups > 1) return cudaErrorInvalidValue;
+  if (options.wgmma_groups < 0 || options.wgmma_groups > 2) return cudaErrorInvalidValue;
   DeviceInfo info;
   if (cudaError_t err = CurrentDeviceInfo(&info); err != cudaSuccess) return err;
   const Geometry geo(args.shape.n, args.shape.k);

@@ -55,9 +55,9 @@ struct W2A8Options {
   // M > 16: CTAs that split the K of each four row groups (clamped to K / 128). 0 picks
   // one from the shape and the device.
   int64_t k_splits = 0;
-  // 1 forces the wgmma GEMM (one 128-row group per CTA) at every M where it runs
-  // (sm_90a); 0 lets the launch choose. A nonzero k_splits alone keeps the kernels above
-  // beyond 16 tokens.
+  // 1 or 2 forces the wgmma GEMM (with that many 128-row groups per CTA) at every M
+  // where it runs (sm_90a); 0 lets the launch choose. A nonzero k_splits alone keeps
+  // the kernels above beyond 16 tokens.
   int wgmma_groups = 0;
 };
 cudaError_t LaunchW2A8(const GemmArgs& args, const W2A8Options& options);

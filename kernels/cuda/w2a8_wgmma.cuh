@@ -33,14 +33,6 @@ struct WgmmaFormat {
   using Acc = int;
   static constexpr int kXBytes = 1;
   static constexpr int kSteps = 4;
-  // Two groups per CTA: ptxas serializes the integer wgmmas of the two accumulator sets.
-  static constexpr int kMaxGroups = 1;
-  // Every integer wgmma batch completes before the next is dequantized: with one left in
-  // flight (as the 16-bit formats run), tokens 8 and up of a 32-token tile came out wrong
-  // on the H200 (CUDA 13.0), also with the A registers kept live until their wait (the
-  // cause, some register ptxas reuses, is not found yet). Even so, against the mma.sync
-  // kernel at M = 64 on 8192 x 28672: 54.6 us against 81.3 (docs/PERFORMANCE.md).
-  static constexpr bool kSerialBatches = true;
   static constexpr int kGroupStageBytes = 4 * kUnitBytes;
 
   // Logical core c (16 k) of step c / 2 holds the physical words 16 (c % 2) + 4t + c / 2.
@@ -60,12 +52,16 @@ struct WgmmaFormat {
 #endif
   }
 
-  // The warp's strip is row block warp % 2 of the group's row group warp / 2.
+  // The warp's strip is row block warp % 2 of the group's row group warp / 2; both
+  // halves of the chunk are fields of the same 16 bytes.
+  using Raw = uint4;
+  __device__ static Raw Fetch(const Params&, const uint8_t* gs, int warp, int lane, int /*half*/) {
+    return *reinterpret_cast<const uint4*>(gs + warp / 2 * kUnitBytes +
+                                           warp % 2 * kBytesPerRowBlock + lane * 16);
+  }
+
   template <bool>
-  __device__ static void Dequant(const Params&, const uint8_t* gs, int warp, int lane, int half,
-                                 uint32_t (*a)[4]) {
-    const uint4 w = *reinterpret_cast<const uint4*>(gs + warp / 2 * kUnitBytes +
-                                                    warp % 2 * kBytesPerRowBlock + lane * 16);
+  __device__ static void Dequant(const Raw& w, int half, uint32_t (*a)[4]) {
 #pragma unroll
     for (int s = 0; s < 2; ++s) {
       const int shift = 2 * (2 * half + s);

@@ -82,20 +82,29 @@ struct WgmmaFormat : wgmma_gemm::A16Format {
 #endif
   }
 
+  // A 64-k block of the warp's strip and its chunk scales (both rows' fp16 pair).
+  struct Raw {
+    uint4 w;
+    uint32_t scales;
+  };
+  __device__ static Raw Fetch(const Params& p, const uint8_t* gs, int warp, int lane, int blk) {
+    Raw raw;
+    raw.w = *reinterpret_cast<const uint4*>(gs + warp * kStripChunkBytes + blk * kBlockBytes +
+                                            lane * 16);
+    raw.scales = p.s_chunk_stride == 0
+                     ? kOnePair
+                     : *reinterpret_cast<const uint32_t*>(gs + kGroupChunkBytes +
+                                                          warp * kStripScaleBytes + lane / 4 * 4);
+    return raw;
+  }
+
   template <bool kBf16>
-  __device__ static void Dequant(const Params& p, const uint8_t* gs, int warp, int lane, int blk,
-                                 uint32_t (*a)[4]) {
-    const ChunkScales sc = SplatScales<kBf16>(
-        p.s_chunk_stride == 0
-            ? kOnePair
-            : *reinterpret_cast<const uint32_t*>(gs + kGroupChunkBytes + warp * kStripScaleBytes +
-                                                 lane / 4 * 4));
-    const uint4 w = *reinterpret_cast<const uint4*>(gs + warp * kStripChunkBytes +
-                                                    blk * kBlockBytes + lane * 16);
-    DequantScaled<kBf16>(w.x, sc, a[0]);
-    DequantScaled<kBf16>(w.y, sc, a[1]);
-    DequantScaled<kBf16>(w.z, sc, a[2]);
-    DequantScaled<kBf16>(w.w, sc, a[3]);
+  __device__ static void Dequant(const Raw& raw, int /*blk*/, uint32_t (*a)[4]) {
+    const ChunkScales sc = SplatScales<kBf16>(raw.scales);
+    DequantScaled<kBf16>(raw.w.x, sc, a[0]);
+    DequantScaled<kBf16>(raw.w.y, sc, a[1]);
+    DequantScaled<kBf16>(raw.w.z, sc, a[2]);
+    DequantScaled<kBf16>(raw.w.w, sc, a[3]);
   }
 
   // Per-row scales multiply the sums here; per-chunk ones were applied in Dequant.

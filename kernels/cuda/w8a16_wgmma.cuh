@@ -42,15 +42,21 @@ struct WgmmaFormat : wgmma_gemm::A16Format {
 #endif
   }
 
-  template <bool kBf16>
-  __device__ static void Dequant(const Params&, const uint8_t* gs, int warp, int lane, int blk,
-                                 uint32_t (*a)[4]) {
-    using T = std::conditional_t<kBf16, __nv_bfloat16, __half>;
+  // A 64-k block of the warp's row tile: its two 32-k layout chunks.
+  struct Raw {
+    uint4 w[2];
+  };
+  __device__ static Raw Fetch(const Params&, const uint8_t* gs, int warp, int lane, int blk) {
     const uint8_t* tile = gs + warp * kRowTileChunkBytes + 2 * blk * kLayoutChunkBytes + lane * 16;
-    w8a16::Dequant<T>(*reinterpret_cast<const uint4*>(tile),
-                      *reinterpret_cast<uint32_t(*)[2][4]>(&a[0]));
-    w8a16::Dequant<T>(*reinterpret_cast<const uint4*>(tile + kLayoutChunkBytes),
-                      *reinterpret_cast<uint32_t(*)[2][4]>(&a[2]));
+    return Raw{{*reinterpret_cast<const uint4*>(tile),
+                *reinterpret_cast<const uint4*>(tile + kLayoutChunkBytes)}};
+  }
+
+  template <bool kBf16>
+  __device__ static void Dequant(const Raw& raw, int /*blk*/, uint32_t (*a)[4]) {
+    using T = std::conditional_t<kBf16, __nv_bfloat16, __half>;
+    w8a16::Dequant<T>(raw.w[0], *reinterpret_cast<uint32_t(*)[2][4]>(&a[0]));
+    w8a16::Dequant<T>(raw.w[1], *reinterpret_cast<uint32_t(*)[2][4]>(&a[2]));
   }
 
   __device__ static float4 Finish(const Params& p, int64_t group, int warp, int lane,

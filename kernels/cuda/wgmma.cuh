@@ -46,6 +46,23 @@ template <int kPending>
 __device__ inline void Wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(kPending) : "memory");
 }
+// Marks every accumulator as written here: the wgmmas write them asynchronously, which
+// the compiler does not see, so without this it may read them (an int32 -> float
+// conversion of W2A8's sums was) before the wait_group that completes them.
+template <int J>
+__device__ inline void FenceOperands(float (&d)[J][4]) {
+#pragma unroll
+  for (int j = 0; j < J; ++j) {
+    asm volatile("" : "+f"(d[j][0]), "+f"(d[j][1]), "+f"(d[j][2]), "+f"(d[j][3])::"memory");
+  }
+}
+template <int J>
+__device__ inline void FenceOperands(int (&d)[J][4]) {
+#pragma unroll
+  for (int j = 0; j < J; ++j) {
+    asm volatile("" : "+r"(d[j][0]), "+r"(d[j][1]), "+r"(d[j][2]), "+r"(d[j][3])::"memory");
+  }
+}
 // Makes this thread's ordinary shared-memory stores visible to the tensor cores (the
 // async proxy); a barrier must follow before another thread's wgmma reads them.
 __device__ inline void FenceProxyAsync() {

@@ -18,8 +18,6 @@ struct A16Format {
   using Acc = float;
   static constexpr int kXBytes = 2;
   static constexpr int kSteps = 8;
-  static constexpr int kMaxGroups = 2;
-  static constexpr bool kSerialBatches = false;
 
   template <int J, bool kBf16>
   __device__ static void Mma(float (&d)[J][4], const uint32_t (&a)[4], uint64_t desc,

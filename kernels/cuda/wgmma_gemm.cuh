@@ -25,10 +25,10 @@
 // first weights before the kernel waits for its prerequisite grid. A chunk's work is two
 // batches (G = 2: one group each; G = 1: one 64-k block each): each consumer warp
 // dequantizes its rows of a batch into A registers and its warpgroup issues the batch's
-// wgmmas, accumulating straight into the fp32 results; two register sets take turns, so
-// a batch is dequantized while the tensor cores run the one before it (unless the format
-// completes each batch first, F::kSerialBatches). Nothing but the stage barriers couples
-// the warpgroups.
+// wgmmas, accumulating straight into the results; two register sets take turns, so a
+// batch is dequantized while the tensor cores run the one before it, and its bytes are
+// read from the stage before that one's wait. Nothing but the stage barriers couples the
+// warpgroups.
 // Measured on the H200: docs/PERFORMANCE.md.
 #ifndef QMM_KERNELS_CUDA_WGMMA_GEMM_CUH_
 #define QMM_KERNELS_CUDA_WGMMA_GEMM_CUH_
@@ -111,14 +111,11 @@ __global__ void __launch_bounds__(w4a16::kThreads)
 //   kXBytes, kSteps                 bytes per activation value (2, or 1 for int8) and
 //                                   wgmma k steps per chunk (8 of k16, or 4 of k32);
 //   kGroupStageBytes                its weight bytes in a stage;
-//   kMaxGroups                      groups per CTA it supports (1 or 2);
-//   kSerialBatches                  whether each batch of wgmmas completes before the
-//                                   next is dequantized (else one stays in flight);
 //   Load(dst, p, group, chunk, bar) bulk copies of them (the producer lane; bar counts
 //                                   the bytes);
-//   Dequant<kBf16>(p, gs, warp, lane, half, a)  a[0..kSteps/2) <- the A registers of half
-//                                   the chunk's steps for the warp's 16 rows, from the
-//                                   group's stage bytes gs;
+//   Raw, Fetch(p, gs, warp, lane, half)  what a warp reads of the group's stage bytes gs
+//                                   for half the chunk's steps of its 16 rows;
+//   Dequant<kBf16>(raw, half, a)    a[0..kSteps/2) <- the A registers of those steps;
 //   Mma<J, kBf16>(d, a, desc, accumulate)  one wgmma of J n8 tiles;
 //   CoreWord(j, t)                  the physical 4-byte word of a token's 128-byte block
 //                                   at position t of logical core j (the k order of
@@ -211,15 +208,27 @@ __global__ void __launch_bounds__(kThreads, 1)
   // them beforehand would make ptxas serialize the wgmmas.
   typename F::Acc acc[G][Tl::kJ][4];
   uint32_t a[2][Tl::kBatchSteps][4];
-  // Dequantizes batch b of the chunk in `stage` into a[b].
-  auto dequant = [&](const uint8_t* stage, int b) {
+  // The warp's bytes of the chunk: group r's half h.
+  typename F::Raw raw[G][2];
+  // Reads batch b's bytes: a batch's reads are issued before the previous batch's wait,
+  // so that they complete while it runs (read after the wait, they were a quarter of
+  // W8A16's stalls at M = 256: ncu, H200).
+  auto fetch = [&](const uint8_t* stage, int b) {
     const uint8_t* ws = stage + Tl::kXBytes;
     if constexpr (G == 2) {
-      F::template Dequant<kBf16>(p, ws + b * F::kGroupStageBytes, warp, lane, 0, &a[b][0]);
-      F::template Dequant<kBf16>(p, ws + b * F::kGroupStageBytes, warp, lane, 1,
-                                 &a[b][Tl::kHalfSteps]);
+      raw[b][0] = F::Fetch(p, ws + b * F::kGroupStageBytes, warp, lane, 0);
+      raw[b][1] = F::Fetch(p, ws + b * F::kGroupStageBytes, warp, lane, 1);
     } else {
-      F::template Dequant<kBf16>(p, ws, warp, lane, b, &a[b][0]);
+      raw[0][b] = F::Fetch(p, ws, warp, lane, b);
+    }
+  };
+  // Dequantizes batch b of the chunk into a[b].
+  auto dequant = [&](int b) {
+    if constexpr (G == 2) {
+      F::template Dequant<kBf16>(raw[b][0], 0, &a[b][0]);
+      F::template Dequant<kBf16>(raw[b][1], 1, &a[b][Tl::kHalfSteps]);
+    } else {
+      F::template Dequant<kBf16>(raw[0][b], b, &a[b][0]);
     }
   };
   // Issues batch b's wgmmas on the chunk's B tiles and commits them as one group; `first`:
@@ -239,21 +248,24 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma::Commit();
   };
 
-  // Batches left in flight at each wait: one (dequantize the next while the tensor cores
-  // run this one), or none for a format that must complete each batch first.
-  constexpr int kPending = F::kSerialBatches ? 0 : 1;
+  // One batch stays in flight at each wait: the next is dequantized while the tensor
+  // cores run it.
   for (int c = 0; c < count; ++c) {
     const uint8_t* stage = stages + (c % kStages) * Tl::kStageBytes;
     w4a16::MbarWait(&full[c % kStages], (c / kStages) & 1);
-    dequant(stage, 0);  // a[0] is free: batch 0 of chunk c - 1 completed below
+    fetch(stage, 0);
+    dequant(0);  // a[0] is free: batch 0 of chunk c - 1 completed below
+    fetch(stage, 1);
     issue(stage, 0, c == 0);
-    wgmma::Wait<kPending>();  // batch 1 of chunk c - 1: a[1] and its stage are free
+    wgmma::Wait<1>();  // batch 1 of chunk c - 1: a[1] and its stage are free
     if (c > 0 && lane == 0) w4a16::MbarArrive(&empty[(c - 1) % kStages]);
-    dequant(stage, 1);
+    dequant(1);
     issue(stage, 1, c == 0);
-    wgmma::Wait<kPending>();  // batch 0 of chunk c
+    wgmma::Wait<1>();  // batch 0 of chunk c
   }
   wgmma::Wait<0>();
+#pragma unroll
+  for (int r = 0; r < G; ++r) wgmma::FenceOperands(acc[r]);
   // Every warp is done with the stages before they become the reduction buffer.
   __syncthreads();
 

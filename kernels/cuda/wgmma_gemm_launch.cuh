@@ -47,7 +47,7 @@ cudaError_t FitGemm(const DeviceInfo& device, KernelFit* fit) {
 // group does about half the work of one of two (the same activation traffic, half the
 // weights and MMAs), measured on the H200 at kOneGroupChunkCost of it; a CTA's pipeline
 // fill and reduction cost about kFillChunks. 128-token tiles take one group: two would
-// need more registers than a thread has; so do formats whose F::kMaxGroups is 1.
+// need more registers than a thread has.
 template <typename F, int NT, bool kBf16>
 cudaError_t Plan(const GemmArgs& args, const DeviceInfo& device, Options* options) {
   constexpr double kOneGroupChunkCost = 0.65;
@@ -61,7 +61,7 @@ cudaError_t Plan(const GemmArgs& args, const DeviceInfo& device, Options* option
   const SplitChoice one =
       ChooseSplits(token_tiles * groups, chunks, device.sms, fit, false, kFillChunks);
   SplitChoice two = one;
-  if constexpr (NT < 128 && F::kMaxGroups == 2) {
+  if constexpr (NT < 128) {
     if ((err = FitGemm<F, NT, 2, kBf16>(device, &fit)) != cudaSuccess) return err;
     two =
         ChooseSplits(token_tiles * ((groups + 1) / 2), chunks, device.sms, fit, false, kFillChunks);
@@ -112,7 +112,7 @@ cudaError_t LaunchTile(const GemmArgs& args, const DeviceInfo& device, Options o
   cudaError_t err = Plan<F, NT, kBf16>(args, device, &options);
   if (err == cudaSuccess) err = LaunchPermute<F, NT>(args, device);
   if (err != cudaSuccess) return err;
-  if constexpr (NT < 128 && F::kMaxGroups == 2) {
+  if constexpr (NT < 128) {
     if (options.groups == 2) return LaunchGemm<F, NT, 2, kBf16>(args, device, options.splits);
   }
   return LaunchGemm<F, NT, 1, kBf16>(args, device, options.splits);

@@ -432,7 +432,7 @@ TEST_F(W8A16Test, EverySplitMatchesCpu) {
                 {1, 9, 17, 40, 65, 100, 129, 300}, variants, rng_);
 }
 
-// A W2A8 launch with the wgmma GEMM forced (kGroups 1), or with a forced k split
+// A W2A8 launch with the wgmma GEMM forced (kGroups 1 or 2), or with a forced k split
 // (the mma.sync kernels the default launch leaves on sm_90a beyond 16 tokens).
 template <int kGroups, int kSplits>
 cudaError_t LaunchW2A8With(const GemmArgs& args) {
@@ -448,7 +448,8 @@ TEST_F(W2A8Test, EveryPathMatchesCpu) {
   CheckVariants(Scheme::kW2A8, {{1000, 2048, 0}, {300, 1152, 0}}, {1, 5, 17, 40, 64, 100, 129, 300},
                 {{"default", &LaunchW2A8With<0, 0>},
                  {"k splits 2", &LaunchW2A8With<0, 2>},
-                 {"wgmma", &LaunchW2A8With<1, 0>}},
+                 {"wgmma 1 group", &LaunchW2A8With<1, 0>},
+                 {"wgmma 2 groups", &LaunchW2A8With<2, 0>}},
                 rng_);
 }
 
