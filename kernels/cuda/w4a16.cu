@@ -193,12 +193,16 @@ cudaError_t LaunchForM(const GemmArgs& args, const W4A16Options& options) {
   // kernel, except for up to 8 tokens on more strips than its CTAs cover at once (N >=
   // 14336 there): the last turn of its persistent grid leaves SMs with few bytes in
   // flight, and the cluster kernels were faster (36 against 40-42 us on 8192 x 28672).
-  // Beyond 16 tokens the wgmma kernel (sm_90a). A forced split count (tuning) takes the
-  // mma.sync cluster kernels at every M, as does a device without wgmma. Those: up to 8
-  // tokens, small weights stream through registers and larger ones through 2-group
-  // shared-memory stages; up to 16 tokens one group per CTA; beyond, 32 tokens x 256 rows
-  // per CTA keeps the shared-memory traffic per mma low, and further token tiles run side
-  // by side and re-read each weight tile mostly from L2.
+  // Up to 32 tokens the decode kernel too (four token tiles a warp) where its grid
+  // covers the strips in two turns (N <= 8192): the wgmma kernel's fixed cost is larger
+  // there (8192 x 8192 at M = 24: 23.6 against 33.7 us; 4096 x 4096: 7.8 against 13.1),
+  // not beyond (4096 x 14336: 27.6 against 20.6). Then the wgmma kernel (sm_90a). A
+  // forced split count (tuning) takes the mma.sync cluster kernels at every M, as does a
+  // device without wgmma. Those: up to 8 tokens, small weights stream through registers
+  // and larger ones through 2-group shared-memory stages; up to 16 tokens one group per
+  // CTA; beyond, 32 tokens x 256 rows per CTA keeps the shared-memory traffic per mma
+  // low, and further token tiles run side by side and re-read each weight tile mostly
+  // from L2.
   wgmma_gemm::Options wgmma_options;
   wgmma_options.groups = options.wgmma_groups;
   wgmma_options.splits = options.splits;
@@ -208,15 +212,20 @@ cudaError_t LaunchForM(const GemmArgs& args, const W4A16Options& options) {
         wgmma_gemm::Launch<w4a16::WgmmaFormat, kBf16>(args, wgmma_options, &launched);
     if (err != cudaSuccess || launched) return err;
   }
-  if (options.splits == 0 && args.m <= 16) {
+  if (options.splits == 0 && args.m <= 32) {
     DeviceInfo device;
     cudaError_t err = CurrentDeviceInfo(&device);
     if (err != cudaSuccess) return err;
-    if (args.m > 8) return LaunchDecode<2, 2, kBf16>(args, device);
     int64_t slots = 0;
-    err = DecodeSlots<1, 1, kBf16>(device, &slots);
-    if (err != cudaSuccess) return err;
-    if (DecodeSets(args.shape, 1) <= slots) return LaunchDecode<1, 1, kBf16>(args, device);
+    if (args.m > 16) {
+      if ((err = DecodeSlots<4, 1, kBf16>(device, &slots)) != cudaSuccess) return err;
+      if (DecodeSets(args.shape, 1) <= 2 * slots) return LaunchDecode<4, 1, kBf16>(args, device);
+    } else if (args.m > 8) {
+      return LaunchDecode<2, 2, kBf16>(args, device);
+    } else {
+      if ((err = DecodeSlots<1, 1, kBf16>(device, &slots)) != cudaSuccess) return err;
+      if (DecodeSets(args.shape, 1) <= slots) return LaunchDecode<1, 1, kBf16>(args, device);
+    }
   }
   if (args.m <= 8) {
     return w4a16::DeviceBytes(args.shape) < kSmallWeightBytes

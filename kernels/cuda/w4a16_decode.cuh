@@ -1,4 +1,4 @@
-// The W4A16 kernel for few tokens (M <= 16): a persistent grid of one wave, no cluster,
+// The W4A16 kernel for few tokens (M <= 32): a persistent grid of one wave, no cluster,
 // no shared-memory pipeline, so nothing but the weight stream sets its pace.
 //
 // A "row set" is R consecutive strips (16R rows). The 8 warps of a CTA work on 8 / S row

@@ -470,7 +470,7 @@ TEST_F(W4A16Test, EveryPathMatchesCpu) {
     variants.push_back({"wgmma 2 groups, splits 4", &LaunchW4A16Wgmma<2, 4>});
   }
   CheckVariants(Scheme::kW4A16, {{1000, 2048, kW4GroupSize}, {300, 1152, 0}},
-                {1, 5, 17, 32, 40, 100, 128, 129, 300}, variants, rng_);
+                {1, 5, 17, 24, 32, 40, 100, 128, 129, 300}, variants, rng_);
 }
 
 // The SwiGLU launch (gate, up and silu(gate) * up at once) against CpuMatMul of each
