@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -206,22 +207,36 @@ class GpuWeight {
 
   // Runs the kernel on x (already in x_dtype) and checks it against CpuMatMul on the
   // same rounded values. `launch` overrides the registry's launcher (tuning variants).
+  // With `residual`, GemmArgs::residual in that dtype (random, sigma 2) is added: the
+  // expectation is the product plus the residual, which stays exact until y's rounding.
   void Check(DType x_dtype, DType y_dtype, int64_t m, std::mt19937_64& rng,
-             cudaError_t (*launch)(const GemmArgs&) = nullptr) {
+             cudaError_t (*launch)(const GemmArgs&) = nullptr,
+             std::optional<DType> residual = std::nullopt) {
     const WeightShape& shape = weight_.shape;
     SCOPED_TRACE(::testing::Message()
                  << SchemeName(weight_.scheme) << " n=" << shape.n << " k=" << shape.k
                  << " g=" << shape.group_size << " m=" << m << " x=" << DTypeName(x_dtype)
-                 << " y=" << DTypeName(y_dtype));
+                 << " y=" << DTypeName(y_dtype)
+                 << " residual=" << (residual ? DTypeName(*residual) : "none"));
     const Rounded x = RoundTo(x_dtype, RandomNormal(rng, m * shape.k, 1.0f));
     std::vector<float> expected(m * shape.n);
     CpuMatMul(weight_.packed(), x.values.data(), m, expected.data(), 0);
+    double sum_sq = 0.0;
+    for (float v : expected) sum_sq += static_cast<double>(v) * v;
+    const double rms = std::sqrt(sum_sq / expected.size());
+    ASSERT_GT(rms, 0.0) << "random data must not give an all-zero product";
+    const Rounded res =
+        residual ? RoundTo(*residual, RandomNormal(rng, m * shape.n, 2.0f)) : Rounded{};
 
     DeviceBuffer dx(x.bytes.size());
+    DeviceBuffer dr(res.bytes.size());
     DeviceBuffer dy(m * shape.n * DTypeSize(y_dtype));
     DeviceBuffer dws(ops_.workspace_bytes(shape, m));
-    ASSERT_TRUE(dx.ok() && dy.ok() && dws.ok());
+    ASSERT_TRUE(dx.ok() && dr.ok() && dy.ok() && dws.ok());
     ASSERT_CUDA(cudaMemcpy(dx.get(), x.bytes.data(), x.bytes.size(), cudaMemcpyHostToDevice));
+    if (residual) {
+      ASSERT_CUDA(cudaMemcpy(dr.get(), res.bytes.data(), res.bytes.size(), cudaMemcpyHostToDevice));
+    }
     ASSERT_CUDA(dy.Poison());
     ASSERT_CUDA(dws.Poison());
 
@@ -234,23 +249,22 @@ class GpuWeight {
     args.y_dtype = y_dtype;
     args.y = dy.get();
     args.workspace = dws.get();
+    if (residual) {
+      args.residual = dr.get();
+      args.residual_dtype = *residual;
+    }
     args.stream = stream_;
     args.cublas = cublas_;
     ASSERT_CUDA((launch != nullptr ? launch : ops_.launch)(args));
     ASSERT_CUDA(cudaStreamSynchronize(stream_));
+    const std::vector<float> got = Download(dy, y_dtype, m * shape.n);
 
-    std::vector<uint8_t> y_bytes(dy.bytes());
-    ASSERT_CUDA(cudaMemcpy(y_bytes.data(), dy.get(), y_bytes.size(), cudaMemcpyDeviceToHost));
-    std::vector<float> got(m * shape.n);
-    ToFloat(y_dtype, y_bytes.data(), got.size(), got.data());
-
-    double sum_sq = 0.0;
-    for (float v : expected) sum_sq += static_cast<double>(v) * v;
-    const double rms = std::sqrt(sum_sq / expected.size());
-    ASSERT_GT(rms, 0.0) << "random data must not give an all-zero product";
     const double c = x_dtype == DType::kF16 ? 2e-3 : 1.5e-2;
     ExpectWithin(
-        got, shape.n, [&](size_t i) { return static_cast<double>(expected[i]); },
+        got, shape.n,
+        [&](size_t i) {
+          return static_cast<double>(expected[i]) + (residual ? res.values[i] : 0.0f);
+        },
         [&](size_t, double want) { return c * rms + OutputRoundoff(y_dtype) * std::fabs(want); });
   }
 
@@ -564,55 +578,14 @@ TEST_F(W4A16Test, AddsTheResidual) {
   for (const WeightShape& shape :
        std::vector<WeightShape>{{200, 384, kW4GroupSize}, {1000, 1024, 0}}) {
     const Weight w = RandomWeight(Scheme::kW4A16, shape, rng_);
-    const std::unique_ptr<DeviceBuffer> dw = UploadLayout(ops, w);
-    ASSERT_TRUE(dw != nullptr);
+    GpuWeight gpu(ops, w);
+    ASSERT_TRUE(gpu.ok());
     for (int64_t m : {1, 5, 12, 40, 300}) {
       for (DType r_dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
         const DType x_dtype = r_dtype == DType::kBF16 ? DType::kBF16 : DType::kF16;
         const DType y_dtype = r_dtype == DType::kF32 ? DType::kF16 : DType::kF32;
-        SCOPED_TRACE(::testing::Message() << "n=" << shape.n << " k=" << shape.k << " m=" << m
-                                          << " residual " << DTypeName(r_dtype));
-        const Rounded x = RoundTo(x_dtype, RandomNormal(rng_, m * shape.k, 1.0f));
-        const Rounded res = RoundTo(r_dtype, RandomNormal(rng_, m * shape.n, 2.0f));
-        std::vector<float> prod(m * shape.n);
-        CpuMatMul(w.packed(), x.values.data(), m, prod.data(), 0);
-        double sum_sq = 0.0;
-        for (float v : prod) sum_sq += static_cast<double>(v) * v;
-        const double rms = std::sqrt(sum_sq / prod.size());
-
-        DeviceBuffer dx(x.bytes.size());
-        DeviceBuffer dr(res.bytes.size());
-        DeviceBuffer dy(m * shape.n * DTypeSize(y_dtype));
-        DeviceBuffer dws(ops.workspace_bytes(shape, m));
-        ASSERT_TRUE(dx.ok() && dr.ok() && dy.ok() && dws.ok());
-        ASSERT_CUDA(cudaMemcpy(dx.get(), x.bytes.data(), x.bytes.size(), cudaMemcpyHostToDevice));
-        ASSERT_CUDA(
-            cudaMemcpy(dr.get(), res.bytes.data(), res.bytes.size(), cudaMemcpyHostToDevice));
-        ASSERT_CUDA(dy.Poison());
-        ASSERT_CUDA(dws.Poison());
-        GemmArgs args;
-        args.weight = dw->get();
-        args.shape = shape;
-        args.x_dtype = x_dtype;
-        args.x = dx.get();
-        args.m = m;
-        args.y_dtype = y_dtype;
-        args.y = dy.get();
-        args.workspace = dws.get();
-        args.residual = dr.get();
-        args.residual_dtype = r_dtype;
-        args.stream = stream_;
-        ASSERT_CUDA(ops.launch(args));
-        ASSERT_CUDA(cudaStreamSynchronize(stream_));
-        const std::vector<float> got = Download(dy, y_dtype, m * shape.n);
-
-        const double c = x_dtype == DType::kF16 ? 2e-3 : 1.5e-2;
-        ExpectWithin(
-            got, shape.n, [&](size_t i) { return static_cast<double>(prod[i]) + res.values[i]; },
-            [&](size_t, double want) {
-              return c * rms + OutputRoundoff(y_dtype) * std::fabs(want);
-            });
-        if (HasFailure()) break;
+        gpu.Check(x_dtype, y_dtype, m, rng_, nullptr, r_dtype);
+        if (HasFailure()) return;
       }
     }
   }
