@@ -2,6 +2,7 @@
 // in w4a16.h, layout in w4a16_layout.h, kernels in w4a16_direct.cuh / w4a16_staged.cuh).
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <climits>
 
 #include "kernels/cuda/cluster_fit.h"
@@ -157,6 +158,7 @@ cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& device, const v
 
   Params p = w4a16::MakeParams(args);
   p.splits = split;
+  p.split_shift = std::countr_zero(static_cast<unsigned>(split));
   if (kGlu) {
     p.w_up = static_cast<const uint8_t*>(up);
     p.s_up = p.w_up + w4a16::WeightRegionBytes(shape);

@@ -41,6 +41,7 @@ struct Params {
   // CTAs of one cluster, each owning a contiguous range of chunks; in the decode kernel,
   // the warps of one CTA that share a row set likewise.
   int32_t splits;
+  int32_t split_shift = 0;  // decode kernel: log2(splits)
   DType y_dtype;
   // Decode kernel: let the next kernel launch as soon as this one's wait returns, not
   // only once its last loads are issued (dependent_launch.h says when each pays).

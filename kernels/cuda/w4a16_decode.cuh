@@ -56,18 +56,23 @@ __global__ void __launch_bounds__(kThreads, DecodeTile<T, R, kDeep>::kMinBlocks)
   const int lane = threadIdx.x % 32;
   const int g = lane / 4;
   const int t = lane % 4;
-  const int split = p.splits;
-  const int sets_per_cta = kWarps / split;
-  const int sub = warp / split;
-  const int per_warp = (p.chunks + split - 1) / split;
-  const int c_begin = min(warp % split * per_warp, p.chunks);
+  // S = 1 << p.split_shift: shifts, not integer divisions, in the per-warp set-up.
+  const int shift = p.split_shift;
+  const int split = 1 << shift;
+  const int sets_per_cta = kWarps >> shift;
+  const int sub = warp >> shift;
+  const int per_warp = (p.chunks + split - 1) >> shift;
+  const int c_begin = min((warp & (split - 1)) * per_warp, p.chunks);
   const int count = min(per_warp, p.chunks - c_begin);
   // The same for every warp, so all reach each barrier.
   const int rounds = (per_warp + kSlots - 1) / kSlots;
-  const int64_t strips = (p.n + kStripRows - 1) / kStripRows;
-  const int64_t sets = kGlu ? strips : (strips + R - 1) / R;
-  const int64_t units = (sets + sets_per_cta - 1) / sets_per_cta;
-  auto set_of = [&](int64_t unit) { return unit * sets_per_cta + sub; };
+  // N <= kMaxDim (kernels/format.h): strip, set and unit counts fit an int.
+  const int strips = static_cast<int>((p.n + kStripRows - 1) / kStripRows);
+  const int sets = kGlu ? strips : (strips + R - 1) / R;
+  constexpr int kWarpsLog2 = 3;
+  static_assert(1 << kWarpsLog2 == kWarps);
+  const int units = (sets + sets_per_cta - 1) >> (kWarpsLog2 - shift);
+  auto set_of = [&](int unit) { return unit * sets_per_cta + sub; };
 
   // This lane's k range of its tokens' rows: k = 16t .. 16t + 15 of each block.
   const uint8_t* xr[T];
@@ -80,10 +85,10 @@ __global__ void __launch_bounds__(kThreads, DecodeTile<T, R, kDeep>::kMinBlocks)
   uint4 wq[kSlots][R][2];
   uint32_t sq[kSlots][R];
   // Slot `slot` <- chunk `c` of row set `set`: R strips, both blocks, and their scales.
-  auto load = [&](int slot, int64_t set, int c) {
-    const int64_t strip = kGlu ? set : set * R;
+  auto load = [&](int slot, int set, int c) {
+    const int strip = kGlu ? set : set * R;
     const int64_t group = strip / kGroupStrips;
-    const int in_group = static_cast<int>(strip % kGroupStrips);
+    const int in_group = strip % kGroupStrips;
     const int64_t w_off =
         group * p.w_group_stride + c * p.w_chunk_stride + in_group * kStripChunkBytes + lane * 16;
     const int64_t s_off =
@@ -106,7 +111,7 @@ __global__ void __launch_bounds__(kThreads, DecodeTile<T, R, kDeep>::kMinBlocks)
     }
   };
 
-  int64_t unit = blockIdx.x;
+  int unit = blockIdx.x;
   if (unit < units && set_of(unit) < sets) {
 #pragma unroll
     for (int slot = 0; slot < kSlots; ++slot) {
@@ -122,7 +127,7 @@ __global__ void __launch_bounds__(kThreads, DecodeTile<T, R, kDeep>::kMinBlocks)
     float acc[R][T][4] = {};
     for (int round = 0; round < rounds; ++round) {
       const bool last = round + 1 == rounds;
-      const int64_t next_unit = last ? unit + gridDim.x : unit;
+      const int next_unit = last ? unit + static_cast<int>(gridDim.x) : unit;
       const int next_round = last ? 0 : round + 1;
       const bool next_live = next_unit < units && set_of(next_unit) < sets;
       // This CTA's loads are all issued: the next kernel may take its place as it drains.
