@@ -40,7 +40,7 @@ struct DecodeTile {
   static constexpr int kMinBlocks = T * R == 1 && !kDeep ? 4 : 2;
 };
 
-// p.splits is S, the warps sharing one row set (1, 2, 4 or 8).
+// S = p.splits = 1 << p.split_shift: the warps sharing one row set (1, 2, 4 or 8).
 template <int T, int R, bool kBf16, bool kGlu = false, bool kDeep = false>
 __global__ void __launch_bounds__(kThreads, DecodeTile<T, R, kDeep>::kMinBlocks)
     DecodeKernel(const __grid_constant__ Params p) {

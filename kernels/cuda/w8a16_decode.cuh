@@ -42,8 +42,9 @@ struct DecodeParams {
   int64_t n;
   int64_t k;
   int32_t row_tiles;
-  int32_t chunks;  // K / 32
-  int32_t splits;  // S: warps sharing one row set (1, 2, 4 or 8)
+  int32_t chunks;       // K / 32
+  int32_t splits;       // S: warps sharing one row set (1, 2, 4 or 8)
+  int32_t split_shift;  // log2(S)
   DType y_dtype;
   // Let the next kernel launch as soon as this one's wait returns, not only once its
   // last loads are issued (dependent_launch.h says when each pays).
@@ -76,17 +77,21 @@ __global__ void __launch_bounds__(kDecodeThreads, DecodeTile<NT, R, kDeep>::kMin
   const int lane = threadIdx.x % 32;
   const int g = lane / 4;
   const int t4 = lane % 4;
-  const int split = p.splits;
-  const int sets_per_cta = kDecodeWarps / split;
-  const int sub = warp / split;
-  const int per_warp = (p.chunks + split - 1) / split;
-  const int c_begin = min(warp % split * per_warp, p.chunks);
+  // Shifts, not integer divisions, in the per-warp set-up.
+  const int shift = p.split_shift;
+  const int split = 1 << shift;
+  const int sets_per_cta = kDecodeWarps >> shift;
+  const int sub = warp >> shift;
+  const int per_warp = (p.chunks + split - 1) >> shift;
+  const int c_begin = min((warp & (split - 1)) * per_warp, p.chunks);
   const int count = min(per_warp, p.chunks - c_begin);
   // The same for every warp, so all reach each barrier.
   const int rounds = (per_warp + kSlots - 1) / kSlots;
-  const int64_t sets = (p.row_tiles + R - 1) / R;
-  const int64_t units = (sets + sets_per_cta - 1) / sets_per_cta;
-  auto set_of = [&](int64_t unit) { return unit * sets_per_cta + sub; };
+  const int sets = (p.row_tiles + R - 1) / R;
+  constexpr int kWarpsLog2 = 3;
+  static_assert(1 << kWarpsLog2 == kDecodeWarps);
+  const int units = (sets + sets_per_cta - 1) >> (kWarpsLog2 - shift);
+  auto set_of = [&](int unit) { return unit * sets_per_cta + sub; };
 
   // This lane's activations: token g of each tile, k = 32c + 8t4 .. +7 (one uint4).
   const uint4* xp[NT];
@@ -101,15 +106,15 @@ __global__ void __launch_bounds__(kDecodeThreads, DecodeTile<NT, R, kDeep>::kMin
   uint4 wq[kSlots][R];
   // Slot `slot` <- chunk `c` of row set `set`. A set past the last row tile (odd tile
   // counts with R = 2) re-reads the last tile: valid memory, results never stored.
-  auto load = [&](int slot, int64_t set, int c) {
+  auto load = [&](int slot, int set, int c) {
 #pragma unroll
     for (int r = 0; r < R; ++r) {
-      const int64_t rt = min(set * R + r, int64_t{p.row_tiles} - 1);
+      const int64_t rt = min(set * R + r, p.row_tiles - 1);
       wq[slot][r] = LoadStream(p.w + (rt * p.chunks + c) * Tl::kChunkBytes + lane * 16);
     }
   };
 
-  int64_t unit = blockIdx.x;
+  int unit = blockIdx.x;
   if (unit < units && set_of(unit) < sets) {
 #pragma unroll
     for (int slot = 0; slot < kSlots; ++slot) {
@@ -125,7 +130,7 @@ __global__ void __launch_bounds__(kDecodeThreads, DecodeTile<NT, R, kDeep>::kMin
     float acc[R][NT][4] = {};
     for (int round = 0; round < rounds; ++round) {
       const bool last = round + 1 == rounds;
-      const int64_t next_unit = last ? unit + gridDim.x : unit;
+      const int next_unit = last ? unit + static_cast<int>(gridDim.x) : unit;
       const int next_round = last ? 0 : round + 1;
       const bool next_live = next_unit < units && set_of(next_unit) < sets;
       // This CTA's loads are all issued: the next kernel may take its place as it drains.
@@ -175,7 +180,7 @@ __global__ void __launch_bounds__(kDecodeThreads, DecodeTile<NT, R, kDeep>::kMin
       const int ln = f / 4 % 32;
       const int tile = f / (4 * 32) % NT;
       const int r = f / (4 * 32 * NT);
-      const int64_t n = ((unit * sets_per_cta + q) * R + r) * 16 + ln / 4 + (i >> 1) * 8;
+      const int64_t n = ((int64_t{unit} * sets_per_cta + q) * R + r) * 16 + ln / 4 + (i >> 1) * 8;
       const int64_t tok = tile * 8 + ln % 4 * 2 + (i & 1);
       if (n >= p.n || tok >= p.m) continue;
       float sum = 0.f;
