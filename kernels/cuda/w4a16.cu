@@ -157,7 +157,6 @@ cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& device, const v
   const int64_t ctas = (units + turns - 1) / turns;
 
   Params p = w4a16::MakeParams(args);
-  p.splits = split;
   p.split_shift = std::countr_zero(static_cast<unsigned>(split));
   if (kGlu) {
     p.w_up = static_cast<const uint8_t*>(up);

@@ -38,10 +38,10 @@ struct Params {
   int64_t s_group_stride;
   int64_t s_chunk_stride;
   int32_t chunks;  // K / 128
-  // CTAs of one cluster, each owning a contiguous range of chunks; in the decode kernel,
-  // the warps of one CTA that share a row set likewise.
+  // CTAs of one cluster, each owning a contiguous range of chunks.
   int32_t splits;
-  int32_t split_shift = 0;  // decode kernel: log2(splits)
+  // Decode kernel: log2 of the warps of one CTA that share a row set (decode_split.cuh).
+  int32_t split_shift = 0;
   DType y_dtype;
   // Decode kernel: let the next kernel launch as soon as this one's wait returns, not
   // only once its last loads are issued (dependent_launch.h says when each pays).

@@ -20,6 +20,7 @@
 #ifndef QMM_KERNELS_CUDA_W4A16_DECODE_CUH_
 #define QMM_KERNELS_CUDA_W4A16_DECODE_CUH_
 
+#include "kernels/cuda/decode_split.cuh"
 #include "kernels/cuda/w4a16_common.cuh"
 
 namespace qmm::cuda::w4a16 {
@@ -40,7 +41,7 @@ struct DecodeTile {
   static constexpr int kMinBlocks = T * R == 1 && !kDeep ? 4 : 2;
 };
 
-// S = p.splits = 1 << p.split_shift: the warps sharing one row set (1, 2, 4 or 8).
+// S = 1 << p.split_shift: the warps sharing one row set (decode_split.cuh).
 template <int T, int R, bool kBf16, bool kGlu = false, bool kDeep = false>
 __global__ void __launch_bounds__(kThreads, DecodeTile<T, R, kDeep>::kMinBlocks)
     DecodeKernel(const __grid_constant__ Params p) {
@@ -56,23 +57,19 @@ __global__ void __launch_bounds__(kThreads, DecodeTile<T, R, kDeep>::kMinBlocks)
   const int lane = threadIdx.x % 32;
   const int g = lane / 4;
   const int t = lane % 4;
-  // S = 1 << p.split_shift: shifts, not integer divisions, in the per-warp set-up.
-  const int shift = p.split_shift;
-  const int split = 1 << shift;
-  const int sets_per_cta = kWarps >> shift;
-  const int sub = warp >> shift;
-  const int per_warp = (p.chunks + split - 1) >> shift;
-  const int c_begin = min((warp & (split - 1)) * per_warp, p.chunks);
-  const int count = min(per_warp, p.chunks - c_begin);
+  const DecodeSplit ws(p.split_shift, p.chunks, warp);
+  static_assert(1 << DecodeSplit::kWarpsLog2 == kWarps);
+  const int split = ws.split;
+  const int sets_per_cta = ws.sets_per_cta;
+  const int c_begin = ws.c_begin;
+  const int count = ws.count;
   // The same for every warp, so all reach each barrier.
-  const int rounds = (per_warp + kSlots - 1) / kSlots;
+  const int rounds = (ws.per_warp + kSlots - 1) / kSlots;
   // N <= kMaxDim (kernels/format.h): strip, set and unit counts fit an int.
   const int strips = static_cast<int>((p.n + kStripRows - 1) / kStripRows);
   const int sets = kGlu ? strips : (strips + R - 1) / R;
-  constexpr int kWarpsLog2 = 3;
-  static_assert(1 << kWarpsLog2 == kWarps);
-  const int units = (sets + sets_per_cta - 1) >> (kWarpsLog2 - shift);
-  auto set_of = [&](int unit) { return unit * sets_per_cta + sub; };
+  const int units = ws.Units(sets);
+  auto set_of = [&](int unit) { return ws.SetOf(unit); };
 
   // This lane's k range of its tokens' rows: k = 16t .. 16t + 15 of each block.
   const uint8_t* xr[T];

@@ -467,9 +467,9 @@ cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& device, bool* l
   p.k = args.shape.k;
   p.chunks = static_cast<int32_t>(args.shape.k / kChunkK);
   p.y_dtype = args.y_dtype;
-  p.splits = ChooseSetWarps(sets, p.chunks, device.sms);
-  p.split_shift = std::countr_zero(static_cast<unsigned>(p.splits));
-  const int64_t per_cta = w8a16::kDecodeWarps / p.splits;
+  const int splits = ChooseSetWarps(sets, p.chunks, device.sms);
+  p.split_shift = std::countr_zero(static_cast<unsigned>(splits));
+  const int64_t per_cta = w8a16::kDecodeWarps / splits;
   const int64_t units = (sets + per_cta - 1) / per_cta;
   const int64_t ctas = std::min(units, slots);
   const bool deep = ctas <= deep_slots;

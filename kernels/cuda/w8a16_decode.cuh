@@ -22,6 +22,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/decode_split.cuh"
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/dtype_device.cuh"
 #include "kernels/cuda/load_device.cuh"
@@ -43,8 +44,7 @@ struct DecodeParams {
   int64_t k;
   int32_t row_tiles;
   int32_t chunks;       // K / 32
-  int32_t splits;       // S: warps sharing one row set (1, 2, 4 or 8)
-  int32_t split_shift;  // log2(S)
+  int32_t split_shift;  // log2 of the warps sharing one row set (decode_split.cuh)
   DType y_dtype;
   // Let the next kernel launch as soon as this one's wait returns, not only once its
   // last loads are issued (dependent_launch.h says when each pays).
@@ -77,21 +77,17 @@ __global__ void __launch_bounds__(kDecodeThreads, DecodeTile<NT, R, kDeep>::kMin
   const int lane = threadIdx.x % 32;
   const int g = lane / 4;
   const int t4 = lane % 4;
-  // Shifts, not integer divisions, in the per-warp set-up.
-  const int shift = p.split_shift;
-  const int split = 1 << shift;
-  const int sets_per_cta = kDecodeWarps >> shift;
-  const int sub = warp >> shift;
-  const int per_warp = (p.chunks + split - 1) >> shift;
-  const int c_begin = min((warp & (split - 1)) * per_warp, p.chunks);
-  const int count = min(per_warp, p.chunks - c_begin);
+  const DecodeSplit ws(p.split_shift, p.chunks, warp);
+  static_assert(1 << DecodeSplit::kWarpsLog2 == kDecodeWarps);
+  const int split = ws.split;
+  const int sets_per_cta = ws.sets_per_cta;
+  const int c_begin = ws.c_begin;
+  const int count = ws.count;
   // The same for every warp, so all reach each barrier.
-  const int rounds = (per_warp + kSlots - 1) / kSlots;
+  const int rounds = (ws.per_warp + kSlots - 1) / kSlots;
   const int sets = (p.row_tiles + R - 1) / R;
-  constexpr int kWarpsLog2 = 3;
-  static_assert(1 << kWarpsLog2 == kDecodeWarps);
-  const int units = (sets + sets_per_cta - 1) >> (kWarpsLog2 - shift);
-  auto set_of = [&](int unit) { return unit * sets_per_cta + sub; };
+  const int units = ws.Units(sets);
+  auto set_of = [&](int unit) { return ws.SetOf(unit); };
 
   // This lane's activations: token g of each tile, k = 32c + 8t4 .. +7 (one uint4).
   const uint4* xp[NT];
