@@ -170,8 +170,9 @@ cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& device, const v
   config.numAttrs = AppendDependentLaunch(device.cc_major, pdl, 0);
   // The deep tile (twice the bytes in flight per warp, half the CTAs per SM) wherever its
   // grid is as large as the shallow one's (14336 x 4096 at M = 1: 12.3 us against 15.1;
-  // not for SwiGLU, whose deep tile needs all 128 registers and measured slower).
-  if constexpr (T == 1 && !kGlu) {
+  // not for SwiGLU, whose deep tile needs all 128 registers and measured slower; not for
+  // two strips, whose tile already holds two CTAs per SM).
+  if constexpr (T == 1 && R == 1 && !kGlu) {
     int64_t deep_slots = 0;
     if (const cudaError_t e = DecodeSlots<T, R, kBf16, kGlu, true>(device, &deep_slots);
         e != cudaSuccess) {
@@ -194,6 +195,11 @@ cudaError_t LaunchForM(const GemmArgs& args, const W4A16Options& options) {
   // kernel, except for up to 8 tokens on more strips than its CTAs cover at once (N >=
   // 14336 there): the last turn of its persistent grid leaves SMs with few bytes in
   // flight, and the cluster kernels were faster (36 against 40-42 us on 8192 x 28672).
+  // Up to 8 tokens, two strips a warp wherever that grid still has a row set for every SM
+  // (N above 4192 on the H200), else one: two halve the activation loads per weight byte and
+  // refill late (DecodeTile::kDeferRefill); at M = 1, 8192 x 8192 10.2 against 12.7 us,
+  // 4096 x 6144 5.4 against 7.7, 14336 x 8192 16.0 against 20.4, but with 128 sets for 132
+  // SMs 14336 x 4096 12.0 against 12.3 and 4096 x 4096 4.9 against 4.6 (one strip, deep).
   // Up to 32 tokens the decode kernel too (four token tiles a warp) where its grid
   // covers the strips in two turns (N <= 8192): the wgmma kernel's fixed cost is larger
   // there (8192 x 8192 at M = 24: 23.6 against 33.7 us; 4096 x 4096: 7.8 against 13.1),
@@ -224,6 +230,11 @@ cudaError_t LaunchForM(const GemmArgs& args, const W4A16Options& options) {
     } else if (args.m > 8) {
       return LaunchDecode<2, 2, kBf16>(args, device);
     } else {
+      if ((err = DecodeSlots<1, 2, kBf16>(device, &slots)) != cudaSuccess) return err;
+      const int64_t sets = DecodeSets(args.shape, 2);
+      const bool two =
+          options.decode_strips == 2 || (options.decode_strips == 0 && sets >= device.sms);
+      if (two && sets <= slots) return LaunchDecode<1, 2, kBf16>(args, device);
       if ((err = DecodeSlots<1, 1, kBf16>(device, &slots)) != cudaSuccess) return err;
       if (DecodeSets(args.shape, 1) <= slots) return LaunchDecode<1, 1, kBf16>(args, device);
     }
@@ -265,7 +276,8 @@ cudaError_t LaunchW4A16(const GemmArgs& args, const W4A16Options& options) {
   const bool splits_ok = options.splits == 0 || options.splits == 1 || options.splits == 2 ||
                          options.splits == 4 || options.splits == w4a16::kMaxSplits;
   const bool groups_ok = options.wgmma_groups >= 0 && options.wgmma_groups <= 2;
-  if (!splits_ok || !groups_ok || !ArgsOk(args)) return cudaErrorInvalidValue;
+  const bool strips_ok = options.decode_strips >= 0 && options.decode_strips <= 2;
+  if (!splits_ok || !groups_ok || !strips_ok || !ArgsOk(args)) return cudaErrorInvalidValue;
   return args.x_dtype == DType::kBF16 ? LaunchForM<true>(args, options)
                                       : LaunchForM<false>(args, options);
 }

@@ -8,7 +8,8 @@
 //
 // Registers are the pipeline: each warp keeps kSlots chunks of R strips (3-4 KB per warp)
 // in flight, all loads issued before any use, and refills a slot as soon as the chunk in
-// it is consumed, with the same slot of the next round or of its next row set, so the
+// it is consumed (the tiles of two strips: once the next slot is in use, DecodeTile::
+// kDeferRefill), with the same slot of the next round or of its next row set, so the
 // loads of the next set are already in flight during this set's reduction. One MMA chain
 // per warp and tile is enough: 16-32 warps per SM hide its latency. Launched as a
 // dependent launch (dependent_launch.h), the first slots fill while the previous kernel
@@ -39,6 +40,16 @@ struct DecodeTile {
   // for the larger ones, whose accumulators and activations take twice the registers,
   // and for the deep tiles.
   static constexpr int kMinBlocks = T * R == 1 && !kDeep ? 4 : 2;
+  // Where a slot is refilled. Every use of a slot's weights waits for all the warp's weight
+  // loads in flight (ptxas puts them on one scoreboard and waits for it to drain), so a
+  // refill issued right after its slot's math is waited for by the very next slot. The
+  // tiles of one token tile and two strips refill slot s - 1 once slot s's weights are in
+  // use instead: each chunk is then requested a whole chunk's math before its wait. On the
+  // H200 at M = 1 that took 8192 x 8192 from 12.4 to 10.2 us and a SwiGLU pair of 4096 x
+  // 14336 from 20.0 to 17.9 us; the other tiles measured slower with it (one strip, three
+  // slots: 12.8 against 12.6 us; the deep tile, 14336 x 4096: 13.4 against 12.3; two token
+  // tiles, mixed), so they refill right away.
+  static constexpr bool kDeferRefill = T == 1 && R == 2;
 };
 
 // S = 1 << p.split_shift: the warps sharing one row set (decode_split.cuh).
@@ -132,6 +143,22 @@ __global__ void __launch_bounds__(kThreads, DecodeTile<T, R, kDeep>::kMinBlocks)
 #pragma unroll
       for (int slot = 0; slot < kSlots; ++slot) {
         const int cc = round * kSlots + slot;
+        // kDeferRefill: slot s - 1 <- its chunk of the next round (or of the next unit's
+        // first), or, for s = 0, the last slot <- this round's chunk (the first fill loaded
+        // it for the CTA's first round).
+        auto refill_previous = [&] {
+          if constexpr (Tl::kDeferRefill) {
+            if (slot == 0) {
+              const int c = round * kSlots + kSlots - 1;
+              const bool first = unit == static_cast<int>(blockIdx.x) && round == 0;
+              if (!first && live && c < count) load(kSlots - 1, set_of(unit), c_begin + c);
+            } else {
+              const int nc = next_round * kSlots + slot - 1;
+              if (next_live && nc < count) load(slot - 1, set_of(next_unit), c_begin + nc);
+            }
+          }
+        };
+        if (!(live && cc < count)) refill_previous();
         if (live && cc < count) {
           const int64_t kbase = int64_t{c_begin + cc} * kChunkK;
           float part[R][T][4] = {};
@@ -153,6 +180,8 @@ __global__ void __launch_bounds__(kThreads, DecodeTile<T, R, kDeep>::kMinBlocks)
             for (int r = 0; r < R; ++r) {
               const uint4 w = wq[slot][r][blk];
               MmaStep<T, 0, kBf16>(w.x, xb[0], part[r]);
+              // The first use of this slot's weights is behind us, so is its wait.
+              if (blk == 0 && r == 0) refill_previous();
               MmaStep<T, 1, kBf16>(w.y, xb[0], part[r]);
               MmaStep<T, 0, kBf16>(w.z, xb[1], part[r]);
               MmaStep<T, 1, kBf16>(w.w, xb[1], part[r]);
@@ -162,7 +191,9 @@ __global__ void __launch_bounds__(kThreads, DecodeTile<T, R, kDeep>::kMinBlocks)
           for (int r = 0; r < R; ++r) ApplyScale<T>(sq[slot][r], part[r], acc[r]);
         }
         const int nc = next_round * kSlots + slot;
-        if (next_live && nc < count) load(slot, set_of(next_unit), c_begin + nc);
+        if (!Tl::kDeferRefill && next_live && nc < count) {
+          load(slot, set_of(next_unit), c_begin + nc);
+        }
       }
     }
 

@@ -390,6 +390,15 @@ cudaError_t LaunchW4A16Wgmma(const GemmArgs& args) {
   return LaunchW4A16(args, options);
 }
 
+// The W4A16 decode kernel up to 8 tokens with kStrips strips per warp forced (the default
+// launch takes two only where N leaves a row set for every SM).
+template <int kStrips>
+cudaError_t LaunchW4A16DecodeStrips(const GemmArgs& args) {
+  W4A16Options options;
+  options.decode_strips = kStrips;
+  return LaunchW4A16(args, options);
+}
+
 // Each launch variant against the CPU on fresh random weights of each shape, at each M,
 // for fp16 and bf16 activations.
 void CheckVariants(Scheme scheme, const std::vector<WeightShape>& shapes,
@@ -483,6 +492,8 @@ TEST_F(W4A16Test, EveryPathMatchesCpu) {
     variants.push_back({"wgmma 1 group, splits 4", &LaunchW4A16Wgmma<1, 4>});
     variants.push_back({"wgmma 2 groups, splits 4", &LaunchW4A16Wgmma<2, 4>});
   }
+  variants.push_back({"decode 1 strip", &LaunchW4A16DecodeStrips<1>});
+  variants.push_back({"decode 2 strips", &LaunchW4A16DecodeStrips<2>});
   CheckVariants(Scheme::kW4A16, {{1000, 2048, kW4GroupSize}, {300, 1152, 0}},
                 {1, 5, 17, 24, 32, 40, 100, 128, 129, 300}, variants, rng_);
 }
@@ -778,6 +789,27 @@ TEST_F(W8A16Test, RejectsBadArguments) {
   W8A16Options options;
   options.splits = 3;
   EXPECT_EQ(LaunchW8A16(args, options), cudaErrorInvalidValue);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+// Tuning options out of range: refused, nothing launched.
+TEST_F(W4A16Test, RejectsBadOptions) {
+  GemmArgs args;
+  args.shape = {16, 128, kW4GroupSize};
+  args.m = 1;
+  alignas(16) int dummy[8] = {};
+  args.weight = args.x = args.y = dummy;
+  W4A16Options options;
+  options.splits = 3;
+  EXPECT_EQ(LaunchW4A16(args, options), cudaErrorInvalidValue);
+  options = {};
+  options.wgmma_groups = 3;
+  EXPECT_EQ(LaunchW4A16(args, options), cudaErrorInvalidValue);
+  options = {};
+  options.decode_strips = 3;
+  EXPECT_EQ(LaunchW4A16(args, options), cudaErrorInvalidValue);
+  options.decode_strips = -1;
+  EXPECT_EQ(LaunchW4A16(args, options), cudaErrorInvalidValue);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 
