@@ -259,11 +259,13 @@ absl::Status RunKernelBench(const BenchOptions& o) {
         cuda::W8A16Options w8;
         w8.splits = o.w8a16_splits;
         w8.wgmma_groups = o.w8a16_wgmma_groups;
+        w8.decode_rows = o.w8a16_decode_rows;
         cuda::W4A16Options w4;
         w4.splits = o.w4a16_splits;
         w4.wgmma_groups = o.w4a16_wgmma_groups;
         w4.decode_strips = o.w4a16_decode_strips;
-        const bool tuned8 = scheme == Scheme::kW8A16 && (w8.splits != 0 || w8.wgmma_groups != 0);
+        const bool tuned8 = scheme == Scheme::kW8A16 &&
+                            (w8.splits != 0 || w8.wgmma_groups != 0 || w8.decode_rows != 0);
         const bool tuned4 = scheme == Scheme::kW4A16 &&
                             (w4.splits != 0 || w4.wgmma_groups != 0 || w4.decode_strips != 0);
         cuda::W2A8Options w2;

@@ -47,6 +47,7 @@ struct BenchOptions {
   // cuda::W4A16Options and cuda::W2A8Options.
   int w8a16_splits = 0;
   int w8a16_wgmma_groups = 0;
+  int w8a16_decode_rows = 0;
   int w4a16_splits = 0;
   int w4a16_wgmma_groups = 0;
   int w4a16_decode_strips = 0;

@@ -32,6 +32,9 @@ ABSL_FLAG(std::string, json, "", "write every measurement to this JSON file");
 ABSL_FLAG(int, w8a16_splits, 0, "W8A16 tuning: force the split-K count (1, 2, 4, 8; 0 = auto)");
 ABSL_FLAG(int, w8a16_wgmma_groups, 0,
           "W8A16 tuning: force the wgmma GEMM at every M with 1 or 2 row groups per CTA");
+ABSL_FLAG(int, w8a16_decode_rows, 0,
+          "W8A16 tuning: row tiles per warp of the decode kernel up to 8 tokens (1 or 2; 0 = "
+          "auto)");
 ABSL_FLAG(int, w4a16_splits, 0,
           "W4A16 tuning: force the split-K count (1, 2, 4, 8; 0 = auto; alone it forces the "
           "mma.sync cluster kernels)");
@@ -120,6 +123,7 @@ int main(int argc, char** argv) {
   o.json_path = absl::GetFlag(FLAGS_json);
   o.w8a16_splits = absl::GetFlag(FLAGS_w8a16_splits);
   o.w8a16_wgmma_groups = absl::GetFlag(FLAGS_w8a16_wgmma_groups);
+  o.w8a16_decode_rows = absl::GetFlag(FLAGS_w8a16_decode_rows);
   o.w4a16_splits = absl::GetFlag(FLAGS_w4a16_splits);
   o.w4a16_wgmma_groups = absl::GetFlag(FLAGS_w4a16_wgmma_groups);
   o.w4a16_decode_strips = absl::GetFlag(FLAGS_w4a16_decode_strips);

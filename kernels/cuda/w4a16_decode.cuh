@@ -143,19 +143,10 @@ __global__ void __launch_bounds__(kThreads, DecodeTile<T, R, kDeep>::kMinBlocks)
 #pragma unroll
       for (int slot = 0; slot < kSlots; ++slot) {
         const int cc = round * kSlots + slot;
-        // kDeferRefill: slot s - 1 <- its chunk of the next round (or of the next unit's
-        // first), or, for s = 0, the last slot <- this round's chunk (the first fill loaded
-        // it for the CTA's first round).
         auto refill_previous = [&] {
           if constexpr (Tl::kDeferRefill) {
-            if (slot == 0) {
-              const int c = round * kSlots + kSlots - 1;
-              const bool first = unit == static_cast<int>(blockIdx.x) && round == 0;
-              if (!first && live && c < count) load(kSlots - 1, set_of(unit), c_begin + c);
-            } else {
-              const int nc = next_round * kSlots + slot - 1;
-              if (next_live && nc < count) load(slot - 1, set_of(next_unit), c_begin + nc);
-            }
+            ws.RefillPrevious<kSlots>(slot, round, unit, live, next_round, next_unit, next_live,
+                                      load);
           }
         };
         if (!(live && cc < count)) refill_previous();

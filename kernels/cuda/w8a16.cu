@@ -511,8 +511,13 @@ cudaError_t LaunchFor(const GemmArgs& args, const W8A16Options& options, const D
   }
   if (options.splits == 0 && args.m <= 16) {
     bool launched = false;
-    const cudaError_t err = args.m <= 8 ? LaunchDecode<T, 1, 1>(args, device, &launched)
-                                        : LaunchDecode<T, 2, 2>(args, device, &launched);
+    // Up to 8 tokens, two row tiles a warp wherever that grid still has a row set for
+    // every SM (late refills, w8a16_decode.cuh), else one.
+    const int64_t pairs = ((args.shape.n + 15) / 16 + 1) / 2;
+    const bool two = options.decode_rows == 2 || (options.decode_rows == 0 && pairs >= device.sms);
+    const cudaError_t err = args.m > 8 ? LaunchDecode<T, 2, 2>(args, device, &launched)
+                            : two      ? LaunchDecode<T, 1, 2>(args, device, &launched)
+                                       : LaunchDecode<T, 1, 1>(args, device, &launched);
     if (err != cudaSuccess || launched) return err;
   }
   if (args.m <= 8) return LaunchTile<T, Tile<1, 2, 4, 4, 4>>(args, options, device);
@@ -526,7 +531,7 @@ cudaError_t LaunchFor(const GemmArgs& args, const W8A16Options& options, const D
 cudaError_t LaunchW8A16(const GemmArgs& args, const W8A16Options& options) {
   if (args.m < 1 || args.shape.k % 64 != 0 || args.shape.n < 1 || args.weight == nullptr ||
       args.x == nullptr || args.y == nullptr || options.wgmma_groups < 0 ||
-      options.wgmma_groups > 2 ||
+      options.wgmma_groups > 2 || options.decode_rows < 0 || options.decode_rows > 2 ||
       (options.splits != 0 && options.splits != 1 && options.splits != 2 && options.splits != 4 &&
        options.splits != kMaxSplits)) {
     return cudaErrorInvalidValue;

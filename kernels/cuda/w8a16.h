@@ -72,6 +72,9 @@ struct W8A16Options {
   // nonzero value forces the wgmma GEMM at every M where it runs (sm_90a, K % 128 == 0),
   // with `splits` if that is set too.
   int wgmma_groups = 0;
+  // Row tiles per warp of the decode kernel up to 8 tokens (1 or 2; 0 lets the launch
+  // choose), where that kernel runs; tests and tuning.
+  int decode_rows = 0;
 };
 cudaError_t LaunchW8A16(const GemmArgs& args, const W8A16Options& options);
 

@@ -61,6 +61,11 @@ struct DecodeTile {
   static constexpr int kSlots = (R == 1 ? 6 : 8 / R) * (kDeep ? 2 : 1);
   // CTAs per SM the registers are capped for (8 warps each).
   static constexpr int kMinBlocks = NT * R == 1 && !kDeep ? 4 : 2;
+  // Late refills for one token tile and two row tiles, as the W4A16 decode kernel's
+  // (DecodeSplit::RefillPrevious says when): at M = 1 on the H200, 4096 x 6144 10.4 us and
+  // 8192 x 6144 19.7 (deep tile) against 10.4 and 20.7 without, 8192 x 8192 21.9 against
+  // 22.4; with one row tile 8192 x 8192 22.0, but 4096 x 4096 9.1 against 8.8 (deep).
+  static constexpr bool kDeferRefill = NT == 1 && R == 2;
 };
 
 template <typename T, int NT, int R, bool kDeep = false>
@@ -134,6 +139,13 @@ __global__ void __launch_bounds__(kDecodeThreads, DecodeTile<NT, R, kDeep>::kMin
 #pragma unroll
       for (int slot = 0; slot < kSlots; ++slot) {
         const int cc = round * kSlots + slot;
+        auto refill_previous = [&] {
+          if constexpr (Tl::kDeferRefill) {
+            ws.RefillPrevious<kSlots>(slot, round, unit, live, next_round, next_unit, next_live,
+                                      load);
+          }
+        };
+        if (!(live && cc < count)) refill_previous();
         if (live && cc < count) {
           const int c = c_begin + cc;
           uint4 xv[NT];
@@ -148,12 +160,16 @@ __global__ void __launch_bounds__(kDecodeThreads, DecodeTile<NT, R, kDeep>::kMin
 #pragma unroll
             for (int tile = 0; tile < NT; ++tile) {
               Mma<T>(acc[r][tile], a[0], xv[tile].x, xv[tile].y);
+              // The first use of this slot's weights is behind us, so is its wait.
+              if (r == 0 && tile == 0) refill_previous();
               Mma<T>(acc[r][tile], a[1], xv[tile].z, xv[tile].w);
             }
           }
         }
         const int nc = next_round * kSlots + slot;
-        if (next_live && nc < count) load(slot, set_of(next_unit), c_begin + nc);
+        if (!Tl::kDeferRefill && next_live && nc < count) {
+          load(slot, set_of(next_unit), c_begin + nc);
+        }
       }
     }
 

@@ -437,6 +437,15 @@ cudaError_t LaunchW8A16Wgmma(const GemmArgs& args) {
   return LaunchW8A16(args, options);
 }
 
+// The W8A16 decode kernel up to 8 tokens with kRows row tiles per warp forced (the
+// default launch takes two only where N leaves a row set for every SM).
+template <int kRows>
+cudaError_t LaunchW8A16DecodeRows(const GemmArgs& args) {
+  W8A16Options options;
+  options.decode_rows = kRows;
+  return LaunchW8A16(args, options);
+}
+
 // Every split count of W8A16, not only the ones the heuristic picks, and the wgmma GEMM
 // with each row-group count, alone and split 4 ways, also at the M the default launch
 // gives the other kernels (K = 1088 is not a multiple of 128: the fallback).
@@ -451,8 +460,10 @@ TEST_F(W8A16Test, EverySplitMatchesCpu) {
     variants.push_back({"wgmma 1 group, splits 4", &LaunchW8A16Wgmma<1, 4>});
     variants.push_back({"wgmma 2 groups, splits 4", &LaunchW8A16Wgmma<2, 4>});
   }
+  variants.push_back({"decode 1 row tile", &LaunchW8A16DecodeRows<1>});
+  variants.push_back({"decode 2 row tiles", &LaunchW8A16DecodeRows<2>});
   CheckVariants(Scheme::kW8A16, {{1000, 4096, 0}, {300, 1088, 0}, {200, 1152, 0}},
-                {1, 9, 17, 40, 65, 100, 129, 300}, variants, rng_);
+                {1, 5, 9, 17, 40, 65, 100, 129, 300}, variants, rng_);
 }
 
 // A W2A8 launch with the wgmma GEMM forced (kGroups 1 or 2), or with a forced k split
@@ -788,6 +799,9 @@ TEST_F(W8A16Test, RejectsBadArguments) {
   args.m = 1;
   W8A16Options options;
   options.splits = 3;
+  EXPECT_EQ(LaunchW8A16(args, options), cudaErrorInvalidValue);
+  options = {};
+  options.decode_rows = 3;
   EXPECT_EQ(LaunchW8A16(args, options), cudaErrorInvalidValue);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
