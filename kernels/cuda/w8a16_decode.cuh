@@ -62,9 +62,9 @@ struct DecodeTile {
   // CTAs per SM the registers are capped for (8 warps each).
   static constexpr int kMinBlocks = NT * R == 1 && !kDeep ? 4 : 2;
   // Late refills for one token tile and two row tiles, as the W4A16 decode kernel's
-  // (DecodeSplit::RefillPrevious says when): at M = 1 on the H200, 4096 x 6144 10.4 us and
-  // 8192 x 6144 19.7 (deep tile) against 10.4 and 20.7 without, 8192 x 8192 21.9 against
-  // 22.4; with one row tile 8192 x 8192 22.0, but 4096 x 4096 9.1 against 8.8 (deep).
+  // (DecodeSplit::RefillPrevious says when): at M = 1 on the H200, that deep tile took
+  // 8192 x 6144 from 20.7 to 19.7 us and 8192 x 8192 from 22.4 to 21.8; with one row tile
+  // it helped less and not everywhere (4096 x 4096: 9.1 against 8.8).
   static constexpr bool kDeferRefill = NT == 1 && R == 2;
 };
 
