@@ -189,17 +189,24 @@ cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& device, const v
   return cudaLaunchKernelEx(&config, w4a16::DecodeKernel<T, R, kBf16, kGlu>, p);
 }
 
+// Turns of the two-strip decode grid measured faster than the cluster kernels on the
+// H200 (M = 1, against the staged kernel): 4096 x 14336 (2 turns) 9.8 against 12.7 us,
+// 8192 x 14336 17.6 against 20.7, 14336 x 14336 28.4 against 31.1, 8192 x 28672 (3.4
+// turns) 35.0 against 35.5. Not measured beyond.
+constexpr int64_t kMaxDecodeTurns = 4;
+
 template <bool kBf16>
 cudaError_t LaunchForM(const GemmArgs& args, const W4A16Options& options) {
   // Choices measured on the H200 (qmm-kernel-bench shapes). Up to 16 tokens the decode
-  // kernel, except for up to 8 tokens on more strips than its CTAs cover at once (N >=
-  // 14336 there): the last turn of its persistent grid leaves SMs with few bytes in
-  // flight, and the cluster kernels were faster (36 against 40-42 us on 8192 x 28672).
-  // Up to 8 tokens, two strips a warp wherever that grid still has a row set for every SM
-  // (N above 4192 on the H200), else one: two halve the activation loads per weight byte and
-  // refill late (DecodeTile::kDeferRefill); at M = 1, 8192 x 8192 10.2 against 12.7 us,
-  // 4096 x 6144 5.4 against 7.7, 14336 x 8192 16.0 against 20.4, but with 128 sets for 132
-  // SMs 14336 x 4096 12.0 against 12.3 and 4096 x 4096 4.9 against 4.6 (one strip, deep).
+  // kernel. Up to 8 tokens, two strips a warp wherever that grid still has a row set for
+  // every SM (N above 4192 on the H200) and covers the row sets in at most
+  // kMaxDecodeTurns turns of its persistent grid, else one strip where its grid covers
+  // them at once: two halve the activation loads per weight byte and refill late
+  // (DecodeTile::kDeferRefill); at M = 1, 8192 x 8192 10.2 against 12.7 us, 4096 x 6144
+  // 5.4 against 7.7, 14336 x 8192 16.0 against 20.4, but with 128 sets for 132 SMs 14336
+  // x 4096 12.0 against 12.3 and 4096 x 4096 4.9 against 4.6 (one strip, deep). Beyond
+  // those, the cluster kernels (one strip's grid in several turns left SMs with few bytes
+  // in flight in its last: 40-42 against 36 us on 8192 x 28672).
   // Up to 32 tokens the decode kernel too (four token tiles a warp) where its grid
   // covers the strips in two turns (N <= 8192): the wgmma kernel's fixed cost is larger
   // there (8192 x 8192 at M = 24: 23.6 against 33.7 us; 4096 x 4096: 7.8 against 13.1),
@@ -234,7 +241,7 @@ cudaError_t LaunchForM(const GemmArgs& args, const W4A16Options& options) {
       const int64_t sets = DecodeSets(args.shape, 2);
       const bool two =
           options.decode_strips == 2 || (options.decode_strips == 0 && sets >= device.sms);
-      if (two && sets <= slots) return LaunchDecode<1, 2, kBf16>(args, device);
+      if (two && sets <= kMaxDecodeTurns * slots) return LaunchDecode<1, 2, kBf16>(args, device);
       if ((err = DecodeSlots<1, 1, kBf16>(device, &slots)) != cudaSuccess) return err;
       if (DecodeSets(args.shape, 1) <= slots) return LaunchDecode<1, 1, kBf16>(args, device);
     }

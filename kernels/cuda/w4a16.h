@@ -51,7 +51,8 @@ struct W4A16Options {
   // with `splits` if that is set too.
   int wgmma_groups = 0;
   // Strips per warp of the decode kernel up to 8 tokens (1 or 2; 0 lets the launch
-  // choose), where that kernel's grid covers the row sets at once; tests and tuning.
+  // choose), where that kernel runs (one strip: its grid covers the row sets at once;
+  // two: in at most 4 turns); tests and tuning.
   int decode_strips = 0;
 };
 cudaError_t LaunchW4A16(const GemmArgs& args, const W4A16Options& options);

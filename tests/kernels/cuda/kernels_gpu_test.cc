@@ -509,17 +509,31 @@ TEST_F(W4A16Test, EveryPathMatchesCpu) {
                 {1, 5, 17, 24, 32, 40, 100, 128, 129, 300}, variants, rng_);
 }
 
+// The two-strip decode kernel's persistent grid over more than one turn (282 row sets
+// of two strips with 8 warps each: more CTAs than fit at once on a GPU of up to 140 SMs),
+// where each CTA's late refills cross from one row set to the next.
+TEST_F(W4A16Test, DecodeTurnsMatchCpu) {
+  CheckVariants(Scheme::kW4A16, {{9000, 1024, kW4GroupSize}, {9000, 1024, 0}}, {1, 5},
+                {{"default", &LaunchWithSplits<W4A16Options, &LaunchW4A16, 0>},
+                 {"decode 1 strip", &LaunchW4A16DecodeStrips<1>},
+                 {"decode 2 strips", &LaunchW4A16DecodeStrips<2>}},
+                rng_);
+}
+
 // The SwiGLU launch (gate, up and silu(gate) * up at once) against CpuMatMul of each
 // weight and the product in double. Each matmul carries the tolerance above (c * its
 // rms); through silu(g) * u that is c * (1.1 * rms(g) * |u| + |silu(g)| * rms(u))
 // (|silu'| <= 1.1), plus the output dtype's rounding. Shapes: a single row, a partial
-// strip and group (N = 200), per-row scales, a 4096-class layer; M over both token
-// tiles of the decode kernel.
+// strip and group (N = 200), per-row scales, a 4096-class layer, a grid of several turns
+// (N = 9000); M over both token tiles of the decode kernel.
 TEST_F(W4A16Test, SwiGluMatchesCpu) {
   const KernelOps& ops = *FindKernel(Scheme::kW4A16);
   ASSERT_NE(ops.launch_swiglu, nullptr);
-  for (const WeightShape& shape : std::vector<WeightShape>{
-           {1, 128, kW4GroupSize}, {200, 384, kW4GroupSize}, {1000, 1024, 0}, {4096, 4096, 128}}) {
+  for (const WeightShape& shape : std::vector<WeightShape>{{1, 128, kW4GroupSize},
+                                                           {200, 384, kW4GroupSize},
+                                                           {1000, 1024, 0},
+                                                           {4096, 4096, 128},
+                                                           {9000, 1024, 128}}) {
     const Weight gate = RandomWeight(Scheme::kW4A16, shape, rng_);
     const Weight up = RandomWeight(Scheme::kW4A16, shape, rng_);
     const std::unique_ptr<DeviceBuffer> dgate = UploadLayout(ops, gate);
