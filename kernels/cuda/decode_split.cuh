@@ -1,9 +1,9 @@
-// How the 8 warps of a decode CTA (w4a16_decode.cuh, w8a16_decode.cuh) share its row sets,
-// and the order of a warp's late refills:
+// How the 8 warps of a decode CTA (w4a16_decode.cuh, w8a16_decode.cuh) share its row sets:
 // S warps per set (S = 1, 2, 4 or 8), each on its own contiguous 1/S of the chunks, so a
 // CTA works on 8 / S sets at a time. S is a power of two, so the per-warp set-up uses
 // shifts: runtime integer divisions there measured up to 4% of a short launch on the H200
-// (docs/PERFORMANCE.md, session 17).
+// (docs/PERFORMANCE.md, session 17). Also the order of a warp's late refills
+// (RefillPrevious), which both kernels' tiles of two strips use.
 #ifndef QMM_KERNELS_CUDA_DECODE_SPLIT_CUH_
 #define QMM_KERNELS_CUDA_DECODE_SPLIT_CUH_
 
