@@ -270,7 +270,9 @@ absl::Status RunKernelBench(const BenchOptions& o) {
                             (w4.splits != 0 || w4.wgmma_groups != 0 || w4.decode_strips != 0);
         cuda::W2A8Options w2;
         w2.wgmma_groups = o.w2a8_wgmma_groups;
-        const bool tuned2 = scheme == Scheme::kW2A8 && w2.wgmma_groups != 0;
+        w2.decode_units = o.w2a8_decode_units;
+        const bool tuned2 =
+            scheme == Scheme::kW2A8 && (w2.wgmma_groups != 0 || w2.decode_units != 0);
         const int n_copies = static_cast<int>(copies->buffers.size());
         auto launch = [&](int i) {
           args.weight = copies->buffers[i % n_copies].get();

@@ -52,6 +52,7 @@ struct BenchOptions {
   int w4a16_wgmma_groups = 0;
   int w4a16_decode_strips = 0;
   int w2a8_wgmma_groups = 0;
+  int w2a8_decode_units = 0;
 };
 
 // Runs every (scheme, shape, M), prints a table to stdout and writes the JSON file.

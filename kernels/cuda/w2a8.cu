@@ -1,11 +1,14 @@
-// The W2A8 launcher: picks the token tiling and the split of the weight units over warps,
-// then enqueues the prologue and the matmul (w2a8.h).
+// The W2A8 launcher: picks the matmul kernel and its grid, then enqueues the prologue and
+// the matmul (w2a8.h).
 #include <algorithm>
 #include <atomic>
+#include <bit>
 
+#include "kernels/cuda/decode_plan.h"
 #include "kernels/cuda/dependent_launch.h"
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/w2a8.h"
+#include "kernels/cuda/w2a8_decode.cuh"
 #include "kernels/cuda/w2a8_gemm.cuh"
 #include "kernels/cuda/w2a8_layout.h"
 #include "kernels/cuda/w2a8_prologue.cuh"
@@ -19,28 +22,19 @@ using w2a8::GemmParams;
 using w2a8::Geometry;
 using w2a8::Workspace;
 
-// Weight units in flight per warp: more for one token tile (pure streaming), fewer where
-// the accumulators of more tiles take the registers.
-constexpr int kDepthOneTile = 4;
-constexpr int kDepthTwoTiles = 3;
-constexpr int kDepthEightTiles = 2;
-// A stream-K range shorter than this spends more on its flush than on its units.
-constexpr int64_t kMinUnitsPerRange = 2;
+// Weight units in flight per warp of the mma.sync GEMM (eight token tiles).
+constexpr int kGemmDepth = 2;
 // Row, token and unit indices are ints on the device; far above any batch qmm forms.
 constexpr int64_t kMaxRows = int64_t{1} << 24;
 
-using w2a8::Split;
-using GemmKernel = void (*)(GemmParams);
-
-// Resident CTAs per SM of `kKernel`, read once per process (every device is assumed to be
-// of one kind, as on the machines qmm serves from).
-template <GemmKernel kKernel>
+// Resident CTAs per SM of `kKernel` (`threads` each), read once per process (every device
+// is assumed to be of one kind, as on the machines qmm serves from).
+template <auto kKernel, int kThreads>
 int CtasPerSm() {
   static std::atomic<int> cached{0};
   int ctas = cached.load(std::memory_order_relaxed);
   if (ctas == 0) {
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, kKernel, w2a8::kGemmThreads, 0) !=
-            cudaSuccess ||
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, kKernel, kThreads, 0) != cudaSuccess ||
         ctas < 1) {
       ctas = 1;
     }
@@ -49,61 +43,69 @@ int CtasPerSm() {
   return ctas;
 }
 
-struct Variant {
-  GemmKernel kernel;
-  int (*ctas_per_sm)();
-  int tiles;  // n8 token tiles per warp
-  Split split;
-};
-
-template <int kTiles, Split kSplit, int kDepth>
-constexpr Variant MakeVariant() {
-  return {w2a8::W2A8GemmKernel<kTiles, kSplit, kDepth>,
-          CtasPerSm<w2a8::W2A8GemmKernel<kTiles, kSplit, kDepth>>, kTiles, kSplit};
-}
-
-// By M: up to 8 tokens, up to 16, and 64 per token group (larger M: several groups).
-constexpr Variant kVariants[] = {MakeVariant<1, Split::kStreamK, kDepthOneTile>(),
-                                 MakeVariant<2, Split::kStreamK, kDepthTwoTiles>(),
-                                 MakeVariant<8, Split::kRowGroups, kDepthEightTiles>()};
-
-struct Plan {
-  Variant variant;
+// The mma.sync GEMM's grid: 64 tokens per token group, and CTAs that split the K of each
+// four row groups only as far as it takes to fill the GPU (a split K costs an atomic per
+// token and row).
+struct GemmPlan {
   int64_t token_groups;  // gridDim.y
+  int64_t k_splits;      // CTAs per row group quad
   int64_t ctas;          // gridDim.x
-  int64_t ranges;        // kStreamK: unit runs per token group
-  int64_t k_splits;      // kRowGroups: CTAs per row group quad
   bool atomics;          // some row group's K is split (acc and counters must be zero)
 };
 
-Plan MakePlan(const Geometry& geo, int64_t m, int sms, const W2A8Options& options) {
-  Plan plan{};
-  plan.variant = kVariants[m <= 8 ? 0 : m <= 16 ? 1 : 2];
-  const int64_t group_tokens = int64_t{plan.variant.tiles} * w2a8::kTokensPerTile;
-  plan.token_groups = (m + group_tokens - 1) / group_tokens;
-  // CTAs that fill the GPU once, over all token groups.
-  const int64_t slots =
-      std::max<int64_t>(1, int64_t{sms} * plan.variant.ctas_per_sm() / plan.token_groups);
-  if (plan.variant.split == Split::kStreamK) {
-    // Few tokens: a flush is a few atomics, so balance the bytes exactly.
-    plan.ranges = options.ranges > 0
-                      ? std::min(options.ranges, geo.units())
-                      : std::clamp(slots * w2a8::kGemmWarps, int64_t{1},
-                                   std::max<int64_t>(1, geo.units() / kMinUnitsPerRange));
-    plan.ctas = (plan.ranges + w2a8::kGemmWarps - 1) / w2a8::kGemmWarps;
-    // Range i starts at unit units * i / ranges, so with one range per row group every
-    // range is exactly one row group and no warp needs another's partial sums.
-    plan.atomics = plan.ranges != geo.row_groups || geo.k_blocks > w2a8::kMaxSegmentBlocks;
-  } else {
-    // Many tokens: a split K costs an atomic per token and row, so split only as far as
-    // it takes to fill the GPU.
-    const int64_t quads = (geo.row_groups + w2a8::kGemmWarps - 1) / w2a8::kGemmWarps;
-    plan.k_splits = std::clamp(options.k_splits > 0 ? options.k_splits : slots / quads, int64_t{1},
-                               geo.k_blocks);
-    plan.ctas = quads * plan.k_splits;
-    plan.atomics = plan.k_splits > 1 || geo.k_blocks > w2a8::kMaxSegmentBlocks;
-  }
+GemmPlan MakeGemmPlan(const Geometry& geo, int64_t m, int sms, const W2A8Options& options) {
+  GemmPlan plan{};
+  constexpr int64_t kGroupTokens = int64_t{w2a8::kGemmTiles} * w2a8::kTokensPerTile;
+  plan.token_groups = (m + kGroupTokens - 1) / kGroupTokens;
+  const int ctas_per_sm = CtasPerSm<w2a8::W2A8GemmKernel<kGemmDepth>, w2a8::kGemmThreads>();
+  const int64_t slots = std::max<int64_t>(1, int64_t{sms} * ctas_per_sm / plan.token_groups);
+  const int64_t quads = (geo.row_groups + w2a8::kGemmWarps - 1) / w2a8::kGemmWarps;
+  plan.k_splits =
+      std::clamp(options.k_splits > 0 ? options.k_splits : slots / quads, int64_t{1}, geo.k_blocks);
+  plan.ctas = quads * plan.k_splits;
+  plan.atomics = plan.k_splits > 1 || geo.k_blocks > w2a8::kMaxSegmentBlocks;
   return plan;
+}
+
+// The decode kernel (w2a8_decode.cuh) for up to 8T tokens with kUnits units a slot, after
+// the prologue.
+template <int T, int kUnits>
+cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& info, const Geometry& geo,
+                         const w2a8::PrologueParams& pro) {
+  constexpr auto kKernel = w2a8::W2A8DecodeKernel<T, kUnits>;
+  const int64_t slots = int64_t{info.sms} * CtasPerSm<kKernel, w2a8::kDecodeThreads>();
+  // Enough warps per row group that none sums more than kDecodeMaxBlocksPerWarp blocks
+  // (K <= kMaxDim needs at most 4 of the 8).
+  const int min_split = static_cast<int>(std::bit_ceil(static_cast<uint64_t>(
+      (geo.k_blocks + w2a8::kDecodeMaxBlocksPerWarp - 1) / w2a8::kDecodeMaxBlocksPerWarp)));
+  const DecodeGrid grid =
+      MakeDecodeGrid(geo.row_groups, static_cast<int>((geo.k_blocks + kUnits - 1) / kUnits),
+                     info.sms, slots, min_split);
+  w2a8::DecodeParams p{};
+  p.codes = static_cast<const uint4*>(args.weight);
+  p.w_scale =
+      reinterpret_cast<const float*>(static_cast<const uint8_t*>(args.weight) + geo.code_bytes());
+  p.xq = pro.xq;
+  p.x_scale = pro.x_scale;
+  p.x_sum = pro.x_sum;
+  p.y = args.y;
+  p.y_dtype = args.y_dtype;
+  // Every count fits in int: m <= 16, N and K <= kMaxDim.
+  p.m = static_cast<int>(args.m);
+  p.n = static_cast<int>(geo.n);
+  p.k = static_cast<int>(geo.k);
+  p.row_groups = static_cast<int>(geo.row_groups);
+  p.k_blocks = static_cast<int>(geo.k_blocks);
+  p.split_shift = std::countr_zero(static_cast<unsigned>(grid.split));
+  p.early_trigger = EarlyTrigger(grid.ctas, slots);
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(grid.ctas));
+  config.blockDim = dim3(w2a8::kDecodeThreads);
+  config.stream = args.stream;
+  cudaLaunchAttribute pdl[1];
+  config.attrs = pdl;
+  config.numAttrs = AppendDependentLaunch(info.cc_major, pdl, 0);
+  return cudaLaunchKernelEx(&config, kKernel, p);
 }
 
 // The prologue for x_dtype, with or without a DyT on its input.
@@ -141,7 +143,10 @@ cudaError_t LaunchW2A8(const GemmArgs& args, const W2A8Options& options) {
        args.y_dtype != DType::kBF16)) {
     return cudaErrorInvalidValue;
   }
-  if (options.wgmma_groups < 0 || options.wgmma_groups > 2) return cudaErrorInvalidValue;
+  if (options.wgmma_groups < 0 || options.wgmma_groups > 2 || options.decode_units < 0 ||
+      options.decode_units > 2) {
+    return cudaErrorInvalidValue;
+  }
   DeviceInfo info;
   if (cudaError_t err = CurrentDeviceInfo(&info); err != cudaSuccess) return err;
   const Geometry geo(args.shape.n, args.shape.k);
@@ -155,7 +160,10 @@ cudaError_t LaunchW2A8(const GemmArgs& args, const W2A8Options& options) {
       return err;
     }
   }
-  const Plan plan = MakePlan(geo, args.m, info.sms, options);
+  // Up to 16 tokens (unless a k split is forced) the decode kernel, which needs no zeroed
+  // workspace; beyond, on devices without wgmma, the mma.sync GEMM.
+  const bool decode = !wgmma && args.m <= 16 && options.k_splits == 0;
+  const GemmPlan plan = MakeGemmPlan(geo, args.m, info.sms, options);
   auto* base = static_cast<uint8_t*>(args.workspace);
 
   w2a8::PrologueParams pro{};
@@ -166,7 +174,7 @@ cudaError_t LaunchW2A8(const GemmArgs& args, const W2A8Options& options) {
   pro.x_scale = reinterpret_cast<float*>(base + ws.x_scale);
   pro.x_sum = reinterpret_cast<int32_t*>(base + ws.x_sum);
   pro.zero = reinterpret_cast<uint4*>(base + ws.acc);
-  pro.zero_vectors = plan.atomics && !wgmma ? (ws.zero_end - ws.acc) / 16 : 0;
+  pro.zero_vectors = plan.atomics && !wgmma && !decode ? (ws.zero_end - ws.acc) / 16 : 0;
   pro.dyt_alpha = args.dyt.alpha;
   pro.dyt_gamma = args.dyt.gamma;
   pro.dyt_beta = args.dyt.beta;
@@ -198,6 +206,18 @@ cudaError_t LaunchW2A8(const GemmArgs& args, const W2A8Options& options) {
     bool launched = false;
     return wgmma_gemm::Launch<w2a8::WgmmaFormat, false>(args, wgmma_options, &launched);
   }
+  if (decode) {
+    // Two units a slot where the row groups outnumber twice the CTAs that fit at once
+    // (measured on the H200 at M = 1: 8192 x 28672, 896 row groups, 22.4 us against 24.0
+    // with one; 4096 x 14336, 448 row groups, 9.0 against 8.75).
+    if (args.m > 8) return LaunchDecode<2, 1>(args, info, geo, pro);
+    const int64_t slots =
+        int64_t{info.sms} * CtasPerSm<w2a8::W2A8DecodeKernel<1, 1>, w2a8::kDecodeThreads>();
+    const bool two =
+        options.decode_units == 2 || (options.decode_units == 0 && geo.row_groups >= 2 * slots);
+    return two ? LaunchDecode<1, 2>(args, info, geo, pro)
+               : LaunchDecode<1, 1>(args, info, geo, pro);
+  }
 
   GemmParams gp{};
   gp.codes = static_cast<const uint4*>(args.weight);
@@ -210,15 +230,13 @@ cudaError_t LaunchW2A8(const GemmArgs& args, const W2A8Options& options) {
   gp.counters = reinterpret_cast<uint32_t*>(base + ws.counters);
   gp.y = args.y;
   gp.y_dtype = args.y_dtype;
-  // Every count fits in int: m <= kMaxRows, N and K <= kMaxDim (so units <= 2^28).
+  // Every count fits in int: m <= kMaxRows, N and K <= kMaxDim.
   gp.m = static_cast<int>(args.m);
   gp.n = static_cast<int>(geo.n);
   gp.k = static_cast<int>(geo.k);
   gp.row_groups = static_cast<int>(geo.row_groups);
   gp.k_blocks = static_cast<int>(geo.k_blocks);
   gp.padded_rows = static_cast<int>(geo.padded_rows());
-  gp.units = static_cast<int>(geo.units());
-  gp.ranges = static_cast<int>(plan.ranges);
   gp.k_splits = static_cast<int>(plan.k_splits);
 
   cudaLaunchConfig_t config{};
@@ -227,7 +245,7 @@ cudaError_t LaunchW2A8(const GemmArgs& args, const W2A8Options& options) {
   config.stream = args.stream;
   config.attrs = pdl;
   config.numAttrs = pdl_count;
-  return cudaLaunchKernelEx(&config, plan.variant.kernel, gp);
+  return cudaLaunchKernelEx(&config, w2a8::W2A8GemmKernel<kGemmDepth>, gp);
 }
 
 }  // namespace qmm::cuda

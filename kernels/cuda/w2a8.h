@@ -5,18 +5,17 @@
 //
 // One launch is two kernels on the stream: a prologue that quantizes each activation row
 // to int8 (the proto's rule, bit-identical to QuantizeRowsInt8), sums it and zeroes the
-// split-K workspace, and the matmul, which on sm_90 starts early through programmatic
-// dependent launch and streams its first weight bytes while the prologue still runs.
-// Up to 16 tokens, the matmul splits the (row group, k block) units evenly over every
-// warp the GPU holds at once (stream-K). Beyond, on sm_90a, the wgmma GEMM of the 16-bit
-// schemes (wgmma_gemm.cuh) with the W2A8 format (w2a8_wgmma.cuh: u8 x s8 wgmma, int32
-// sums, the int8 activations permuted for wgmma's B operand by a third kernel). On other
-// devices, or with a forced k split, each warp takes 64 tokens and the four warps of a
-// CTA four neighbouring row groups, so that activations loaded once serve four warps
-// from L1, and CTAs split K only as far as it takes to fill the GPU. In the mma.sync
-// kernels, warps sharing a row group add their int32 partial sums with atomics and the
-// last one to finish applies the scales; a warp that covers a whole row group writes its
-// result directly.
+// mma.sync GEMM's split-K workspace, and the matmul, which on sm_90 starts early through
+// programmatic dependent launch and streams its first weight bytes while the prologue still runs.
+// Up to 16 tokens, the decode kernel (w2a8_decode.cuh): a persistent grid streaming the
+// weight units through registers, the warps of a CTA sharing each row group's K and
+// summing their partial sums in shared memory. Beyond, on sm_90a, the wgmma GEMM of the
+// 16-bit schemes (wgmma_gemm.cuh) with the W2A8 format (w2a8_wgmma.cuh: u8 x s8 wgmma,
+// int32 sums, the int8 activations permuted for wgmma's B operand by a third kernel). On
+// other devices, or with a forced k split, the mma.sync GEMM (w2a8_gemm.cuh): each warp
+// takes 64 tokens and the four warps of a CTA four neighbouring row groups, so that
+// activations loaded once serve four warps from L1, and CTAs split K only as far as it
+// takes to fill the GPU.
 #ifndef QMM_KERNELS_CUDA_W2A8_H_
 #define QMM_KERNELS_CUDA_W2A8_H_
 
@@ -49,11 +48,12 @@ cudaError_t LaunchW2A8(const GemmArgs& args);
 // Tuning knobs for tests and benchmarks; a default-constructed value is what LaunchW2A8
 // uses.
 struct W2A8Options {
-  // M <= 16: runs of units, one per warp, that split the weight (clamped to the number
-  // of units). 0 picks one from the shape and the device.
-  int64_t ranges = 0;
-  // M > 16: CTAs that split the K of each four row groups (clamped to K / 128). 0 picks
-  // one from the shape and the device.
+  // M <= 8: units (k blocks) of weights per slot of the decode kernel, 1 or 2; 0 picks
+  // from the shape and the device.
+  int decode_units = 0;
+  // Forces the mma.sync GEMM (at every M where the wgmma GEMM does not run) with this
+  // many CTAs splitting the K of each four row groups (clamped to K / 128). 0 lets the
+  // launch choose the kernel and the split.
   int64_t k_splits = 0;
   // 1 or 2 forces the wgmma GEMM (with that many 128-row groups per CTA) at every M
   // where it runs (sm_90a); 0 lets the launch choose. A nonzero k_splits alone keeps

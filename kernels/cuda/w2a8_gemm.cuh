@@ -1,5 +1,6 @@
-// The W2A8 matmul kernel (the second kernel of a launch; see w2a8.h for the scheme and
-// w2a8_layout.h for the byte order it reads).
+// The W2A8 mma.sync matmul kernel for many tokens where the wgmma GEMM does not run (the
+// second kernel of a launch; see w2a8.h for the scheme and w2a8_layout.h for the byte
+// order it reads).
 #ifndef QMM_KERNELS_CUDA_W2A8_GEMM_CUH_
 #define QMM_KERNELS_CUDA_W2A8_GEMM_CUH_
 
@@ -16,20 +17,10 @@ namespace qmm::cuda::w2a8 {
 
 inline constexpr int kGemmWarps = 4;
 inline constexpr int kGemmThreads = kGemmWarps * 32;
-// Longest run of k blocks a warp sums in registers before it flushes: keeps the field
-// accumulators (codes scaled by up to 64) inside int32 for any K.
+// Longest run of k blocks a warp sums in registers before it flushes its partial sums.
 inline constexpr int kMaxSegmentBlocks = 2048;
-
-// How the weight units are shared out over warps.
-enum class Split {
-  // Few tokens (one or two n8 tiles per warp): the units, in storage order, are cut into
-  // `ranges` equal runs, one per warp, so every warp streams the same number of bytes.
-  kStreamK,
-  // Many tokens (eight tiles per warp): the four warps of a CTA take four consecutive row
-  // groups over the same k blocks, so the activation bytes one warp loads serve the
-  // other three from L1; `k_splits` CTAs share each group's K.
-  kRowGroups,
-};
+// n8 token tiles per warp.
+inline constexpr int kGemmTiles = 8;
 
 struct GemmParams {
   const uint4* codes;    // device layout, unit order
@@ -47,25 +38,19 @@ struct GemmParams {
   int row_groups;
   int k_blocks;
   int padded_rows;
-  int units;     // row_groups * k_blocks
-  int ranges;    // kStreamK: unit runs per token group
-  int k_splits;  // kRowGroups: CTAs per row group quad
+  int k_splits;  // CTAs per row group quad
 };
 
-// Resident CTAs each variant is compiled for: the register caps (128, 168, 255) under
-// which its accumulators and weights in flight fit without spilling.
-constexpr int MinCtasPerSm(int tiles) { return tiles == 1 ? 4 : tiles == 2 ? 3 : 2; }
-
-// One warp: a run of units times kTiles n8 tiles of tokens (token group blockIdx.y).
-// kDepth units of weights are in flight per warp while it computes.
-template <int kTiles, Split kSplit, int kDepth>
-__global__ void __launch_bounds__(kGemmThreads, MinCtasPerSm(kTiles))
-    W2A8GemmKernel(const GemmParams p) {
-  // Up to two tiles, each MMA j keeps its own accumulator, so that decoding a field is
-  // one AND (codes scaled by 4^j); with eight tiles that would not fit in registers, and
-  // each field is shifted down instead.
-  constexpr bool kFieldAcc = kTiles <= 2;
-  constexpr int kFields = kFieldAcc ? 4 : 1;
+// The four warps of a CTA take four consecutive row groups over the same k blocks, so
+// the activation bytes one warp loads serve the other three from L1; `k_splits` CTAs
+// share each group's K. One warp: its row group's units of its K share times 64 tokens
+// (token group blockIdx.y); kDepth units of weights are in flight per warp while it
+// computes. The warps sharing a row group add their int32 partial sums with atomics and
+// the last one to finish applies the scales; a warp that covers a whole row group writes
+// its result directly.
+template <int kDepth>
+__global__ void __launch_bounds__(kGemmThreads, 2) W2A8GemmKernel(const GemmParams p) {
+  constexpr int kTiles = kGemmTiles;
   constexpr int kGroupTokens = kTiles * kTokensPerTile;
   constexpr int kUnitVectors = kUnitBytes / 16;          // 64 16-byte vectors per unit
   constexpr int kBlockVectors = kBytesPerRowBlock / 16;  // 32, one per lane
@@ -74,19 +59,11 @@ __global__ void __launch_bounds__(kGemmThreads, MinCtasPerSm(kTiles))
   const int g = lane / 4;
   const int t = lane % 4;
   // Unit, row and token indices fit in int (N, K <= 2^20, so units <= 2^28).
-  int u_begin, u_end;
-  if constexpr (kSplit == Split::kStreamK) {
-    const int range = blockIdx.x * kGemmWarps + warp;
-    if (range >= p.ranges) return;
-    u_begin = static_cast<int>(int64_t{p.units} * range / p.ranges);
-    u_end = static_cast<int>(int64_t{p.units} * (range + 1) / p.ranges);
-  } else {
-    const int split = blockIdx.x % p.k_splits;
-    const int row_group = blockIdx.x / p.k_splits * kGemmWarps + warp;
-    if (row_group >= p.row_groups) return;
-    u_begin = row_group * p.k_blocks + p.k_blocks * split / p.k_splits;
-    u_end = row_group * p.k_blocks + p.k_blocks * (split + 1) / p.k_splits;
-  }
+  const int split = blockIdx.x % p.k_splits;
+  const int row_group = blockIdx.x / p.k_splits * kGemmWarps + warp;
+  if (row_group >= p.row_groups) return;
+  const int u_begin = row_group * p.k_blocks + p.k_blocks * split / p.k_splits;
+  const int u_end = row_group * p.k_blocks + p.k_blocks * (split + 1) / p.k_splits;
   if (u_begin >= u_end) return;
   const int token_group = blockIdx.y;
   const int tok0 = token_group * kGroupTokens;
@@ -110,9 +87,8 @@ __global__ void __launch_bounds__(kGemmThreads, MinCtasPerSm(kTiles))
   // This lane's activations (B fragment column g) in token tile 0; tile tt is 8 rows on.
   const int8_t* x_lane = p.xq + int64_t{tok0 + g} * p.k + t * 16;
 
-  // acc[r][tt][f]: D fragments; with kFieldAcc, f = j holds the sums over field j scaled
-  // by 4^j.
-  int32_t acc[kBlocksPerGroup][kTiles][kFields][4] = {};
+  // acc[r][tt]: D fragments.
+  int32_t acc[kBlocksPerGroup][kTiles][4] = {};
   int group = u_begin / p.k_blocks;
   int kb = u_begin - group * p.k_blocks;
   int seg_begin = u_begin;
@@ -147,51 +123,26 @@ __global__ void __launch_bounds__(kGemmThreads, MinCtasPerSm(kTiles))
     for (int d = 0; d < kDepth; ++d) {
       const int u = base + d;
       if (u >= u_end) break;
-      if constexpr (kTiles <= 2) {
-        // B for every tile first, then each A fragment decoded right before its MMAs.
-        uint32_t b_lo[kTiles][4], b_hi[kTiles][4];
+      // Every A fragment decoded once, then the tiles one by one.
+      uint32_t a[kBlocksPerGroup][4][4];
 #pragma unroll
-        for (int tt = 0; tt < kTiles; ++tt) load_b(tt, b_lo[tt], b_hi[tt]);
-        uint4 cur[kBlocksPerGroup];
+      for (int r = 0; r < kBlocksPerGroup; ++r) {
+        const uint32_t words[4] = {buf[d][r].x, buf[d][r].y, buf[d][r].z, buf[d][r].w};
 #pragma unroll
-        for (int r = 0; r < kBlocksPerGroup; ++r) cur[r] = buf[d][r];
-        prefetch(u, d);
+        for (int j = 0; j < 4; ++j) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) a[r][j][i] = (words[i] >> (2 * j)) & 0x03030303u;
+        }
+      }
+      prefetch(u, d);
+#pragma unroll
+      for (int tt = 0; tt < kTiles; ++tt) {
+        uint32_t b_lo[4], b_hi[4];
+        load_b(tt, b_lo, b_hi);
 #pragma unroll
         for (int r = 0; r < kBlocksPerGroup; ++r) {
-          const uint32_t words[4] = {cur[r].x, cur[r].y, cur[r].z, cur[r].w};
 #pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            const uint32_t mask = 0x03030303u << (2 * j);
-            const uint32_t a[4] = {words[0] & mask, words[1] & mask, words[2] & mask,
-                                   words[3] & mask};
-#pragma unroll
-            for (int tt = 0; tt < kTiles; ++tt) {
-              MmaU8S8(acc[r][tt][j], a, b_lo[tt][j], b_hi[tt][j]);
-            }
-          }
-        }
-      } else {
-        // Every A fragment decoded once, then the tiles one by one.
-        uint32_t a[kBlocksPerGroup][4][4];
-#pragma unroll
-        for (int r = 0; r < kBlocksPerGroup; ++r) {
-          const uint32_t words[4] = {buf[d][r].x, buf[d][r].y, buf[d][r].z, buf[d][r].w};
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-#pragma unroll
-            for (int i = 0; i < 4; ++i) a[r][j][i] = (words[i] >> (2 * j)) & 0x03030303u;
-          }
-        }
-        prefetch(u, d);
-#pragma unroll
-        for (int tt = 0; tt < kTiles; ++tt) {
-          uint32_t b_lo[4], b_hi[4];
-          load_b(tt, b_lo, b_hi);
-#pragma unroll
-          for (int r = 0; r < kBlocksPerGroup; ++r) {
-#pragma unroll
-            for (int j = 0; j < 4; ++j) MmaU8S8(acc[r][tt][0], a[r][j], b_lo[j], b_hi[j]);
-          }
+          for (int j = 0; j < 4; ++j) MmaU8S8(acc[r][tt], a[r][j], b_lo[j], b_hi[j]);
         }
       }
       ++kb;
@@ -204,13 +155,8 @@ __global__ void __launch_bounds__(kGemmThreads, MinCtasPerSm(kTiles))
           for (int tt = 0; tt < kTiles; ++tt) {
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
-              sum[r][tt][i] = acc[r][tt][0][i];
-              if constexpr (kFieldAcc) {
-                sum[r][tt][i] +=
-                    (acc[r][tt][1][i] >> 2) + (acc[r][tt][2][i] >> 4) + (acc[r][tt][3][i] >> 6);
-              }
-#pragma unroll
-              for (int f = 0; f < kFields; ++f) acc[r][tt][f][i] = 0;
+              sum[r][tt][i] = acc[r][tt][i];
+              acc[r][tt][i] = 0;
             }
           }
         }

@@ -6,6 +6,7 @@
 #include <climits>
 
 #include "kernels/cuda/cluster_fit.h"
+#include "kernels/cuda/decode_plan.h"
 #include "kernels/cuda/dependent_launch.h"
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/w4a16.h"
@@ -89,27 +90,6 @@ cudaError_t LaunchStaged(const GemmArgs& args, const W4A16Options& options) {
 // Below this many bytes of weights the launch and pipeline fill dominate.
 constexpr int64_t kSmallWeightBytes = int64_t{16} << 20;
 
-// Warps per row set (S) for the decode kernel. Cost: the strips on the busiest SM (CTAs
-// take row sets in turn, so SM b % sms holds CTAs b, b + sms, ...), 10% more when the
-// row sets outnumber the CTAs that fit at once (the last turn leaves CTAs idle and fewer
-// bytes in flight); ties go to more warps per set, which shortens each warp's run.
-int ChooseStripWarps(int64_t sets, int chunks, int sms, int64_t slots) {
-  int best = 1;
-  double best_cost = -1;
-  for (int s = w4a16::kWarps; s >= 1; s /= 2) {
-    if (s > chunks && s > 1) continue;
-    const int per_cta = w4a16::kWarps / s;
-    const int64_t units = (sets + per_cta - 1) / per_cta;
-    double cost = static_cast<double>((units + sms - 1) / sms * std::min<int64_t>(per_cta, sets));
-    if (units > slots) cost *= 1.1;
-    if (best_cost < 0 || cost < best_cost) {
-      best = s;
-      best_cost = cost;
-    }
-  }
-  return best;
-}
-
 // CTAs of the decode kernel for up to 8T tokens, R strips per warp, that fit on the
 // device at once (the occupancy is the same on every device of one kind).
 template <int T, int R, bool kBf16, bool kGlu = false, bool kDeep = false>
@@ -146,15 +126,13 @@ cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& device, const v
   // SwiGLU: at most two warps per row set. Each set streams two weights, and the longer
   // runs per warp measured faster on the H200 (a 4096 x 14336 pair: 20.0 us against 21.4
   // with eight warps per set at M = 1, 26.0 against 29.2 at M = 16).
-  const int chosen = ChooseStripWarps(sets, chunks, device.sms, slots);
-  const int split = kGlu ? std::min(chosen, 2) : chosen;
-  const int64_t per_cta = w4a16::kWarps / split;
-  const int64_t units = (sets + per_cta - 1) / per_cta;
-  // As many units per CTA everywhere: beyond one turn, CTAs = units / turns, so that no
-  // last turn runs on a fraction of the grid (a SwiGLU pair of 4096 x 14336 at M = 1:
-  // 896 units on 264 slots would leave 104 CTAs streaming alone at the end).
-  const int64_t turns = (units + slots - 1) / slots;
-  const int64_t ctas = (units + turns - 1) / turns;
+  // CTAs: as many units each (a SwiGLU pair of 4096 x 14336 at M = 1, 896 units on 264
+  // slots, would otherwise leave 104 CTAs streaming alone at the end).
+  static_assert(w4a16::kWarps == 8);
+  const DecodeGrid grid = MakeDecodeGrid(sets, chunks, device.sms, slots, 1, kGlu ? 2 : 8);
+  const int split = grid.split;
+  const int64_t units = grid.units;
+  const int64_t ctas = grid.ctas;
 
   Params p = w4a16::MakeParams(args);
   p.split_shift = std::countr_zero(static_cast<unsigned>(split));

@@ -468,22 +468,40 @@ TEST_F(W8A16Test, EverySplitMatchesCpu) {
 
 // A W2A8 launch with the wgmma GEMM forced (kGroups 1 or 2), or with a forced k split
 // (the mma.sync kernels the default launch leaves on sm_90a beyond 16 tokens).
-template <int kGroups, int kSplits>
+template <int kGroups, int kSplits, int kDecodeUnits = 0>
 cudaError_t LaunchW2A8With(const GemmArgs& args) {
   W2A8Options options;
   options.wgmma_groups = kGroups;
   options.k_splits = kSplits;
+  options.decode_units = kDecodeUnits;
   return LaunchW2A8(args, options);
 }
 
-// Every W2A8 path: the default launch, the mma.sync kernels beyond 16 tokens, and the
-// wgmma GEMM, also at the M the default gives the others.
+// Every W2A8 path: the default launch, the decode kernel's slots of one and two units
+// (K = 1152: an odd count of k blocks, so the last two-unit slot is half empty), the
+// mma.sync GEMM at every M, and the wgmma GEMM, also at the M the default gives the
+// others.
 TEST_F(W2A8Test, EveryPathMatchesCpu) {
-  CheckVariants(Scheme::kW2A8, {{1000, 2048, 0}, {300, 1152, 0}}, {1, 5, 17, 40, 64, 100, 129, 300},
+  CheckVariants(Scheme::kW2A8, {{1000, 2048, 0}, {300, 1152, 0}},
+                {1, 5, 8, 9, 16, 17, 40, 64, 100, 129, 300},
                 {{"default", &LaunchW2A8With<0, 0>},
+                 {"decode 1 unit", &LaunchW2A8With<0, 0, 1>},
+                 {"decode 2 units", &LaunchW2A8With<0, 0, 2>},
                  {"k splits 2", &LaunchW2A8With<0, 2>},
                  {"wgmma 1 group", &LaunchW2A8With<1, 0>},
                  {"wgmma 2 groups", &LaunchW2A8With<2, 0>}},
+                rng_);
+}
+
+// The decode kernel's persistent grid over several turns (N = 20000: 625 row groups, more
+// than twice the CTAs that fit at once on a GPU of up to 150 SMs, so the default takes
+// two units a slot) and a K whose 2049 k blocks need two warps per row group to keep the
+// int32 sums in range.
+TEST_F(W2A8Test, DecodeGridsMatchCpu) {
+  CheckVariants(Scheme::kW2A8, {{20000, 2048, 0}, {40, 2049 * 128, 0}}, {1, 3, 8, 16},
+                {{"default", &LaunchW2A8With<0, 0>},
+                 {"decode 1 unit", &LaunchW2A8With<0, 0, 1>},
+                 {"decode 2 units", &LaunchW2A8With<0, 0, 2>}},
                 rng_);
 }
 
@@ -838,6 +856,23 @@ TEST_F(W4A16Test, RejectsBadOptions) {
   EXPECT_EQ(LaunchW4A16(args, options), cudaErrorInvalidValue);
   options.decode_strips = -1;
   EXPECT_EQ(LaunchW4A16(args, options), cudaErrorInvalidValue);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+TEST_F(W2A8Test, RejectsBadOptions) {
+  GemmArgs args;
+  args.shape = {32, 128, 0};
+  args.m = 1;
+  alignas(16) int dummy[8] = {};
+  args.weight = args.x = args.y = args.workspace = dummy;
+  W2A8Options options;
+  options.decode_units = 3;
+  EXPECT_EQ(LaunchW2A8(args, options), cudaErrorInvalidValue);
+  options.decode_units = -1;
+  EXPECT_EQ(LaunchW2A8(args, options), cudaErrorInvalidValue);
+  options = {};
+  options.wgmma_groups = 3;
+  EXPECT_EQ(LaunchW2A8(args, options), cudaErrorInvalidValue);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 

@@ -1,0 +1,215 @@
+// The W2A8 kernel for few tokens (M <= 16): a persistent grid of one wave that streams the
+// weight units (w2a8_layout.h) through registers, as the W4A16 decode kernel does
+// (w4a16_decode.cuh), with no atomics and no workspace to zero.
+//
+// A row set is one row group (32 rows); the 8 warps of a CTA work on 8 / S row sets at a
+// time, S warps per set, each on its own contiguous 1/S of the k blocks
+// (decode_split.cuh); the S partial int32 tiles are summed through shared memory, and the
+// scales applied, once per set. Each warp keeps 4 KB of weights in flight (slots of
+// kUnits units) and refills a slot once the next slot's weights are in use
+// (DecodeSplit::RefillPrevious). The activations are the int8 rows, scales and sums the
+// prologue kernel wrote (w2a8_prologue.cuh).
+#ifndef QMM_KERNELS_CUDA_W2A8_DECODE_CUH_
+#define QMM_KERNELS_CUDA_W2A8_DECODE_CUH_
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/decode_split.cuh"
+#include "kernels/cuda/dtype_device.cuh"
+#include "kernels/cuda/w2a8_layout.h"
+#include "kernels/cuda/w2a8_ptx.cuh"
+#include "kernels/dtype.h"
+
+namespace qmm::cuda::w2a8 {
+
+inline constexpr int kDecodeWarps = 1 << DecodeSplit::kWarpsLog2;
+inline constexpr int kDecodeThreads = kDecodeWarps * 32;
+// The k blocks one warp may sum before its field accumulators (codes scaled by up to 64)
+// could leave int32; the launch splits K over enough warps to stay within it.
+inline constexpr int kDecodeMaxBlocksPerWarp = 2048;
+struct DecodeParams {
+  const uint4* codes;    // device layout, unit order
+  const float* w_scale;  // [padded_rows]
+  const int8_t* xq;      // [m, k], the prologue's
+  const float* x_scale;  // [m]
+  const int32_t* x_sum;  // [m]
+  void* y;               // [m, n] of y_dtype
+  DType y_dtype;
+  int m;
+  int n;
+  int k;
+  int row_groups;
+  int k_blocks;
+  int split_shift;  // log2(S)
+  bool early_trigger;
+};
+
+// T tiles of 8 tokens; slots of kUnits units (k blocks) of one row group. In flight per
+// warp: 4 KB for one token tile, 2 KB for two, whose accumulators take the registers
+// (a 128-register cap: two CTAs an SM).
+template <int T, int kUnits>
+struct W2A8DecodeTile {
+  static constexpr int kSlots = (T == 1 ? 4 : 2) / kUnits;
+  static constexpr int kMinBlocks = 2;
+};
+
+template <int T, int kUnits>
+__global__ void __launch_bounds__(kDecodeThreads, W2A8DecodeTile<T, kUnits>::kMinBlocks)
+    W2A8DecodeKernel(const __grid_constant__ DecodeParams p) {
+  constexpr int kSlots = W2A8DecodeTile<T, kUnits>::kSlots;
+  static_assert(kSlots >= 2);
+  constexpr int kTokens = 8 * T;
+  constexpr int kUnitVectors = kUnitBytes / 16;          // 64 16-byte vectors a unit
+  constexpr int kBlockVectors = kBytesPerRowBlock / 16;  // 32, one a lane
+  // One warp's partial tile: [r][tile][lane] x 4 int32.
+  constexpr int kWarpInts = kBlocksPerGroup * T * 32 * 4;
+  // Double-buffered, so that one barrier per row set suffices.
+  __shared__ int4 red[2][kDecodeWarps * kBlocksPerGroup * T * 32];
+  __shared__ float row_scale[kTokens];
+  __shared__ int32_t row_sum[kTokens];
+
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int g = lane / 4;
+  const int t = lane % 4;
+  const DecodeSplit ws(p.split_shift, (p.k_blocks + kUnits - 1) / kUnits, warp);
+  const int rounds = (ws.per_warp + kSlots - 1) / kSlots;  // the same for every warp
+  const int units = ws.Units(p.row_groups);
+
+  uint4 wq[kSlots][kUnits][kBlocksPerGroup];
+  // Slot `slot` <- chunk `c` (k blocks kUnits c ..) of row group `set`.
+  auto load = [&](int slot, int set, int c) {
+#pragma unroll
+    for (int h = 0; h < kUnits; ++h) {
+      const int kb = c * kUnits + h;
+      if (kUnits > 1 && kb >= p.k_blocks) break;
+      const uint4* src = p.codes + (int64_t{set} * p.k_blocks + kb) * kUnitVectors + lane;
+#pragma unroll
+      for (int r = 0; r < kBlocksPerGroup; ++r) {
+        wq[slot][h][r] = LoadStream(reinterpret_cast<const uint8_t*>(src + r * kBlockVectors));
+      }
+    }
+  };
+
+  int unit = blockIdx.x;
+  if (unit < units && ws.SetOf(unit) < p.row_groups) {
+#pragma unroll
+    for (int slot = 0; slot < kSlots; ++slot) {
+      if (slot < ws.count) load(slot, ws.SetOf(unit), ws.c_begin + slot);
+    }
+  }
+  // The first weights are on their way; x may come from the previous kernel.
+  WaitForPrerequisiteGrid();
+  if (p.early_trigger) AllowDependentLaunch();
+
+  if (threadIdx.x < kTokens && threadIdx.x < p.m) {
+    row_sum[threadIdx.x] = p.x_sum[threadIdx.x];
+    row_scale[threadIdx.x] = p.x_scale[threadIdx.x];
+  }
+  __syncthreads();
+
+  // This lane's activations in tile tt: token 8tt + g, k = 16t.. and 64 + 16t.. of a block.
+  auto load_b = [&](int tt, int kb, uint32_t(&lo)[4], uint32_t(&hi)[4]) {
+    const int tok = tt * 8 + g;
+    uint4 v0 = make_uint4(0, 0, 0, 0), v1 = v0;
+    if (tok < p.m) {
+      const int8_t* src = p.xq + int64_t{tok} * p.k + int64_t{kb} * kKPerBlock + t * 16;
+      v0 = __ldg(reinterpret_cast<const uint4*>(src));
+      v1 = __ldg(reinterpret_cast<const uint4*>(src + 64));
+    }
+    lo[0] = v0.x, lo[1] = v0.y, lo[2] = v0.z, lo[3] = v0.w;
+    hi[0] = v1.x, hi[1] = v1.y, hi[2] = v1.z, hi[3] = v1.w;
+  };
+
+  int buf = 0;
+  for (; unit < units; unit += gridDim.x) {
+    const bool live = ws.SetOf(unit) < p.row_groups;
+    // acc[r][tt][j]: MMA j's sums over field j of the codes, scaled by 4^j.
+    int32_t acc[kBlocksPerGroup][T][4][4] = {};
+    for (int round = 0; round < rounds; ++round) {
+      const bool last = round + 1 == rounds;
+      const int next_unit = last ? unit + static_cast<int>(gridDim.x) : unit;
+      const int next_round = last ? 0 : round + 1;
+      const bool next_live = next_unit < units && ws.SetOf(next_unit) < p.row_groups;
+      // This CTA's loads are all issued: the next kernel may take its place as it drains.
+      if (last && next_unit >= units) AllowDependentLaunch();
+#pragma unroll
+      for (int slot = 0; slot < kSlots; ++slot) {
+        const int cc = round * kSlots + slot;
+        auto refill_previous = [&] {
+          ws.RefillPrevious<kSlots>(slot, round, unit, live, next_round, next_unit, next_live,
+                                    load);
+        };
+        if (!(live && cc < ws.count)) {
+          refill_previous();
+          continue;
+        }
+#pragma unroll
+        for (int h = 0; h < kUnits; ++h) {
+          const int kb = (ws.c_begin + cc) * kUnits + h;
+          if (kUnits > 1 && kb >= p.k_blocks) break;
+          uint32_t b_lo[T][4], b_hi[T][4];
+#pragma unroll
+          for (int tt = 0; tt < T; ++tt) load_b(tt, kb, b_lo[tt], b_hi[tt]);
+#pragma unroll
+          for (int r = 0; r < kBlocksPerGroup; ++r) {
+            const uint4 w = wq[slot][h][r];
+            const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+              const uint32_t mask = 0x03030303u << (2 * j);
+              const uint32_t a[4] = {words[0] & mask, words[1] & mask, words[2] & mask,
+                                     words[3] & mask};
+#pragma unroll
+              for (int tt = 0; tt < T; ++tt) MmaU8S8(acc[r][tt][j], a, b_lo[tt][j], b_hi[tt][j]);
+              // The first use of this slot's weights is behind us, so is its wait.
+              if (h == 0 && r == 0 && j == 0) refill_previous();
+            }
+          }
+        }
+      }
+    }
+
+    // Sum the S partial tiles of each row set; each thread finishes one output element.
+#pragma unroll
+    for (int r = 0; r < kBlocksPerGroup; ++r) {
+#pragma unroll
+      for (int tt = 0; tt < T; ++tt) {
+        int32_t s[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          s[i] = acc[r][tt][0][i] + (acc[r][tt][1][i] >> 2) + (acc[r][tt][2][i] >> 4) +
+                 (acc[r][tt][3][i] >> 6);
+        }
+        red[buf][((warp * kBlocksPerGroup + r) * T + tt) * 32 + lane] =
+            make_int4(s[0], s[1], s[2], s[3]);
+      }
+    }
+    __syncthreads();
+    const int32_t* rs = reinterpret_cast<const int32_t*>(red[buf]);
+    for (int e = threadIdx.x; e < ws.sets_per_cta * kWarpInts; e += kDecodeThreads) {
+      const int q = e / kWarpInts;
+      const int f = e % kWarpInts;  // ((r * T + tt) * 32 + lane) * 4 + i
+      // Element i of lane (g, t): row g (+8 for i >= 2), token 2t + (i & 1).
+      const int i = f % 4;
+      const int ln = f / 4 % 32;
+      const int tt = f / (4 * 32) % T;
+      const int r = f / (4 * 32 * T);
+      const int set = unit * ws.sets_per_cta + q;
+      const int row = set * kRowsPerGroup + r * kRowsPerBlock + ln / 4 + (i >> 1) * 8;
+      const int tok = tt * 8 + ln % 4 * 2 + (i & 1);
+      if (set >= p.row_groups || row >= p.n || tok >= p.m) continue;
+      int32_t dot = -row_sum[tok];
+      for (int s = 0; s < ws.split; ++s) dot += rs[(q * ws.split + s) * kWarpInts + f];
+      StoreAs(p.y_dtype, p.y, int64_t{tok} * p.n + row,
+              row_scale[tok] * __ldg(p.w_scale + row) * static_cast<float>(dot));
+    }
+    buf ^= 1;
+  }
+}
+
+}  // namespace qmm::cuda::w2a8
+
+#endif  // QMM_KERNELS_CUDA_W2A8_DECODE_CUH_
