@@ -67,6 +67,27 @@ GemmPlan MakeGemmPlan(const Geometry& geo, int64_t m, int sms, const W2A8Options
   return plan;
 }
 
+// What either matmul kernel reads and writes, with the prologue's outputs `pro`.
+w2a8::Operands MakeOperands(const GemmArgs& args, const Geometry& geo,
+                            const w2a8::PrologueParams& pro) {
+  w2a8::Operands o{};
+  o.codes = static_cast<const uint4*>(args.weight);
+  o.w_scale =
+      reinterpret_cast<const float*>(static_cast<const uint8_t*>(args.weight) + geo.code_bytes());
+  o.xq = pro.xq;
+  o.x_scale = pro.x_scale;
+  o.x_sum = pro.x_sum;
+  o.y = args.y;
+  o.y_dtype = args.y_dtype;
+  // Every count fits in int: m <= kMaxRows, N and K <= kMaxDim.
+  o.m = static_cast<int>(args.m);
+  o.n = static_cast<int>(geo.n);
+  o.k = static_cast<int>(geo.k);
+  o.row_groups = static_cast<int>(geo.row_groups);
+  o.k_blocks = static_cast<int>(geo.k_blocks);
+  return o;
+}
+
 // The decode kernel (w2a8_decode.cuh) for up to 8T tokens with kUnits units a slot, after
 // the prologue.
 template <int T, int kUnits>
@@ -82,20 +103,7 @@ cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& info, const Geo
       MakeDecodeGrid(geo.row_groups, static_cast<int>((geo.k_blocks + kUnits - 1) / kUnits),
                      info.sms, slots, min_split);
   w2a8::DecodeParams p{};
-  p.codes = static_cast<const uint4*>(args.weight);
-  p.w_scale =
-      reinterpret_cast<const float*>(static_cast<const uint8_t*>(args.weight) + geo.code_bytes());
-  p.xq = pro.xq;
-  p.x_scale = pro.x_scale;
-  p.x_sum = pro.x_sum;
-  p.y = args.y;
-  p.y_dtype = args.y_dtype;
-  // Every count fits in int: m <= 16, N and K <= kMaxDim.
-  p.m = static_cast<int>(args.m);
-  p.n = static_cast<int>(geo.n);
-  p.k = static_cast<int>(geo.k);
-  p.row_groups = static_cast<int>(geo.row_groups);
-  p.k_blocks = static_cast<int>(geo.k_blocks);
+  static_cast<w2a8::Operands&>(p) = MakeOperands(args, geo, pro);
   p.split_shift = std::countr_zero(static_cast<unsigned>(grid.split));
   p.early_trigger = EarlyTrigger(grid.ctas, slots);
   cudaLaunchConfig_t config{};
@@ -163,7 +171,8 @@ cudaError_t LaunchW2A8(const GemmArgs& args, const W2A8Options& options) {
   // Up to 16 tokens (unless a k split is forced) the decode kernel, which needs no zeroed
   // workspace; beyond, on devices without wgmma, the mma.sync GEMM.
   const bool decode = !wgmma && args.m <= 16 && options.k_splits == 0;
-  const GemmPlan plan = MakeGemmPlan(geo, args.m, info.sms, options);
+  const bool gemm = !wgmma && !decode;
+  const GemmPlan plan = gemm ? MakeGemmPlan(geo, args.m, info.sms, options) : GemmPlan{};
   auto* base = static_cast<uint8_t*>(args.workspace);
 
   w2a8::PrologueParams pro{};
@@ -174,7 +183,7 @@ cudaError_t LaunchW2A8(const GemmArgs& args, const W2A8Options& options) {
   pro.x_scale = reinterpret_cast<float*>(base + ws.x_scale);
   pro.x_sum = reinterpret_cast<int32_t*>(base + ws.x_sum);
   pro.zero = reinterpret_cast<uint4*>(base + ws.acc);
-  pro.zero_vectors = plan.atomics && !wgmma && !decode ? (ws.zero_end - ws.acc) / 16 : 0;
+  pro.zero_vectors = gemm && plan.atomics ? (ws.zero_end - ws.acc) / 16 : 0;
   pro.dyt_alpha = args.dyt.alpha;
   pro.dyt_gamma = args.dyt.gamma;
   pro.dyt_beta = args.dyt.beta;
@@ -220,22 +229,9 @@ cudaError_t LaunchW2A8(const GemmArgs& args, const W2A8Options& options) {
   }
 
   GemmParams gp{};
-  gp.codes = static_cast<const uint4*>(args.weight);
-  gp.w_scale =
-      reinterpret_cast<const float*>(static_cast<const uint8_t*>(args.weight) + geo.code_bytes());
-  gp.xq = pro.xq;
-  gp.x_scale = pro.x_scale;
-  gp.x_sum = pro.x_sum;
+  static_cast<w2a8::Operands&>(gp) = MakeOperands(args, geo, pro);
   gp.acc = reinterpret_cast<int32_t*>(base + ws.acc);
   gp.counters = reinterpret_cast<uint32_t*>(base + ws.counters);
-  gp.y = args.y;
-  gp.y_dtype = args.y_dtype;
-  // Every count fits in int: m <= kMaxRows, N and K <= kMaxDim.
-  gp.m = static_cast<int>(args.m);
-  gp.n = static_cast<int>(geo.n);
-  gp.k = static_cast<int>(geo.k);
-  gp.row_groups = static_cast<int>(geo.row_groups);
-  gp.k_blocks = static_cast<int>(geo.k_blocks);
   gp.padded_rows = static_cast<int>(geo.padded_rows());
   gp.k_splits = static_cast<int>(plan.k_splits);
 

@@ -19,6 +19,7 @@
 #include "kernels/cuda/decode_split.cuh"
 #include "kernels/cuda/dtype_device.cuh"
 #include "kernels/cuda/w2a8_layout.h"
+#include "kernels/cuda/w2a8_operands.h"
 #include "kernels/cuda/w2a8_ptx.cuh"
 #include "kernels/dtype.h"
 
@@ -29,19 +30,7 @@ inline constexpr int kDecodeThreads = kDecodeWarps * 32;
 // The k blocks one warp may sum before its field accumulators (codes scaled by up to 64)
 // could leave int32; the launch splits K over enough warps to stay within it.
 inline constexpr int kDecodeMaxBlocksPerWarp = 2048;
-struct DecodeParams {
-  const uint4* codes;    // device layout, unit order
-  const float* w_scale;  // [padded_rows]
-  const int8_t* xq;      // [m, k], the prologue's
-  const float* x_scale;  // [m]
-  const int32_t* x_sum;  // [m]
-  void* y;               // [m, n] of y_dtype
-  DType y_dtype;
-  int m;
-  int n;
-  int k;
-  int row_groups;
-  int k_blocks;
+struct DecodeParams : Operands {
   int split_shift;  // log2(S)
   bool early_trigger;
 };

@@ -10,6 +10,7 @@
 
 #include "kernels/cuda/dtype_device.cuh"
 #include "kernels/cuda/w2a8_layout.h"
+#include "kernels/cuda/w2a8_operands.h"
 #include "kernels/cuda/w2a8_ptx.cuh"
 #include "kernels/dtype.h"
 
@@ -22,21 +23,9 @@ inline constexpr int kMaxSegmentBlocks = 2048;
 // n8 token tiles per warp.
 inline constexpr int kGemmTiles = 8;
 
-struct GemmParams {
-  const uint4* codes;    // device layout, unit order
-  const float* w_scale;  // [padded_rows]
-  const int8_t* xq;      // [m, k]
-  const float* x_scale;  // [m]
-  const int32_t* x_sum;  // [m]
-  int32_t* acc;          // [m, padded_rows], zeroed when a row group's K is split
-  uint32_t* counters;    // [token groups, row_groups], zeroed likewise
-  void* y;               // [m, n] of y_dtype
-  DType y_dtype;
-  int m;
-  int n;
-  int k;
-  int row_groups;
-  int k_blocks;
+struct GemmParams : Operands {
+  int32_t* acc;        // [m, padded_rows], zeroed when a row group's K is split
+  uint32_t* counters;  // [token groups, row_groups], zeroed likewise
   int padded_rows;
   int k_splits;  // CTAs per row group quad
 };
