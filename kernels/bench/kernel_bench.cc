@@ -260,19 +260,25 @@ absl::Status RunKernelBench(const BenchOptions& o) {
         w8.splits = o.w8a16_splits;
         w8.wgmma_groups = o.w8a16_wgmma_groups;
         w8.decode_rows = o.w8a16_decode_rows;
+        w8.decode_cluster = o.decode_cluster;
         cuda::W4A16Options w4;
         w4.splits = o.w4a16_splits;
         w4.wgmma_groups = o.w4a16_wgmma_groups;
         w4.decode_strips = o.w4a16_decode_strips;
-        const bool tuned8 = scheme == Scheme::kW8A16 &&
-                            (w8.splits != 0 || w8.wgmma_groups != 0 || w8.decode_rows != 0);
-        const bool tuned4 = scheme == Scheme::kW4A16 &&
-                            (w4.splits != 0 || w4.wgmma_groups != 0 || w4.decode_strips != 0);
+        w4.decode_cluster = o.decode_cluster;
+        const bool tuned8 =
+            scheme == Scheme::kW8A16 && (w8.splits != 0 || w8.wgmma_groups != 0 ||
+                                         w8.decode_rows != 0 || w8.decode_cluster != 0);
+        const bool tuned4 =
+            scheme == Scheme::kW4A16 && (w4.splits != 0 || w4.wgmma_groups != 0 ||
+                                         w4.decode_strips != 0 || w4.decode_cluster != 0);
         cuda::W2A8Options w2;
         w2.wgmma_groups = o.w2a8_wgmma_groups;
         w2.decode_units = o.w2a8_decode_units;
+        w2.decode_cluster = o.decode_cluster;
         const bool tuned2 =
-            scheme == Scheme::kW2A8 && (w2.wgmma_groups != 0 || w2.decode_units != 0);
+            scheme == Scheme::kW2A8 &&
+            (w2.wgmma_groups != 0 || w2.decode_units != 0 || w2.decode_cluster != 0);
         const int n_copies = static_cast<int>(copies->buffers.size());
         auto launch = [&](int i) {
           args.weight = copies->buffers[i % n_copies].get();

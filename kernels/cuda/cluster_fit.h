@@ -19,6 +19,18 @@ struct KernelFit {
   int clusters[4] = {};
 };
 
+// Appends a launch attribute for clusters of `cluster` x 1 x 1 CTAs to attrs[count] where
+// cluster > 1; returns the new count.
+inline int AppendClusterDim(cudaLaunchAttribute* attrs, int count, int cluster) {
+  if (cluster <= 1) return count;
+  attrs[count] = {};
+  attrs[count].id = cudaLaunchAttributeClusterDimension;
+  attrs[count].val.clusterDim.x = static_cast<unsigned>(cluster);
+  attrs[count].val.clusterDim.y = 1;
+  attrs[count].val.clusterDim.z = 1;
+  return count + 1;
+}
+
 // KernelFit of `kKernel` launched with kBlock threads and kSmem bytes of dynamic shared
 // memory. The same on every device of one kind, so computed once per process; the first
 // call per device also opts the kernel into kSmem bytes (more than 48 KB needs that).

@@ -1,28 +1,40 @@
-// The host half of decode_split.cuh: how many warps share each row set (S) and how many
-// CTAs the persistent decode grids of w4a16.cu and w2a8.cu launch.
+// The host half of decode_split.cuh: how many warps (S) and CTAs (C) share each row set
+// and how many CTAs the persistent decode grids of w4a16.cu and w2a8.cu launch.
 #ifndef QMM_KERNELS_CUDA_DECODE_PLAN_H_
 #define QMM_KERNELS_CUDA_DECODE_PLAN_H_
 
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 
 namespace qmm::cuda {
 
 struct DecodeGrid {
-  int split = 1;      // S, warps per row set
-  int64_t units = 0;  // groups of 8 / S row sets, one per CTA at a time
-  int64_t ctas = 0;   // gridDim.x
+  int split = 1;      // S, warps per row set in a CTA
+  int cluster = 1;    // C, CTAs per row set (a cluster of C x 1 x 1)
+  int64_t units = 0;  // groups of 8 / S row sets, one per cluster at a time
+  int64_t ctas = 0;   // gridDim.x, a multiple of C
 };
 
-// `sets` row sets of `chunks` chunks each, 8-warp CTAs of which `slots` fit on the device
-// at once; S is the cheapest power of two from min_split up, capped at max_split. Cost: the row
-// sets on the busiest SM (CTAs take units of 8 / S sets in turn, so SM b % sms holds CTAs b, b +
-// sms, ...), 10% more when the units outnumber the CTAs that fit at once (the last turn leaves CTAs
-// idle and fewer bytes in flight); ties go to more warps per set, which shortens each warp's run.
-// Beyond one turn, CTAs = units / turns, so that every CTA has as many units and no last turn runs
-// on a fraction of the grid.
-inline DecodeGrid MakeDecodeGrid(int64_t sets, int chunks, int sms, int64_t slots,
-                                 int min_split = 1, int max_split = 8) {
+// The fewest bytes of weights per warp a cluster split leaves: below, the cluster's
+// barrier and reduction cost more than the spread stream gains (on the H200 at M = 1,
+// 4096 x 4096 with clusters of 2 at 4 KB a warp: W4A16 5.37 us against 4.65, W2A8 at 2
+// KB 5.78 against 5.39; W8A16 at 8 KB 7.74 against 8.95).
+inline constexpr int kMinClusterWarpBytes = 6 << 10;
+
+// `sets` row sets of `chunks` chunks of `chunk_bytes` each, 8-warp CTAs of which `slots` fit on the
+// device at once, and cluster_slots[i] clusters of 2^i CTAs (index 0 unused). S is the cheapest
+// power of two from min_split up, capped at max_split. Cost: the row sets on the busiest SM
+// (CTAs take units of 8 / S sets in turn, so SM b % sms holds CTAs b, b + sms, ...), 10%
+// more when the units outnumber the CTAs that fit at once (the last turn leaves CTAs idle
+// and fewer bytes in flight); ties go to more warps per set, which shortens each warp's
+// run. Where even S = 8 leaves SMs without a set, a cluster of C = 4 or 2 CTAs shares each
+// set (the largest whose clusters all fit at once, with kMinClusterWarpBytes a warp);
+// `cluster` > 0 forces C. Beyond one turn, units / turns clusters, so that every cluster
+// has as many units and no last turn runs on a fraction of the grid.
+inline DecodeGrid MakeDecodeGrid(int64_t sets, int chunks, int chunk_bytes, int sms, int64_t slots,
+                                 const int (&cluster_slots)[4], int min_split = 1,
+                                 int max_split = 8, int cluster = 0) {
   constexpr int kWarps = 8;
   DecodeGrid grid;
   double best_cost = -1;
@@ -40,8 +52,22 @@ inline DecodeGrid MakeDecodeGrid(int64_t sets, int chunks, int sms, int64_t slot
   grid.split = std::max(std::min(grid.split, max_split), min_split);
   const int64_t per_cta = kWarps / grid.split;
   grid.units = (sets + per_cta - 1) / per_cta;
-  const int64_t turns = (grid.units + slots - 1) / slots;
-  grid.ctas = (grid.units + turns - 1) / turns;
+  if (cluster == 0 && grid.split == kWarps && grid.units < sms) {
+    for (int c = 4; c >= 2; c /= 2) {
+      if (grid.units <= cluster_slots[std::countr_zero(static_cast<unsigned>(c))] &&
+          int64_t{chunks} * chunk_bytes >= int64_t{c} * kWarps * kMinClusterWarpBytes) {
+        cluster = c;
+        break;
+      }
+    }
+  }
+  grid.cluster = std::max(cluster, 1);
+  const int64_t fit =
+      grid.cluster == 1
+          ? slots
+          : std::max(cluster_slots[std::countr_zero(static_cast<unsigned>(grid.cluster))], 1);
+  const int64_t turns = (grid.units + fit - 1) / fit;
+  grid.ctas = (grid.units + turns - 1) / turns * grid.cluster;
   return grid;
 }
 

@@ -1,40 +1,93 @@
-// How the 8 warps of a decode CTA (w4a16_decode.cuh, w8a16_decode.cuh) share its row sets:
-// S warps per set (S = 1, 2, 4 or 8), each on its own contiguous 1/S of the chunks, so a
-// CTA works on 8 / S sets at a time. S is a power of two, so the per-warp set-up uses
-// shifts: runtime integer divisions there measured up to 4% of a short launch on the H200
-// (docs/PERFORMANCE.md, session 17). Also the order of a warp's late refills
-// (RefillPrevious), which both kernels' tiles of two strips use.
+// How the 8 warps of a decode CTA (w4a16_decode.cuh, w8a16_decode.cuh, w2a8_decode.cuh)
+// share its row sets: S warps per set (S = 1, 2, 4 or 8), each on its own contiguous 1/S
+// of the chunks, so a CTA works on 8 / S sets at a time. Where the row sets are too few
+// to give every SM its share of the weight stream (a long K and a narrow N: 14336 x 4096
+// has 128 two-strip W4A16 sets for 132 SMs), a cluster of C = 2 or 4 CTAs shares each set
+// instead: its C * S warps each take 1/(C S) of the chunks, and each CTA finishes 1/C of
+// the set's outputs from every CTA's partial tiles (distributed shared memory). S and C
+// are powers of two, so the per-warp set-up uses shifts: runtime integer divisions there
+// measured up to 4% of a short launch on the H200 (docs/PERFORMANCE.md, session 17). Also
+// the order of a warp's late refills (RefillPrevious), which the tiles of two strips use.
 #ifndef QMM_KERNELS_CUDA_DECODE_SPLIT_CUH_
 #define QMM_KERNELS_CUDA_DECODE_SPLIT_CUH_
 
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 namespace qmm::cuda {
 
 struct DecodeSplit {
   static constexpr int kWarpsLog2 = 3;  // 8 warps a CTA
-  int shift;                            // log2(S)
-  int split;                            // S
-  int sets_per_cta;                     // 8 / S
-  int sub;                              // this warp's set among the CTA's
-  int per_warp;                         // chunks per warp (the last warp of a set may have fewer)
-  int c_begin;                          // this warp's first chunk
-  int count;                            // this warp's chunks
+  static constexpr int kThreads = 32 << kWarpsLog2;
+  int shift;          // log2(S)
+  int split;          // S
+  int cluster_shift;  // log2(C); the launch's cluster is C x 1 x 1
+  int rank;           // this CTA's rank in its cluster
+  int sets_per_cta;   // 8 / S
+  int sub;            // this warp's set among the CTA's
+  int first_unit;     // this cluster's first unit
+  int unit_stride;    // clusters in the grid
+  int per_warp;       // chunks per warp (the last warps of a set may have fewer)
+  int c_begin;        // this warp's first chunk
+  int count;          // this warp's chunks
 
   // `shift` comes from the host: deriving it here (__ffs) made the 128-register tiles spill.
-  __device__ DecodeSplit(int shift, int chunks, int warp)
+  __device__ DecodeSplit(int shift, int cluster_shift, int chunks, int warp)
       : shift(shift),
         split(1 << shift),
+        cluster_shift(cluster_shift),
+        rank(static_cast<int>(blockIdx.x) & ((1 << cluster_shift) - 1)),
         sets_per_cta((1 << kWarpsLog2) >> shift),
         sub(warp >> shift),
-        per_warp((chunks + split - 1) >> shift),
-        c_begin(min((warp & (split - 1)) * per_warp, chunks)),
+        first_unit(static_cast<int>(blockIdx.x) >> cluster_shift),
+        unit_stride(static_cast<int>(gridDim.x) >> cluster_shift),
+        per_warp((chunks + (1 << (shift + cluster_shift)) - 1) >> (shift + cluster_shift)),
+        c_begin(min(((rank << shift) | (warp & (split - 1))) * per_warp, chunks)),
         count(min(per_warp, chunks - c_begin)) {}
 
-  // Units (groups of sets_per_cta sets, one per CTA at a time) covering `sets`.
+  // Units (groups of sets_per_cta sets, one per cluster at a time) covering `sets`.
   __device__ int Units(int sets) const { return (sets + sets_per_cta - 1) >> (kWarpsLog2 - shift); }
   // This warp's set in unit `unit`.
   __device__ int SetOf(int unit) const { return unit * sets_per_cta + sub; }
+
+  // Every warp of the cluster has stored its partial tiles of this unit: a CTA barrier, or
+  // the cluster's (which also keeps a CTA from storing into a buffer that another still
+  // reads: the reductions double-buffer, so a store waits for the reads of two units ago).
+  __device__ void SyncPartials() const {
+#if __CUDA_ARCH__ >= 900
+    if (cluster_shift != 0) {
+      cooperative_groups::this_cluster().sync();
+      return;
+    }
+#endif
+    __syncthreads();
+  }
+  // Before the CTA exits: no CTA's shared memory may go while another one reads it.
+  __device__ void Finish() const {
+#if __CUDA_ARCH__ >= 900
+    if (cluster_shift != 0) cooperative_groups::this_cluster().sync();
+#endif
+  }
+  // The output elements this thread finishes, e = First(), First() + Stride(), ...: each
+  // CTA of a cluster takes every C-th block of the CTA's threads.
+  __device__ int First() const {
+    return (rank << (kWarpsLog2 + 5)) + static_cast<int>(threadIdx.x);
+  }
+  __device__ int Stride() const { return kThreads << cluster_shift; }
+  // Element f of set q (of this unit) summed over the S partial tiles of every CTA of the
+  // cluster; `red` holds each warp's tile of `warp_elems` elements, in warp order.
+  template <typename V>
+  __device__ V SumPartials(const V* red, int q, int f, int warp_elems) const {
+    V sum = 0;
+    for (int c = 0; c < (1 << cluster_shift); ++c) {
+      const V* r = red;
+#if __CUDA_ARCH__ >= 900
+      if (cluster_shift != 0) r = cooperative_groups::this_cluster().map_shared_rank(red, c);
+#endif
+      for (int s = 0; s < split; ++s) sum += r[(q * split + s) * warp_elems + f];
+    }
+    return sum;
+  }
 
   // A late refill (the decode tiles' kDeferRefill), called at slot `slot` of round `round`
   // of unit `unit` once that slot's weights are in use: load(slot s - 1, its set, its
@@ -46,7 +99,7 @@ struct DecodeSplit {
                                  int next_unit, bool next_live, Load&& load) const {
     if (slot == 0) {
       const int c = round * kSlots + kSlots - 1;
-      const bool first = unit == static_cast<int>(blockIdx.x) && round == 0;
+      const bool first = unit == first_unit && round == 0;
       if (!first && live && c < count) load(kSlots - 1, SetOf(unit), c_begin + c);
     } else {
       const int nc = next_round * kSlots + slot - 1;

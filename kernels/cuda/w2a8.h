@@ -51,6 +51,10 @@ struct W2A8Options {
   // M <= 8: units (k blocks) of weights per slot of the decode kernel, 1 or 2; 0 picks
   // from the shape and the device.
   int decode_units = 0;
+  // M <= 16: CTAs (a cluster) sharing each row group of the decode kernel's one-unit
+  // tiles, 1, 2 or 4; 0 picks (more than one where the row groups are fewer than the
+  // SMs). More than 1 needs sm_90 (cudaErrorInvalidValue before).
+  int decode_cluster = 0;
   // Forces the mma.sync GEMM (at every M where the wgmma GEMM does not run) with this
   // many CTAs splitting the K of each four row groups (clamped to K / 128). 0 lets the
   // launch choose the kernel and the split.

@@ -5,9 +5,10 @@
 // A row set is one row group (32 rows); the 8 warps of a CTA work on 8 / S row sets at a
 // time, S warps per set, each on its own contiguous 1/S of the k blocks
 // (decode_split.cuh); the S partial int32 tiles are summed through shared memory, and the
-// scales applied, once per set. Each warp keeps 4 KB of weights in flight (slots of
-// kUnits units) and refills a slot once the next slot's weights are in use
-// (DecodeSplit::RefillPrevious). The activations are the int8 rows, scales and sums the
+// scales applied, once per set. Where the row groups are fewer than the SMs, a cluster of
+// C CTAs shares each set, and the sum takes in the C S tiles (decode_split.cuh). Each warp keeps 4
+// KB of weights in flight (slots of kUnits units) and refills a slot once the next slot's weights
+// are in use (DecodeSplit::RefillPrevious). The activations are the int8 rows, scales and sums the
 // prologue kernel wrote (w2a8_prologue.cuh).
 #ifndef QMM_KERNELS_CUDA_W2A8_DECODE_CUH_
 #define QMM_KERNELS_CUDA_W2A8_DECODE_CUH_
@@ -31,7 +32,8 @@ inline constexpr int kDecodeThreads = kDecodeWarps * 32;
 // could leave int32; the launch splits K over enough warps to stay within it.
 inline constexpr int kDecodeMaxBlocksPerWarp = 2048;
 struct DecodeParams : Operands {
-  int split_shift;  // log2(S)
+  int split_shift;    // log2(S)
+  int cluster_shift;  // log2(C)
   bool early_trigger;
 };
 
@@ -44,7 +46,9 @@ struct W2A8DecodeTile {
   static constexpr int kMinBlocks = 2;
 };
 
-template <int T, int kUnits>
+// kCluster: launched in clusters of 1 << p.cluster_shift CTAs sharing each row group
+// (decode_split.cuh); without it the cluster terms fold away.
+template <int T, int kUnits, bool kCluster = false>
 __global__ void __launch_bounds__(kDecodeThreads, W2A8DecodeTile<T, kUnits>::kMinBlocks)
     W2A8DecodeKernel(const __grid_constant__ DecodeParams p) {
   constexpr int kSlots = W2A8DecodeTile<T, kUnits>::kSlots;
@@ -63,7 +67,8 @@ __global__ void __launch_bounds__(kDecodeThreads, W2A8DecodeTile<T, kUnits>::kMi
   const int lane = threadIdx.x % 32;
   const int g = lane / 4;
   const int t = lane % 4;
-  const DecodeSplit ws(p.split_shift, (p.k_blocks + kUnits - 1) / kUnits, warp);
+  const DecodeSplit ws(p.split_shift, kCluster ? p.cluster_shift : 0,
+                       (p.k_blocks + kUnits - 1) / kUnits, warp);
   const int rounds = (ws.per_warp + kSlots - 1) / kSlots;  // the same for every warp
   const int units = ws.Units(p.row_groups);
 
@@ -82,7 +87,7 @@ __global__ void __launch_bounds__(kDecodeThreads, W2A8DecodeTile<T, kUnits>::kMi
     }
   };
 
-  int unit = blockIdx.x;
+  int unit = ws.first_unit;
   if (unit < units && ws.SetOf(unit) < p.row_groups) {
 #pragma unroll
     for (int slot = 0; slot < kSlots; ++slot) {
@@ -113,13 +118,13 @@ __global__ void __launch_bounds__(kDecodeThreads, W2A8DecodeTile<T, kUnits>::kMi
   };
 
   int buf = 0;
-  for (; unit < units; unit += gridDim.x) {
+  for (; unit < units; unit += ws.unit_stride) {
     const bool live = ws.SetOf(unit) < p.row_groups;
     // acc[r][tt][j]: MMA j's sums over field j of the codes, scaled by 4^j.
     int32_t acc[kBlocksPerGroup][T][4][4] = {};
     for (int round = 0; round < rounds; ++round) {
       const bool last = round + 1 == rounds;
-      const int next_unit = last ? unit + static_cast<int>(gridDim.x) : unit;
+      const int next_unit = last ? unit + ws.unit_stride : unit;
       const int next_round = last ? 0 : round + 1;
       const bool next_live = next_unit < units && ws.SetOf(next_unit) < p.row_groups;
       // This CTA's loads are all issued: the next kernel may take its place as it drains.
@@ -176,9 +181,9 @@ __global__ void __launch_bounds__(kDecodeThreads, W2A8DecodeTile<T, kUnits>::kMi
             make_int4(s[0], s[1], s[2], s[3]);
       }
     }
-    __syncthreads();
+    ws.SyncPartials();
     const int32_t* rs = reinterpret_cast<const int32_t*>(red[buf]);
-    for (int e = threadIdx.x; e < ws.sets_per_cta * kWarpInts; e += kDecodeThreads) {
+    for (int e = ws.First(); e < ws.sets_per_cta * kWarpInts; e += ws.Stride()) {
       const int q = e / kWarpInts;
       const int f = e % kWarpInts;  // ((r * T + tt) * 32 + lane) * 4 + i
       // Element i of lane (g, t): row g (+8 for i >= 2), token 2t + (i & 1).
@@ -190,13 +195,13 @@ __global__ void __launch_bounds__(kDecodeThreads, W2A8DecodeTile<T, kUnits>::kMi
       const int row = set * kRowsPerGroup + r * kRowsPerBlock + ln / 4 + (i >> 1) * 8;
       const int tok = tt * 8 + ln % 4 * 2 + (i & 1);
       if (set >= p.row_groups || row >= p.n || tok >= p.m) continue;
-      int32_t dot = -row_sum[tok];
-      for (int s = 0; s < ws.split; ++s) dot += rs[(q * ws.split + s) * kWarpInts + f];
+      const int32_t dot = ws.SumPartials(rs, q, f, kWarpInts) - row_sum[tok];
       StoreAs(p.y_dtype, p.y, int64_t{tok} * p.n + row,
               row_scale[tok] * __ldg(p.w_scale + row) * static_cast<float>(dot));
     }
     buf ^= 1;
   }
+  ws.Finish();
 }
 
 }  // namespace qmm::cuda::w2a8

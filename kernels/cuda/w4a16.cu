@@ -90,20 +90,17 @@ cudaError_t LaunchStaged(const GemmArgs& args, const W4A16Options& options) {
 // Below this many bytes of weights the launch and pipeline fill dominate.
 constexpr int64_t kSmallWeightBytes = int64_t{16} << 20;
 
-// CTAs of the decode kernel for up to 8T tokens, R strips per warp, that fit on the
-// device at once (the occupancy is the same on every device of one kind).
-template <int T, int R, bool kBf16, bool kGlu = false, bool kDeep = false>
-cudaError_t DecodeSlots(const DeviceInfo& device, int64_t* slots) {
-  static std::atomic<int> occupancy{0};
-  int occ = occupancy.load();
-  if (occ == 0) {
-    const cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &occ, w4a16::DecodeKernel<T, R, kBf16, kGlu, kDeep>, kThreads, 0);
-    if (err != cudaSuccess) return err;
-    occ = std::max(occ, 1);
-    occupancy.store(occ);
-  }
-  *slots = int64_t{device.sms} * occ;
+// What of the decode kernel for up to 8T tokens, R strips per warp, fits on the device at
+// once (the same on every device of one kind): CTAs, and clusters of 2 and 4 CTAs.
+template <int T, int R, bool kBf16, bool kGlu = false, bool kDeep = false, bool kCluster = false>
+cudaError_t DecodeFit(const DeviceInfo& device, int64_t* slots, KernelFit* fit_out = nullptr) {
+  KernelFit fit;
+  const cudaError_t err =
+      FitOf<w4a16::DecodeKernel<T, R, kBf16, kGlu, kDeep, kCluster>, 0, kThreads>(
+          device.ordinal, device.cc_major, &fit);
+  if (err != cudaSuccess) return err;
+  *slots = int64_t{device.sms} * fit.occupancy;
+  if (fit_out != nullptr) *fit_out = fit;
   return cudaSuccess;
 }
 
@@ -112,30 +109,60 @@ int64_t DecodeSets(const WeightShape& shape, int r) {
   return ((shape.n + w4a16::kStripRows - 1) / w4a16::kStripRows + r - 1) / r;
 }
 
-// The decode kernel (w4a16_decode.cuh) for up to 8T tokens, R strips per warp; with
-// kGlu, silu(x gate^T) * (x up^T) for gate = args.weight and `up` (one strip of each
-// per row set).
-template <int T, int R, bool kBf16, bool kGlu = false>
-cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& device, const void* up = nullptr) {
-  int64_t slots = 0;
-  const cudaError_t err = DecodeSlots<T, R, kBf16, kGlu>(device, &slots);
+// Clusters share the row sets of the two-strip tiles only: the others have no clustered
+// instantiation (their row sets are many, as SwiGLU's are).
+template <int R, bool kGlu>
+inline constexpr bool kDecodeClusters = R == 2 && !kGlu;
+
+// The grid of the decode kernel for up to 8T tokens, R strips per warp (decode_plan.h),
+// and the CTAs of it that fit at once. `cluster`: W4A16Options::decode_cluster.
+template <int T, int R, bool kBf16, bool kGlu>
+cudaError_t PlanDecode(const WeightShape& shape, const DeviceInfo& device, int cluster,
+                       DecodeGrid* grid, int64_t* slots) {
+  constexpr bool kClusters = kDecodeClusters<R, kGlu>;
+  if (!kClusters) cluster = 1;
+  if (cluster > 1 && device.cc_major < 9) return cudaErrorInvalidValue;
+  cudaError_t err = DecodeFit<T, R, kBf16, kGlu>(device, slots);
   if (err != cudaSuccess) return err;
-  const WeightShape& shape = args.shape;
-  const int chunks = static_cast<int>(w4a16::NumChunks(shape));
-  const int64_t sets = DecodeSets(shape, kGlu ? 1 : R);
+  KernelFit fit;  // the clustered kernel's clusters (none without one, or before sm_90)
+  if constexpr (kClusters) {
+    int64_t unused = 0;
+    if ((err = DecodeFit<T, R, kBf16, false, false, true>(device, &unused, &fit)) != cudaSuccess) {
+      return err;
+    }
+  }
   // SwiGLU: at most two warps per row set. Each set streams two weights, and the longer
   // runs per warp measured faster on the H200 (a 4096 x 14336 pair: 20.0 us against 21.4
   // with eight warps per set at M = 1, 26.0 against 29.2 at M = 16).
   // CTAs: as many units each (a SwiGLU pair of 4096 x 14336 at M = 1, 896 units on 264
   // slots, would otherwise leave 104 CTAs streaming alone at the end).
   static_assert(w4a16::kWarps == 8);
-  const DecodeGrid grid = MakeDecodeGrid(sets, chunks, device.sms, slots, 1, kGlu ? 2 : 8);
-  const int split = grid.split;
+  *grid = MakeDecodeGrid(DecodeSets(shape, kGlu ? 1 : R), static_cast<int>(w4a16::NumChunks(shape)),
+                         R * w4a16::kStripChunkBytes, device.sms, *slots, fit.clusters, 1,
+                         kGlu ? 2 : 8, cluster);
+  return cudaSuccess;
+}
+
+// The decode kernel (w4a16_decode.cuh) for up to 8T tokens, R strips per warp; with
+// kGlu, silu(x gate^T) * (x up^T) for gate = args.weight and `up` (one strip of each
+// per row set).
+template <int T, int R, bool kBf16, bool kGlu = false>
+cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& device, const void* up = nullptr,
+                         int cluster = 0) {
+  DecodeGrid grid;
+  int64_t slots = 0;
+  if (const cudaError_t err =
+          PlanDecode<T, R, kBf16, kGlu>(args.shape, device, cluster, &grid, &slots);
+      err != cudaSuccess) {
+    return err;
+  }
+  const WeightShape& shape = args.shape;
   const int64_t units = grid.units;
   const int64_t ctas = grid.ctas;
 
   Params p = w4a16::MakeParams(args);
-  p.split_shift = std::countr_zero(static_cast<unsigned>(split));
+  p.split_shift = std::countr_zero(static_cast<unsigned>(grid.split));
+  p.cluster_shift = std::countr_zero(static_cast<unsigned>(grid.cluster));
   if (kGlu) {
     p.w_up = static_cast<const uint8_t*>(up);
     p.s_up = p.w_up + w4a16::WeightRegionBytes(shape);
@@ -143,16 +170,18 @@ cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& device, const v
   cudaLaunchConfig_t config = {};
   config.blockDim = dim3(kThreads);
   config.stream = args.stream;
-  cudaLaunchAttribute pdl[1];
-  config.attrs = pdl;
-  config.numAttrs = AppendDependentLaunch(device.cc_major, pdl, 0);
+  cudaLaunchAttribute attrs[2] = {};
+  config.attrs = attrs;
+  config.numAttrs =
+      AppendDependentLaunch(device.cc_major, attrs, AppendClusterDim(attrs, 0, grid.cluster));
   // The deep tile (twice the bytes in flight per warp, half the CTAs per SM) wherever its
-  // grid is as large as the shallow one's (14336 x 4096 at M = 1: 12.3 us against 15.1;
-  // not for SwiGLU, whose deep tile needs all 128 registers and measured slower; not for
-  // two strips, whose tile already holds two CTAs per SM).
+  // grid is as large as the shallow one's (14336 x 4096 at M = 1, before the two-strip
+  // clusters took it: 12.3 us against 15.1; not for SwiGLU, whose deep tile needs all
+  // 128 registers and measured slower; not for two strips, whose tile already holds two
+  // CTAs per SM).
   if constexpr (T == 1 && R == 1 && !kGlu) {
     int64_t deep_slots = 0;
-    if (const cudaError_t e = DecodeSlots<T, R, kBf16, kGlu, true>(device, &deep_slots);
+    if (const cudaError_t e = DecodeFit<T, R, kBf16, kGlu, true>(device, &deep_slots);
         e != cudaSuccess) {
       return e;
     }
@@ -164,6 +193,11 @@ cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& device, const v
   }
   p.early_trigger = EarlyTrigger(ctas, slots);
   config.gridDim = dim3(static_cast<unsigned>(ctas));
+  if constexpr (kDecodeClusters<R, kGlu>) {
+    if (grid.cluster > 1) {
+      return cudaLaunchKernelEx(&config, w4a16::DecodeKernel<T, R, kBf16, false, false, true>, p);
+    }
+  }
   return cudaLaunchKernelEx(&config, w4a16::DecodeKernel<T, R, kBf16, kGlu>, p);
 }
 
@@ -177,14 +211,16 @@ template <bool kBf16>
 cudaError_t LaunchForM(const GemmArgs& args, const W4A16Options& options) {
   // Choices measured on the H200 (qmm-kernel-bench shapes). Up to 16 tokens the decode
   // kernel. Up to 8 tokens, two strips a warp wherever that grid still has a row set for
-  // every SM (N above 4192 on the H200) and covers the row sets in at most
-  // kMaxDecodeTurns turns of its persistent grid, else one strip where its grid covers
-  // them at once: two halve the activation loads per weight byte and refill late
-  // (DecodeTile::kDeferRefill); at M = 1, 8192 x 8192 10.2 against 12.7 us, 4096 x 6144
-  // 5.4 against 7.7, 14336 x 8192 16.0 against 20.4, but with 128 sets for 132 SMs 14336
-  // x 4096 12.0 against 12.3 and 4096 x 4096 4.9 against 4.6 (one strip, deep). Beyond
-  // those, the cluster kernels (one strip's grid in several turns left SMs with few bytes
-  // in flight in its last: 40-42 against 36 us on 8192 x 28672).
+  // every SM (N above 4192 on the H200), or clusters of CTAs share its sets
+  // (decode_plan.h), and it covers the row sets in at most kMaxDecodeTurns turns of its
+  // persistent grid, else one strip where its grid covers them at once: two halve the
+  // activation loads per weight byte and refill late (DecodeTile::kDeferRefill); at M =
+  // 1, 8192 x 8192 10.2 against 12.7 us, 4096 x 6144 5.4 against 7.7, 14336 x 8192 16.0
+  // against 20.4; with 128 sets for 132 SMs, 14336 x 4096 took 12.0 against 12.3 (one
+  // strip, deep) before clusters of two took it to 10.55 (28672 x 2048, clusters of four:
+  // 19.3 -> 14.7), and 4096 x 4096 (too few bytes a warp for clusters) 4.9 against 4.6.
+  // Beyond those, the cluster kernels (one strip's grid in several turns left SMs with
+  // few bytes in flight in its last: 40-42 against 36 us on 8192 x 28672).
   // Up to 32 tokens the decode kernel too (four token tiles a warp) where its grid
   // covers the strips in two turns (N <= 8192): the wgmma kernel's fixed cost is larger
   // there (8192 x 8192 at M = 24: 23.6 against 33.7 us; 4096 x 4096: 7.8 against 13.1),
@@ -208,20 +244,33 @@ cudaError_t LaunchForM(const GemmArgs& args, const W4A16Options& options) {
     DeviceInfo device;
     cudaError_t err = CurrentDeviceInfo(&device);
     if (err != cudaSuccess) return err;
+    const int cluster = options.decode_cluster;
     int64_t slots = 0;
     if (args.m > 16) {
-      if ((err = DecodeSlots<4, 1, kBf16>(device, &slots)) != cudaSuccess) return err;
-      if (DecodeSets(args.shape, 1) <= 2 * slots) return LaunchDecode<4, 1, kBf16>(args, device);
+      if ((err = DecodeFit<4, 1, kBf16>(device, &slots)) != cudaSuccess) return err;
+      if (DecodeSets(args.shape, 1) <= 2 * slots) {
+        return LaunchDecode<4, 1, kBf16>(args, device, nullptr, cluster);
+      }
     } else if (args.m > 8) {
-      return LaunchDecode<2, 2, kBf16>(args, device);
+      return LaunchDecode<2, 2, kBf16>(args, device, nullptr, cluster);
     } else {
-      if ((err = DecodeSlots<1, 2, kBf16>(device, &slots)) != cudaSuccess) return err;
+      DecodeGrid grid;
+      if ((err = PlanDecode<1, 2, kBf16, false>(args.shape, device, cluster, &grid, &slots)) !=
+          cudaSuccess) {
+        return err;
+      }
       const int64_t sets = DecodeSets(args.shape, 2);
-      const bool two =
-          options.decode_strips == 2 || (options.decode_strips == 0 && sets >= device.sms);
-      if (two && sets <= kMaxDecodeTurns * slots) return LaunchDecode<1, 2, kBf16>(args, device);
-      if ((err = DecodeSlots<1, 1, kBf16>(device, &slots)) != cudaSuccess) return err;
-      if (DecodeSets(args.shape, 1) <= slots) return LaunchDecode<1, 1, kBf16>(args, device);
+      // Fewer sets than SMs: two strips still, where clusters share the sets.
+      const bool clustered = grid.cluster > 1;
+      const bool two = options.decode_strips == 2 ||
+                       (options.decode_strips == 0 && (sets >= device.sms || clustered));
+      if (two && sets <= kMaxDecodeTurns * slots) {
+        return LaunchDecode<1, 2, kBf16>(args, device, nullptr, cluster);
+      }
+      if ((err = DecodeFit<1, 1, kBf16>(device, &slots)) != cudaSuccess) return err;
+      if (DecodeSets(args.shape, 1) <= slots) {
+        return LaunchDecode<1, 1, kBf16>(args, device, nullptr, cluster);
+      }
     }
   }
   if (args.m <= 8) {
@@ -262,7 +311,11 @@ cudaError_t LaunchW4A16(const GemmArgs& args, const W4A16Options& options) {
                          options.splits == 4 || options.splits == w4a16::kMaxSplits;
   const bool groups_ok = options.wgmma_groups >= 0 && options.wgmma_groups <= 2;
   const bool strips_ok = options.decode_strips >= 0 && options.decode_strips <= 2;
-  if (!splits_ok || !groups_ok || !strips_ok || !ArgsOk(args)) return cudaErrorInvalidValue;
+  const bool cluster_ok =
+      options.decode_cluster >= 0 && options.decode_cluster <= 4 && options.decode_cluster != 3;
+  if (!splits_ok || !groups_ok || !strips_ok || !cluster_ok || !ArgsOk(args)) {
+    return cudaErrorInvalidValue;
+  }
   return args.x_dtype == DType::kBF16 ? LaunchForM<true>(args, options)
                                       : LaunchForM<false>(args, options);
 }

@@ -54,6 +54,11 @@ struct W4A16Options {
   // choose), where that kernel runs (one strip: its grid covers the row sets at once;
   // two: in at most 4 turns); tests and tuning.
   int decode_strips = 0;
+  // CTAs (a cluster) sharing each row set of the decode kernel's two-strip tiles (1, 2 or
+  // 4; 0 lets the launch choose: more than one where the row sets are fewer than the
+  // SMs), where those run; tests and tuning. More than 1 needs sm_90 (cudaErrorInvalidValue
+  // before).
+  int decode_cluster = 0;
 };
 cudaError_t LaunchW4A16(const GemmArgs& args, const W4A16Options& options);
 

@@ -42,6 +42,8 @@ struct Params {
   int32_t splits;
   // Decode kernel: log2 of the warps of one CTA that share a row set (decode_split.cuh).
   int32_t split_shift = 0;
+  // Decode kernel: log2 of the CTAs (a cluster) that share a row set (decode_split.cuh).
+  int32_t cluster_shift = 0;
   DType y_dtype;
   // Decode kernel: let the next kernel launch as soon as this one's wait returns, not
   // only once its last loads are issued (dependent_launch.h says when each pays).

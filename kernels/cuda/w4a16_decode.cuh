@@ -1,10 +1,12 @@
-// The W4A16 kernel for few tokens (M <= 32): a persistent grid of one wave, no cluster,
-// no shared-memory pipeline, so nothing but the weight stream sets its pace.
+// The W4A16 kernel for few tokens (M <= 32): a persistent grid of one wave, no
+// shared-memory pipeline, so nothing but the weight stream sets its pace.
 //
 // A "row set" is R consecutive strips (16R rows). The 8 warps of a CTA work on 8 / S row
 // sets at a time, S warps per set, each warp on its own contiguous 1/S of the chunks
 // (intra-CTA split-K); the S partial tiles are summed through shared memory once per set.
-// CTAs stride over the row sets, so the grid is exactly what fits on the GPU at once.
+// Where the row sets are fewer than the SMs, a cluster of C CTAs shares each set, and the
+// sum takes in the C S tiles (decode_split.cuh). CTAs (clusters) stride over the row sets,
+// so the grid is exactly what fits on the GPU at once.
 //
 // Registers are the pipeline: each warp keeps kSlots chunks of R strips (3-4 KB per warp)
 // in flight, all loads issued before any use, and refills a slot as soon as the chunk in
@@ -52,8 +54,10 @@ struct DecodeTile {
   static constexpr bool kDeferRefill = T == 1 && R == 2;
 };
 
-// S = 1 << p.split_shift: the warps sharing one row set (decode_split.cuh).
-template <int T, int R, bool kBf16, bool kGlu = false, bool kDeep = false>
+// S = 1 << p.split_shift: the warps sharing one row set; kCluster: launched in clusters
+// of C = 1 << p.cluster_shift CTAs sharing each set (decode_split.cuh). Without it the
+// cluster terms fold away (a runtime C cost the one-strip tile a 20-byte spill).
+template <int T, int R, bool kBf16, bool kGlu = false, bool kDeep = false, bool kCluster = false>
 __global__ void __launch_bounds__(kThreads, DecodeTile<T, R, kDeep>::kMinBlocks)
     DecodeKernel(const __grid_constant__ Params p) {
   static_assert(!kGlu || R == 2, "a SwiGLU row set is one gate strip and one up strip");
@@ -68,9 +72,8 @@ __global__ void __launch_bounds__(kThreads, DecodeTile<T, R, kDeep>::kMinBlocks)
   const int lane = threadIdx.x % 32;
   const int g = lane / 4;
   const int t = lane % 4;
-  const DecodeSplit ws(p.split_shift, p.chunks, warp);
+  const DecodeSplit ws(p.split_shift, kCluster ? p.cluster_shift : 0, p.chunks, warp);
   static_assert(1 << DecodeSplit::kWarpsLog2 == kWarps);
-  const int split = ws.split;
   const int sets_per_cta = ws.sets_per_cta;
   const int c_begin = ws.c_begin;
   const int count = ws.count;
@@ -119,7 +122,7 @@ __global__ void __launch_bounds__(kThreads, DecodeTile<T, R, kDeep>::kMinBlocks)
     }
   };
 
-  int unit = blockIdx.x;
+  int unit = ws.first_unit;
   if (unit < units && set_of(unit) < sets) {
 #pragma unroll
     for (int slot = 0; slot < kSlots; ++slot) {
@@ -130,12 +133,12 @@ __global__ void __launch_bounds__(kThreads, DecodeTile<T, R, kDeep>::kMinBlocks)
   WaitForPrerequisiteGrid();
   if (p.early_trigger) AllowDependentLaunch();
   int buf = 0;
-  for (; unit < units; unit += gridDim.x) {
+  for (; unit < units; unit += ws.unit_stride) {
     const bool live = set_of(unit) < sets;
     float acc[R][T][4] = {};
     for (int round = 0; round < rounds; ++round) {
       const bool last = round + 1 == rounds;
-      const int next_unit = last ? unit + static_cast<int>(gridDim.x) : unit;
+      const int next_unit = last ? unit + ws.unit_stride : unit;
       const int next_round = last ? 0 : round + 1;
       const bool next_live = next_unit < units && set_of(next_unit) < sets;
       // This CTA's loads are all issued: the next kernel may take its place as it drains.
@@ -197,11 +200,11 @@ __global__ void __launch_bounds__(kThreads, DecodeTile<T, R, kDeep>::kMinBlocks)
             make_float4(acc[r][tile][0], acc[r][tile][1], acc[r][tile][2], acc[r][tile][3]);
       }
     }
-    __syncthreads();
+    ws.SyncPartials();
     const float* rf = reinterpret_cast<const float*>(red[buf]);
     // SwiGLU stores one output per gate element; its up partner is strip r = 1's.
     constexpr int kOutFloats = kGlu ? kWarpFloats / 2 : kWarpFloats;
-    for (int e = threadIdx.x; e < sets_per_cta * kOutFloats; e += kThreads) {
+    for (int e = ws.First(); e < sets_per_cta * kOutFloats; e += ws.Stride()) {
       const int q = e / kOutFloats;
       const int f = e % kOutFloats;  // ((r * T + tile) * 32 + lane) * 4 + i
       // Element i of lane (g, t): row g (+8 for i >= 2), token 2t + (i & 1).
@@ -213,17 +216,16 @@ __global__ void __launch_bounds__(kThreads, DecodeTile<T, R, kDeep>::kMinBlocks)
       const int64_t n = strip * kStripRows + ln / 4 + (i >> 1) * 8;
       const int64_t tok = tile * 8 + ln % 4 * 2 + (i & 1);
       if (n >= p.n || tok >= p.m) continue;
-      float v = 0.f;
-      for (int s = 0; s < split; ++s) v += rf[(q * split + s) * kWarpFloats + f];
+      float v = ws.SumPartials(rf, q, f, kWarpFloats);
       if constexpr (kGlu) {
-        float up = 0.f;
-        for (int s = 0; s < split; ++s) up += rf[(q * split + s) * kWarpFloats + kOutFloats + f];
+        const float up = ws.SumPartials(rf, q, kOutFloats + f, kWarpFloats);
         v = v / (1.0f + expf(-v)) * up;
       }
       StoreY(p, tok, n, v);
     }
     buf ^= 1;
   }
+  ws.Finish();
 }
 
 }  // namespace qmm::cuda::w4a16

@@ -9,6 +9,8 @@
 #include <bit>
 #include <type_traits>
 
+#include "kernels/cuda/cluster_fit.h"
+#include "kernels/cuda/decode_plan.h"
 #include "kernels/cuda/dependent_launch.h"
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/dtype_device.cuh"
@@ -394,70 +396,77 @@ cudaError_t LaunchTile(const GemmArgs& args, const W8A16Options& options,
   return cudaSuccess;
 }
 
-// Warps per row set (S) for the decode kernel, whose row sets all fit on the device at
-// once: the fewest row tiles on the busiest SM (CTAs take row sets in turn, so SM b % sms
-// holds CTAs b, b + sms, ...); ties go to more warps per set, which shortens each warp's
-// run.
-int ChooseSetWarps(int64_t sets, int chunks, int sms) {
-  int best = 1;
-  int64_t best_cost = -1;
-  for (int s = w8a16::kDecodeWarps; s >= 1; s /= 2) {
-    if (s > chunks && s > 1) continue;
-    const int per_cta = w8a16::kDecodeWarps / s;
-    const int64_t units = (sets + per_cta - 1) / per_cta;
-    const int64_t cost = (units + sms - 1) / sms * std::min<int64_t>(per_cta, sets);
-    if (best_cost < 0 || cost < best_cost) {
-      best = s;
-      best_cost = cost;
-    }
-  }
-  return best;
+// CTAs of the decode kernel for up to 8NT tokens, R row tiles per warp, that fit on the
+// device at once, and its clusters of 2 and 4 (`fit`; the same on every device of one kind).
+template <typename T, int NT, int R, bool kDeep = false, bool kCluster = false>
+cudaError_t DecodeFit(const DeviceInfo& device, int64_t* slots, KernelFit* fit_out = nullptr) {
+  KernelFit fit;
+  const cudaError_t err =
+      FitOf<w8a16::DecodeKernel<T, NT, R, kDeep, kCluster>, 0, w8a16::kDecodeThreads>(
+          device.ordinal, device.cc_major, &fit);
+  if (err != cudaSuccess) return err;
+  *slots = int64_t{device.sms} * fit.occupancy;
+  if (fit_out != nullptr) *fit_out = fit;
+  return cudaSuccess;
 }
 
-// CTAs of the decode kernel for up to 8NT tokens, R row tiles per warp, that fit on the
-// device at once (the occupancy is the same on every device of one kind).
-template <typename T, int NT, int R, bool kDeep = false>
-cudaError_t DecodeSlots(const DeviceInfo& device, int64_t* slots) {
-  static std::atomic<int> occupancy{0};
-  int occ = occupancy.load();
-  if (occ == 0) {
-    if (cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &occ, w8a16::DecodeKernel<T, NT, R, kDeep>, w8a16::kDecodeThreads, 0);
-        err != cudaSuccess) {
-      return err;
-    }
-    occ = std::max(occ, 1);
-    occupancy.store(occ);
+// The grid of the decode kernel for up to 8NT tokens, R row tiles per warp
+// (decode_plan.h), and the CTAs of it that fit at once. Clusters (`cluster`:
+// W8A16Options::decode_cluster) share the row sets of the two-row-tile tiles only: the
+// one-row-tile grid has a row set for every SM wherever it is chosen.
+template <typename T, int NT, int R>
+cudaError_t PlanDecode(const WeightShape& shape, const DeviceInfo& device, int cluster,
+                       DecodeGrid* grid, int64_t* slots) {
+  if (R != 2) cluster = 1;
+  if (cluster > 1 && device.cc_major < 9) return cudaErrorInvalidValue;
+  cudaError_t err = DecodeFit<T, NT, R>(device, slots);
+  if (err != cudaSuccess) return err;
+  KernelFit fit;  // the clustered kernel's clusters (none for one row tile, or before sm_90)
+  if constexpr (R == 2) {
+    int64_t unused = 0;
+    if ((err = DecodeFit<T, NT, R, false, true>(device, &unused, &fit)) != cudaSuccess) return err;
   }
-  *slots = int64_t{device.sms} * occ;
+  const int64_t sets = ((shape.n + 15) / 16 + R - 1) / R;
+  *grid = MakeDecodeGrid(sets, static_cast<int>(shape.k / kChunkK),
+                         R * w8a16::DecodeTile<NT, R>::kChunkBytes, device.sms, *slots,
+                         fit.clusters, 1, 8, cluster);
   return cudaSuccess;
 }
 
 // The decode kernel (w8a16_decode.cuh) for up to 8NT tokens, R row tiles per warp, when
-// its row sets fit on the device at once and K is at most kDecodeMaxK; otherwise
-// *launched stays false. Measured on the H200 (qmm-kernel-bench shapes): with more row
-// sets than CTAs at once (N >= 14336 there) the last turn of the persistent grid leaves
-// SMs with few bytes in flight, and with K = 14336 each warp's run grows long; the
-// cluster tiles were faster on those (64.5 against 84 us on 8192 x 28672).
+// its row sets fit on the device at once and each CTA's share of K is at most
+// kDecodeMaxK; otherwise *launched stays false. Measured on the H200 (qmm-kernel-bench
+// shapes): with more row sets than CTAs at once (N >= 14336 there) the last turn of the
+// persistent grid leaves SMs with few bytes in flight, and with K = 14336 on one CTA each
+// warp's run grows long; the cluster tiles were faster on those (64.5 against 84 us on
+// 8192 x 28672; 14336 x 4096: 28.2 against 26.3). Clusters of two CTAs a row set took
+// 14336 x 4096 to 21.0 us at M = 1 (22.9 at M = 16, against 32.4) and 4096 x 4096 from
+// 8.7 to 7.7 (M = 16: 11.7 -> 8.5).
 // Deep tiles (one token tile: twice the bytes in flight per warp, w8a16_decode.cuh) where
-// the grid is no larger than they fit at once: 4096 x 4096 at M = 1, 10.2 -> 8.8 us. Not
-// beyond kDecodeMaxK either (14336 x 4096: 28.2 us against the cluster tiles' 26.3).
+// the grid is no larger than they fit at once and no cluster shares a set: 4096 x 4096 at
+// M = 1, 10.2 -> 8.8 us.
 constexpr int64_t kDecodeMaxK = 8192;
 template <typename T, int NT, int R>
-cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& device, bool* launched) {
+cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& device, int cluster,
+                         bool* launched) {
   *launched = false;
+  DecodeGrid grid;
   int64_t slots = 0;
-  if (cudaError_t err = DecodeSlots<T, NT, R>(device, &slots); err != cudaSuccess) return err;
+  if (cudaError_t err = PlanDecode<T, NT, R>(args.shape, device, cluster, &grid, &slots);
+      err != cudaSuccess) {
+    return err;
+  }
   int64_t deep_slots = 0;
   if constexpr (NT == 1) {
-    if (cudaError_t err = DecodeSlots<T, NT, R, true>(device, &deep_slots); err != cudaSuccess) {
+    if (cudaError_t err = DecodeFit<T, NT, R, true>(device, &deep_slots); err != cudaSuccess) {
       return err;
     }
   }
   w8a16::DecodeParams p{};
   p.row_tiles = static_cast<int32_t>((args.shape.n + 15) / 16);
+  p.chunks = static_cast<int32_t>(args.shape.k / kChunkK);
   const int64_t sets = (p.row_tiles + R - 1) / R;
-  if (sets > slots || args.shape.k > kDecodeMaxK) return cudaSuccess;
+  if (sets > slots || args.shape.k > kDecodeMaxK * grid.cluster) return cudaSuccess;
   p.w = static_cast<const uint8_t*>(args.weight);
   p.scales = reinterpret_cast<const float*>(p.w + int64_t{p.row_tiles} * 16 * args.shape.k);
   p.x = args.x;
@@ -465,23 +474,26 @@ cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& device, bool* l
   p.m = args.m;
   p.n = args.shape.n;
   p.k = args.shape.k;
-  p.chunks = static_cast<int32_t>(args.shape.k / kChunkK);
   p.y_dtype = args.y_dtype;
-  const int splits = ChooseSetWarps(sets, p.chunks, device.sms);
-  p.split_shift = std::countr_zero(static_cast<unsigned>(splits));
-  const int64_t per_cta = w8a16::kDecodeWarps / splits;
-  const int64_t units = (sets + per_cta - 1) / per_cta;
-  const int64_t ctas = std::min(units, slots);
-  const bool deep = ctas <= deep_slots;
+  p.split_shift = std::countr_zero(static_cast<unsigned>(grid.split));
+  p.cluster_shift = std::countr_zero(static_cast<unsigned>(grid.cluster));
+  const int64_t ctas = grid.ctas;
+  const bool deep = grid.cluster == 1 && ctas <= deep_slots;
   p.early_trigger = EarlyTrigger(ctas, deep ? deep_slots : slots);
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(static_cast<unsigned>(ctas));
   config.blockDim = dim3(w8a16::kDecodeThreads);
   config.stream = args.stream;
-  cudaLaunchAttribute pdl[1];
-  config.attrs = pdl;
-  config.numAttrs = AppendDependentLaunch(device.cc_major, pdl, 0);
+  cudaLaunchAttribute attrs[2] = {};
+  config.attrs = attrs;
+  config.numAttrs =
+      AppendDependentLaunch(device.cc_major, attrs, AppendClusterDim(attrs, 0, grid.cluster));
   *launched = true;
+  if constexpr (R == 2) {
+    if (grid.cluster > 1) {
+      return cudaLaunchKernelEx(&config, w8a16::DecodeKernel<T, NT, R, false, true>, p);
+    }
+  }
   if constexpr (NT == 1) {
     if (deep) return cudaLaunchKernelEx(&config, w8a16::DecodeKernel<T, NT, R, true>, p);
   }
@@ -512,15 +524,26 @@ cudaError_t LaunchFor(const GemmArgs& args, const W8A16Options& options, const D
   if (options.splits == 0 && args.m <= 16) {
     bool launched = false;
     // Up to 8 tokens, two row tiles a warp (late refills, w8a16_decode.cuh) wherever that
-    // grid still has a row set for every SM, else one. At M = 1 on the H200: 8192 x 6144
-    // 19.7 against 23.2 us, 4096 x 6144 10.4 against 12.4, 8192 x 8192 21.8 against 22.5,
-    // and 8192 x 11008, whose one-row-tile grid does not fit (the cluster tiles took it),
-    // 25.3 against 29.6; but 4096 x 4096 (128 sets for 132 SMs) 10.2 against 8.8.
+    // grid still has a row set for every SM, or clusters of CTAs share its sets
+    // (decode_plan.h), else one. At M = 1 on the H200: 8192 x 6144 19.7 against 23.2 us,
+    // 4096 x 6144 10.4 against 12.4, 8192 x 8192 21.8 against 22.5, and 8192 x 11008,
+    // whose one-row-tile grid does not fit (the cluster tiles took it), 25.3 against
+    // 29.6; 4096 x 4096 (128 sets for 132 SMs) took 10.2 against 8.8 before clusters.
+    const int cluster = options.decode_cluster;
     const int64_t pairs = ((args.shape.n + 15) / 16 + 1) / 2;
-    const bool two = options.decode_rows == 2 || (options.decode_rows == 0 && pairs >= device.sms);
-    const cudaError_t err = args.m > 8 ? LaunchDecode<T, 2, 2>(args, device, &launched)
-                            : two      ? LaunchDecode<T, 1, 2>(args, device, &launched)
-                                       : LaunchDecode<T, 1, 1>(args, device, &launched);
+    bool two = options.decode_rows == 2 || (options.decode_rows == 0 && pairs >= device.sms);
+    if (options.decode_rows == 0 && !two && args.m <= 8) {
+      DecodeGrid grid;
+      int64_t slots = 0;
+      if (cudaError_t err = PlanDecode<T, 1, 2>(args.shape, device, cluster, &grid, &slots);
+          err != cudaSuccess) {
+        return err;
+      }
+      two = grid.cluster > 1;
+    }
+    const cudaError_t err = args.m > 8 ? LaunchDecode<T, 2, 2>(args, device, cluster, &launched)
+                            : two      ? LaunchDecode<T, 1, 2>(args, device, cluster, &launched)
+                                       : LaunchDecode<T, 1, 1>(args, device, cluster, &launched);
     if (err != cudaSuccess || launched) return err;
   }
   if (args.m <= 8) return LaunchTile<T, Tile<1, 2, 4, 4, 4>>(args, options, device);
@@ -535,6 +558,7 @@ cudaError_t LaunchW8A16(const GemmArgs& args, const W8A16Options& options) {
   if (args.m < 1 || args.shape.k % 64 != 0 || args.shape.n < 1 || args.weight == nullptr ||
       args.x == nullptr || args.y == nullptr || options.wgmma_groups < 0 ||
       options.wgmma_groups > 2 || options.decode_rows < 0 || options.decode_rows > 2 ||
+      options.decode_cluster < 0 || options.decode_cluster > 4 || options.decode_cluster == 3 ||
       (options.splits != 0 && options.splits != 1 && options.splits != 2 && options.splits != 4 &&
        options.splits != kMaxSplits)) {
     return cudaErrorInvalidValue;

@@ -75,6 +75,11 @@ struct W8A16Options {
   // Row tiles per warp of the decode kernel up to 8 tokens (1 or 2; 0 lets the launch
   // choose), where that kernel runs; tests and tuning.
   int decode_rows = 0;
+  // CTAs (a cluster) sharing each row set of the decode kernel's two-row-tile tiles (1, 2
+  // or 4; 0 lets the launch choose: more than one where the row sets are fewer than the
+  // SMs), where those run; tests and tuning. More than 1 needs sm_90
+  // (cudaErrorInvalidValue before).
+  int decode_cluster = 0;
 };
 cudaError_t LaunchW8A16(const GemmArgs& args, const W8A16Options& options);
 

@@ -1,12 +1,13 @@
-// The W8A16 kernel for few tokens (M <= 16): a persistent grid of one wave, no cluster,
-// no shared-memory ring, so nothing but the weight stream sets its pace (layout in
-// w8a16.h).
+// The W8A16 kernel for few tokens (M <= 16): a persistent grid of one wave, no
+// shared-memory ring, so nothing but the weight stream sets its pace (layout in w8a16.h).
 //
 // A "row set" is R consecutive row tiles (16R rows). The 8 warps of a CTA work on 8 / S
 // row sets at a time, S warps per set, each warp on its own contiguous 1/S of the 32-k
 // chunks (intra-CTA split-K); the S partial tiles are summed through shared memory once
-// per set, and the row scale is applied to the sum. CTAs stride over the row sets, so the
-// grid is exactly what fits on the GPU at once.
+// per set, and the row scale is applied to the sum. Where the row sets are fewer than the
+// SMs, a cluster of C CTAs shares each set, and the sum takes in the C S tiles
+// (decode_split.cuh). CTAs (clusters) stride over the row sets, so the grid is exactly
+// what fits on the GPU at once.
 //
 // Registers are the pipeline: each warp keeps kSlots chunks of R row tiles (3-4 KB per
 // warp) in flight, all loads issued before any use, and refills a slot as soon as the
@@ -43,8 +44,9 @@ struct DecodeParams {
   int64_t n;
   int64_t k;
   int32_t row_tiles;
-  int32_t chunks;       // K / 32
-  int32_t split_shift;  // log2 of the warps sharing one row set (decode_split.cuh)
+  int32_t chunks;         // K / 32
+  int32_t split_shift;    // log2 of the warps sharing one row set (decode_split.cuh)
+  int32_t cluster_shift;  // log2 of the CTAs (a cluster) sharing one row set
   DType y_dtype;
   // Let the next kernel launch as soon as this one's wait returns, not only once its
   // last loads are issued (dependent_launch.h says when each pays).
@@ -68,7 +70,9 @@ struct DecodeTile {
   static constexpr bool kDeferRefill = NT == 1 && R == 2;
 };
 
-template <typename T, int NT, int R, bool kDeep = false>
+// kCluster: launched in clusters of 1 << p.cluster_shift CTAs sharing each row set
+// (decode_split.cuh); without it the cluster terms fold away.
+template <typename T, int NT, int R, bool kDeep = false, bool kCluster = false>
 __global__ void __launch_bounds__(kDecodeThreads, DecodeTile<NT, R, kDeep>::kMinBlocks)
     DecodeKernel(const __grid_constant__ DecodeParams p) {
   using Tl = DecodeTile<NT, R, kDeep>;
@@ -82,9 +86,8 @@ __global__ void __launch_bounds__(kDecodeThreads, DecodeTile<NT, R, kDeep>::kMin
   const int lane = threadIdx.x % 32;
   const int g = lane / 4;
   const int t4 = lane % 4;
-  const DecodeSplit ws(p.split_shift, p.chunks, warp);
+  const DecodeSplit ws(p.split_shift, kCluster ? p.cluster_shift : 0, p.chunks, warp);
   static_assert(1 << DecodeSplit::kWarpsLog2 == kDecodeWarps);
-  const int split = ws.split;
   const int sets_per_cta = ws.sets_per_cta;
   const int c_begin = ws.c_begin;
   const int count = ws.count;
@@ -115,7 +118,7 @@ __global__ void __launch_bounds__(kDecodeThreads, DecodeTile<NT, R, kDeep>::kMin
     }
   };
 
-  int unit = blockIdx.x;
+  int unit = ws.first_unit;
   if (unit < units && set_of(unit) < sets) {
 #pragma unroll
     for (int slot = 0; slot < kSlots; ++slot) {
@@ -126,12 +129,12 @@ __global__ void __launch_bounds__(kDecodeThreads, DecodeTile<NT, R, kDeep>::kMin
   WaitForPrerequisiteGrid();
   if (p.early_trigger) AllowDependentLaunch();
   int buf = 0;
-  for (; unit < units; unit += gridDim.x) {
+  for (; unit < units; unit += ws.unit_stride) {
     const bool live = set_of(unit) < sets;
     float acc[R][NT][4] = {};
     for (int round = 0; round < rounds; ++round) {
       const bool last = round + 1 == rounds;
-      const int next_unit = last ? unit + static_cast<int>(gridDim.x) : unit;
+      const int next_unit = last ? unit + ws.unit_stride : unit;
       const int next_round = last ? 0 : round + 1;
       const bool next_live = next_unit < units && set_of(next_unit) < sets;
       // This CTA's loads are all issued: the next kernel may take its place as it drains.
@@ -182,9 +185,9 @@ __global__ void __launch_bounds__(kDecodeThreads, DecodeTile<NT, R, kDeep>::kMin
         red[buf][((warp * R + r) * NT + tile) * 32 + lane] = make_float4(v[0], v[1], v[2], v[3]);
       }
     }
-    __syncthreads();
+    ws.SyncPartials();
     const float* rf = reinterpret_cast<const float*>(red[buf]);
-    for (int e = threadIdx.x; e < sets_per_cta * kWarpFloats; e += kDecodeThreads) {
+    for (int e = ws.First(); e < sets_per_cta * kWarpFloats; e += ws.Stride()) {
       const int q = e / kWarpFloats;
       const int f = e % kWarpFloats;  // ((r * NT + tile) * 32 + lane) * 4 + i
       // Element i of lane (g, t4): row g (+8 for i >= 2), token 2t4 + (i & 1).
@@ -195,12 +198,12 @@ __global__ void __launch_bounds__(kDecodeThreads, DecodeTile<NT, R, kDeep>::kMin
       const int64_t n = ((int64_t{unit} * sets_per_cta + q) * R + r) * 16 + ln / 4 + (i >> 1) * 8;
       const int64_t tok = tile * 8 + ln % 4 * 2 + (i & 1);
       if (n >= p.n || tok >= p.m) continue;
-      float sum = 0.f;
-      for (int s = 0; s < split; ++s) sum += rf[(q * split + s) * kWarpFloats + f];
+      const float sum = ws.SumPartials(rf, q, f, kWarpFloats);
       StoreAs(p.y_dtype, p.y, tok * p.n + n, sum * p.scales[n]);
     }
     buf ^= 1;
   }
+  ws.Finish();
 }
 
 }  // namespace qmm::cuda::w8a16

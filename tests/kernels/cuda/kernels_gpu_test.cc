@@ -538,6 +538,51 @@ TEST_F(W4A16Test, DecodeTurnsMatchCpu) {
                 rng_);
 }
 
+// A launch with the decode kernels' cluster size forced (kCluster CTAs sharing each row
+// set, decode_split.cuh; 0: the launch's choice).
+template <typename Options, cudaError_t (*kLaunch)(const GemmArgs&, const Options&), int kCluster>
+cudaError_t LaunchDecodeCluster(const GemmArgs& args) {
+  Options options;
+  options.decode_cluster = kCluster;
+  return kLaunch(args, options);
+}
+
+// The default launch and, where the device has clusters, clusters of 2 and 4 CTAs forced.
+template <typename Options, cudaError_t (*kLaunch)(const GemmArgs&, const Options&)>
+Variants ClusterVariants() {
+  DeviceInfo device;
+  EXPECT_EQ(CurrentDeviceInfo(&device), cudaSuccess);
+  Variants variants = {{"default", &LaunchDecodeCluster<Options, kLaunch, 0>}};
+  if (device.clusters()) {
+    variants.push_back({"cluster 2", &LaunchDecodeCluster<Options, kLaunch, 2>});
+    variants.push_back({"cluster 4", &LaunchDecodeCluster<Options, kLaunch, 4>});
+  }
+  return variants;
+}
+
+// The decode kernels with clusters sharing the row sets, over both token tiles: a narrow
+// N with a long K, where the default launch takes clusters (32 two-strip W4A16 sets, 32
+// W8A16 pairs whose K of 16384 only a cluster brings within the decode kernel's reach,
+// 32 W2A8 row groups of K = 16384); few chunks a CTA (K = 1152 / 1088: most warps of a cluster of 4
+// have one chunk or none, and the last set is partial); and forced clusters on grids of
+// several turns (N = 9000, 4000 and, from 9 tokens, 20000), whose clusters pass the
+// reduction's barriers once per row set.
+TEST_F(W4A16Test, DecodeClustersMatchCpu) {
+  CheckVariants(Scheme::kW4A16,
+                {{1000, 8192, kW4GroupSize}, {300, 1152, 0}, {9000, 1024, kW4GroupSize}},
+                {1, 5, 9, 16}, ClusterVariants<W4A16Options, &LaunchW4A16>(), rng_);
+}
+
+TEST_F(W8A16Test, DecodeClustersMatchCpu) {
+  CheckVariants(Scheme::kW8A16, {{1000, 16384, 0}, {300, 1088, 0}, {4000, 1024, 0}}, {1, 5, 9, 16},
+                ClusterVariants<W8A16Options, &LaunchW8A16>(), rng_);
+}
+
+TEST_F(W2A8Test, DecodeClustersMatchCpu) {
+  CheckVariants(Scheme::kW2A8, {{1000, 16384, 0}, {300, 1152, 0}, {20000, 1024, 0}}, {1, 5, 9, 16},
+                ClusterVariants<W2A8Options, &LaunchW2A8>(), rng_);
+}
+
 // The SwiGLU launch (gate, up and silu(gate) * up at once) against CpuMatMul of each
 // weight and the product in double. Each matmul carries the tolerance above (c * its
 // rms); through silu(g) * u that is c * (1.1 * rms(g) * |u| + |silu(g)| * rms(u))
@@ -835,6 +880,11 @@ TEST_F(W8A16Test, RejectsBadArguments) {
   options = {};
   options.decode_rows = 3;
   EXPECT_EQ(LaunchW8A16(args, options), cudaErrorInvalidValue);
+  options = {};
+  options.decode_cluster = 3;
+  EXPECT_EQ(LaunchW8A16(args, options), cudaErrorInvalidValue);
+  options.decode_cluster = 8;
+  EXPECT_EQ(LaunchW8A16(args, options), cudaErrorInvalidValue);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 
@@ -856,6 +906,11 @@ TEST_F(W4A16Test, RejectsBadOptions) {
   EXPECT_EQ(LaunchW4A16(args, options), cudaErrorInvalidValue);
   options.decode_strips = -1;
   EXPECT_EQ(LaunchW4A16(args, options), cudaErrorInvalidValue);
+  options = {};
+  options.decode_cluster = 3;
+  EXPECT_EQ(LaunchW4A16(args, options), cudaErrorInvalidValue);
+  options.decode_cluster = 8;
+  EXPECT_EQ(LaunchW4A16(args, options), cudaErrorInvalidValue);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 
@@ -869,6 +924,11 @@ TEST_F(W2A8Test, RejectsBadOptions) {
   options.decode_units = 3;
   EXPECT_EQ(LaunchW2A8(args, options), cudaErrorInvalidValue);
   options.decode_units = -1;
+  EXPECT_EQ(LaunchW2A8(args, options), cudaErrorInvalidValue);
+  options = {};
+  options.decode_cluster = 3;
+  EXPECT_EQ(LaunchW2A8(args, options), cudaErrorInvalidValue);
+  options.decode_cluster = -1;
   EXPECT_EQ(LaunchW2A8(args, options), cudaErrorInvalidValue);
   options = {};
   options.wgmma_groups = 3;

@@ -1,0 +1,70 @@
+// MakeDecodeGrid (kernels/cuda/decode_plan.h): the warps and CTAs that share each row set
+// of the decode kernels, on the H200's numbers (132 SMs; two CTAs an SM of the two-strip
+// W4A16 tile, whose clusters of 2 and 4 fit 132 and 66 at once).
+#include "kernels/cuda/decode_plan.h"
+
+#include <gtest/gtest.h>
+
+namespace qmm::cuda {
+namespace {
+
+constexpr int kSms = 132;
+constexpr int64_t kSlots = 264;
+constexpr int kClusterSlots[4] = {0, 132, 66, 0};
+constexpr int kNoClusters[4] = {0, 0, 0, 0};  // before sm_90
+constexpr int kStripPair = 2048;              // bytes of a two-strip W4A16 chunk
+
+// 14336 x 4096: 128 two-strip sets of 112 chunks. Eight warps a set leave 4 SMs idle and
+// the rest with one CTA; clusters of two CTAs (each on 56 chunks, 14 KB a warp) fill them.
+TEST(DecodePlanTest, NarrowLongWeightsShareSetsAcrossAClusterOfTwo) {
+  const DecodeGrid grid = MakeDecodeGrid(128, 112, kStripPair, kSms, kSlots, kClusterSlots);
+  EXPECT_EQ(grid.split, 8);
+  EXPECT_EQ(grid.cluster, 2);
+  EXPECT_EQ(grid.units, 128);
+  EXPECT_EQ(grid.ctas, 256);
+}
+
+// 28672 x 2048: 64 sets; clusters of four fit (64 <= 66) and keep 14 KB a warp.
+TEST(DecodePlanTest, FewerSetsTakeTheLargestClusterThatFits) {
+  const DecodeGrid grid = MakeDecodeGrid(64, 224, kStripPair, kSms, kSlots, kClusterSlots);
+  EXPECT_EQ(grid.cluster, 4);
+  EXPECT_EQ(grid.ctas, 256);
+  // 67 sets: clusters of four no longer fit at once, two do.
+  EXPECT_EQ(MakeDecodeGrid(67, 224, kStripPair, kSms, kSlots, kClusterSlots).cluster, 2);
+}
+
+// No cluster where each warp would keep less than kMinClusterWarpBytes (4096 x 4096: 32
+// chunks, 4 KB a warp in a cluster of two), where the sets already cover the SMs (8192 x
+// 8192: 256 sets), where fewer than 8 warps share a set, or before sm_90.
+TEST(DecodePlanTest, NoClusterWhereItCannotPay) {
+  EXPECT_EQ(MakeDecodeGrid(128, 32, kStripPair, kSms, kSlots, kClusterSlots).cluster, 1);
+  EXPECT_EQ(MakeDecodeGrid(128, 48, kStripPair, kSms, kSlots, kClusterSlots).cluster, 2);
+  const DecodeGrid wide = MakeDecodeGrid(256, 64, kStripPair, kSms, kSlots, kClusterSlots);
+  EXPECT_EQ(wide.cluster, 1);
+  EXPECT_EQ(wide.ctas, 256);
+  EXPECT_EQ(MakeDecodeGrid(128, 112, kStripPair, kSms, kSlots, kClusterSlots, 1, 2).cluster, 1);
+  EXPECT_EQ(MakeDecodeGrid(128, 112, kStripPair, kSms, kSlots, kNoClusters).cluster, 1);
+}
+
+// A forced cluster size holds anywhere; beyond the clusters that fit, the grid takes equal
+// turns (282 sets on 66 clusters of four: 5 turns of 57 clusters).
+TEST(DecodePlanTest, ForcedClustersTakeEqualTurns) {
+  const DecodeGrid grid = MakeDecodeGrid(282, 8, kStripPair, kSms, kSlots, kClusterSlots, 1, 8, 4);
+  EXPECT_EQ(grid.split, 8);
+  EXPECT_EQ(grid.cluster, 4);
+  EXPECT_EQ(grid.units, 282);
+  EXPECT_EQ(grid.ctas, 57 * 4);
+  EXPECT_EQ(MakeDecodeGrid(128, 112, kStripPair, kSms, kSlots, kClusterSlots, 1, 8, 1).cluster, 1);
+}
+
+// Without clusters the grid is as before them: several turns of equal units.
+TEST(DecodePlanTest, ManySetsTakeEqualTurnsOfSingleCtas) {
+  const DecodeGrid grid = MakeDecodeGrid(896, 64, kStripPair, kSms, kSlots, kClusterSlots);
+  EXPECT_EQ(grid.cluster, 1);
+  EXPECT_EQ(grid.split, 8);
+  EXPECT_EQ(grid.units, 896);
+  EXPECT_EQ(grid.ctas, 224);  // 4 turns of 224 CTAs, not 3 of 264 and one of 104
+}
+
+}  // namespace
+}  // namespace qmm::cuda
