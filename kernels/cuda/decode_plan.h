@@ -1,5 +1,5 @@
 // The host half of decode_split.cuh: how many warps (S) and CTAs (C) share each row set
-// and how many CTAs the persistent decode grids of w4a16.cu and w2a8.cu launch.
+// and how many CTAs the persistent decode grids of w4a16.cu, w8a16.cu and w2a8.cu launch.
 #ifndef QMM_KERNELS_CUDA_DECODE_PLAN_H_
 #define QMM_KERNELS_CUDA_DECODE_PLAN_H_
 
@@ -22,16 +22,17 @@ struct DecodeGrid {
 // KB 5.78 against 5.39; W8A16 at 8 KB 7.74 against 8.95).
 inline constexpr int kMinClusterWarpBytes = 6 << 10;
 
-// `sets` row sets of `chunks` chunks of `chunk_bytes` each, 8-warp CTAs of which `slots` fit on the
-// device at once, and cluster_slots[i] clusters of 2^i CTAs (index 0 unused). S is the cheapest
-// power of two from min_split up, capped at max_split. Cost: the row sets on the busiest SM
-// (CTAs take units of 8 / S sets in turn, so SM b % sms holds CTAs b, b + sms, ...), 10%
-// more when the units outnumber the CTAs that fit at once (the last turn leaves CTAs idle
-// and fewer bytes in flight); ties go to more warps per set, which shortens each warp's
-// run. Where even S = 8 leaves SMs without a set, a cluster of C = 4 or 2 CTAs shares each
-// set (the largest whose clusters all fit at once, with kMinClusterWarpBytes a warp);
-// `cluster` > 0 forces C. Beyond one turn, units / turns clusters, so that every cluster
-// has as many units and no last turn runs on a fraction of the grid.
+// `sets` row sets of `chunks` chunks of `chunk_bytes` each, 8-warp CTAs of which `slots`
+// fit on the device at once, and cluster_slots[i] clusters of 2^i CTAs (index 0 unused).
+// S is the cheapest power of two from min_split up, capped at max_split. Cost: the row
+// sets on the busiest SM (CTAs take units of 8 / S sets in turn, so SM b % sms holds CTAs
+// b, b + sms, ...), 10% more when the units outnumber the CTAs that fit at once (the last
+// turn leaves CTAs idle and fewer bytes in flight); ties go to more warps per set, which
+// shortens each warp's run. Where even S = 8 leaves SMs without a set, a cluster of C = 4
+// or 2 CTAs shares each set (the largest whose clusters all fit at once, with
+// kMinClusterWarpBytes a warp); `cluster` > 0 forces C. Beyond one turn, units / turns
+// clusters, so that every cluster has as many units and no last turn runs on a fraction
+// of the grid.
 inline DecodeGrid MakeDecodeGrid(int64_t sets, int chunks, int chunk_bytes, int sms, int64_t slots,
                                  const int (&cluster_slots)[4], int min_split = 1,
                                  int max_split = 8, int cluster = 0) {

@@ -6,10 +6,10 @@
 // time, S warps per set, each on its own contiguous 1/S of the k blocks
 // (decode_split.cuh); the S partial int32 tiles are summed through shared memory, and the
 // scales applied, once per set. Where the row groups are fewer than the SMs, a cluster of
-// C CTAs shares each set, and the sum takes in the C S tiles (decode_split.cuh). Each warp keeps 4
-// KB of weights in flight (slots of kUnits units) and refills a slot once the next slot's weights
-// are in use (DecodeSplit::RefillPrevious). The activations are the int8 rows, scales and sums the
-// prologue kernel wrote (w2a8_prologue.cuh).
+// C CTAs shares each set, and the sum takes in the C S tiles (decode_split.cuh). Each warp
+// keeps 4 KB of weights in flight (slots of kUnits units) and refills a slot once the next
+// slot's weights are in use (DecodeSplit::RefillPrevious). The activations are the int8
+// rows, scales and sums the prologue kernel wrote (w2a8_prologue.cuh).
 #ifndef QMM_KERNELS_CUDA_W2A8_DECODE_CUH_
 #define QMM_KERNELS_CUDA_W2A8_DECODE_CUH_
 
