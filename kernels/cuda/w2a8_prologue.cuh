@@ -53,6 +53,19 @@ __device__ __forceinline__ float XElement(const uint4& v, int e) {
   }
 }
 
+// roundf(__fdiv_rn(f, s)) clamped to [-127, 127], QuantizeRowsInt8's rule bit for bit,
+// through a multiply by r = 1 / s: f * r is within 2.3e-5 of the correctly rounded
+// quotient (|f / s| <= 127.5 and two roundings of relative 2^-24 each), so it rounds the
+// same way unless a half-integer lies within 1e-4 of it, where the division decides (as
+// for a row of subnormals, whose r is infinite and f * r not finite). Against a division
+// per value, on the H200: 8192 x 8192 at M = 8 / 16 9.83 / 11.71 us instead of 10.04 /
+// 11.94, 14336 x 4096 11.9 / 13.9 instead of 12.5 / 14.5; M = 1 the same.
+__device__ __forceinline__ int QuantizeInt8(float f, float s, float r) {
+  float y = f * r;
+  if (!(fabsf(fabsf(y - truncf(y)) - 0.5f) >= 1e-4f)) y = __fdiv_rn(f, s);
+  return static_cast<int>(fminf(fmaxf(roundf(y), -127.0f), 127.0f));
+}
+
 // Blocks [0, m) quantize one row each; blocks from m on zero the workspace. The matmul
 // may be launched as soon as every block has started: it touches nothing written here
 // before its griddepcontrol.wait. This kernel itself may start while the kernel before it
@@ -117,6 +130,7 @@ __global__ void __launch_bounds__(kPrologueThreads) W2A8PrologueKernel(const Pro
   for (int w = 1; w < kPrologueThreads / 32; ++w) max_abs = fmaxf(max_abs, warp_max[w]);
   // IEEE division, as QuantizeRowsInt8, so both give the same scale and the same q.
   const float s = __fdiv_rn(max_abs, 127.0f);
+  const float r = __frcp_rn(s);
   int32_t sum = 0;
   int8_t* qr = p.xq + row * p.k;
   for (int64_t base = 0; base < vectors; base += kStep) {
@@ -132,10 +146,7 @@ __global__ void __launch_bounds__(kPrologueThreads) W2A8PrologueKernel(const Pro
       uint32_t packed[2] = {0, 0};
 #pragma unroll
       for (int e = 0; e < kPer; ++e) {
-        const float f = value(i, v, e);
-        const int q =
-            s == 0.0f ? 0
-                      : static_cast<int>(fminf(fmaxf(roundf(__fdiv_rn(f, s)), -127.0f), 127.0f));
+        const int q = s == 0.0f ? 0 : QuantizeInt8(value(i, v, e), s, r);
         sum += q;
         packed[e / 4] |= (static_cast<uint32_t>(q) & 0xff) << (8 * (e % 4));
       }

@@ -34,6 +34,7 @@
 #include "kernels/cuda/kernels.h"
 #include "kernels/cuda/layers.h"
 #include "kernels/cuda/w2a8.h"
+#include "kernels/cuda/w2a8_layout.h"
 #include "kernels/cuda/w4a16.h"
 #include "kernels/cuda/w8a16.h"
 #include "kernels/dtype.h"
@@ -757,6 +758,71 @@ TEST_F(W2A8Test, DyTInputIsBitIdenticalToDyTThenMatMul) {
           ASSERT_TRUE(std::any_of(fused.begin(), fused.end(), [](float v) { return v != 0.0f; }));
         }
       }
+    }
+  }
+}
+
+// The W2A8 prologue's int8 rows and scales (read back from the launch's workspace,
+// w2a8_layout.h) are QuantizeRowsInt8's bit for bit: for random rows, for rows whose
+// quotients x / s lie on or an ulp beside half-integers (where the prologue's multiply by
+// 1 / s defers to the division), for a row of subnormals (an infinite 1 / s) and a zero
+// row; fp32 input as it is, fp16 and bf16 after rounding.
+TEST_F(W2A8Test, PrologueQuantizesBitForBitLikeTheCpu) {
+  const KernelOps& ops = *FindKernel(Scheme::kW2A8);
+  const WeightShape shape = {64, 1024, 0};
+  const int64_t k = shape.k;
+  const std::unique_ptr<DeviceBuffer> dw =
+      UploadLayout(ops, RandomWeight(Scheme::kW2A8, shape, rng_));
+  ASSERT_TRUE(dw != nullptr);
+  std::vector<float> values = RandomNormal(rng_, 2 * k, 1.5f);
+  std::uniform_int_distribution<int> half(-127, 126);
+  for (float max_abs : {127.0f, 1.0f, 3.7f, 1e-3f}) {
+    const float s = max_abs / 127.0f;
+    for (int64_t c = 0; c < k; ++c) {
+      const float t = (static_cast<float>(half(rng_)) + 0.5f) * s;
+      const int64_t nudge = c % 3;  // on the rounded product, one ulp above, one below
+      values.push_back(nudge == 0 ? t : std::nextafter(t, nudge == 1 ? INFINITY : -INFINITY));
+    }
+    values[values.size() - k] = max_abs;  // the row's maximum, so that its scale is s
+  }
+  for (int64_t c = 0; c < k; ++c) {
+    values.push_back(std::ldexp(static_cast<float>(c % 2 == 0 ? 1 + c % 97 : -1 - c % 89), -140));
+  }
+  values.insert(values.end(), k, 0.0f);
+  const int64_t m = static_cast<int64_t>(values.size()) / k;
+  const w2a8::Workspace layout(w2a8::Geometry(shape.n, shape.k), m);
+  for (DType x_dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    SCOPED_TRACE(DTypeName(x_dtype));
+    const Rounded x = RoundTo(x_dtype, values);
+    std::vector<int8_t> want_q(m * k);
+    std::vector<float> want_s(m);
+    QuantizeRowsInt8(x.values.data(), m, k, want_q.data(), want_s.data());
+    DeviceBuffer dx(x.bytes.size()), dy(m * shape.n * 4), dws(ops.workspace_bytes(shape, m));
+    ASSERT_TRUE(dx.ok() && dy.ok() && dws.ok());
+    ASSERT_CUDA(cudaMemcpy(dx.get(), x.bytes.data(), x.bytes.size(), cudaMemcpyHostToDevice));
+    ASSERT_CUDA(dws.Poison());
+    GemmArgs args;
+    args.weight = dw->get();
+    args.shape = shape;
+    args.x_dtype = x_dtype;
+    args.x = dx.get();
+    args.m = m;
+    args.y_dtype = DType::kF32;
+    args.y = dy.get();
+    args.workspace = dws.get();
+    args.stream = stream_;
+    ASSERT_CUDA(ops.launch(args));
+    ASSERT_CUDA(cudaStreamSynchronize(stream_));
+    std::vector<int8_t> got_q(m * k);
+    std::vector<float> got_s(m);
+    const auto* base = static_cast<const uint8_t*>(dws.get());
+    ASSERT_CUDA(cudaMemcpy(got_q.data(), base + layout.xq, got_q.size(), cudaMemcpyDeviceToHost));
+    ASSERT_CUDA(cudaMemcpy(got_s.data(), base + layout.x_scale, m * 4, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(std::memcmp(got_s.data(), want_s.data(), m * 4), 0);
+    EXPECT_EQ(got_q, want_q);
+    if (x_dtype == DType::kF32) {  // the subnormal row's scale: not zero, 1 / s infinite
+      EXPECT_GT(want_s[m - 2], 0.0f);
+      EXPECT_TRUE(std::isinf(1.0f / want_s[m - 2]));
     }
   }
 }
