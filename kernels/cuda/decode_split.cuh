@@ -18,18 +18,17 @@ namespace qmm::cuda {
 
 struct DecodeSplit {
   static constexpr int kWarpsLog2 = 3;  // 8 warps a CTA
-  static constexpr int kThreads = 32 << kWarpsLog2;
-  int shift;          // log2(S)
-  int split;          // S
-  int cluster_shift;  // log2(C); the launch's cluster is C x 1 x 1
-  int rank;           // this CTA's rank in its cluster
-  int sets_per_cta;   // 8 / S
-  int sub;            // this warp's set among the CTA's
-  int first_unit;     // this cluster's first unit
-  int unit_stride;    // clusters in the grid
-  int per_warp;       // chunks per warp (the last warps of a set may have fewer)
-  int c_begin;        // this warp's first chunk
-  int count;          // this warp's chunks
+  int shift;                            // log2(S)
+  int split;                            // S
+  int cluster_shift;                    // log2(C); the launch's cluster is C x 1 x 1
+  int rank;                             // this CTA's rank in its cluster
+  int sets_per_cta;                     // 8 / S
+  int sub;                              // this warp's set among the CTA's
+  int first_unit;                       // this cluster's first unit
+  int unit_stride;                      // clusters in the grid
+  int per_warp;                         // chunks per warp (the last warps of a set may have fewer)
+  int c_begin;                          // this warp's first chunk
+  int count;                            // this warp's chunks
 
   // `shift` comes from the host: deriving it here (__ffs) made the 128-register tiles spill.
   __device__ DecodeSplit(int shift, int cluster_shift, int chunks, int warp)
@@ -68,24 +67,36 @@ struct DecodeSplit {
     if (cluster_shift != 0) cooperative_groups::this_cluster().sync();
 #endif
   }
-  // The output elements this thread finishes, e = First(), First() + Stride(), ...: each
-  // CTA of a cluster takes every C-th block of the CTA's threads.
-  __device__ int First() const {
-    return (rank << (kWarpsLog2 + 5)) + static_cast<int>(threadIdx.x);
+  // The output elements this thread finishes of a unit's `total` (a multiple of C): from
+  // First(total) in steps of the CTA's threads, below End(total); each CTA of a cluster
+  // its own contiguous 1/C of them (consecutive threads on consecutive elements).
+  __device__ int First(int total) const {
+    return rank * (total >> cluster_shift) + static_cast<int>(threadIdx.x);
   }
-  __device__ int Stride() const { return kThreads << cluster_shift; }
+  __device__ int End(int total) const { return (rank + 1) * (total >> cluster_shift); }
   // Element f of set q (of this unit) summed over the S partial tiles of every CTA of the
-  // cluster; `red` holds each warp's tile of `warp_elems` elements, in warp order.
+  // cluster; `red` holds each warp's tile of `warp_elems` elements, in warp order. Across a
+  // cluster the loops run to their largest counts, so that all the loads (remote ones take
+  // a round trip) are issued before the first add waits; within a CTA the plain loop
+  // (unrolled, it cost the four-token-tile W4A16 decode kernel a 24-byte spill).
   template <typename V>
   __device__ V SumPartials(const V* red, int q, int f, int warp_elems) const {
     V sum = 0;
-    for (int c = 0; c < (1 << cluster_shift); ++c) {
-      const V* r = red;
-#if __CUDA_ARCH__ >= 900
-      if (cluster_shift != 0) r = cooperative_groups::this_cluster().map_shared_rank(red, c);
-#endif
-      for (int s = 0; s < split; ++s) sum += r[(q * split + s) * warp_elems + f];
+    if (cluster_shift == 0) {
+      for (int s = 0; s < split; ++s) sum += red[(q * split + s) * warp_elems + f];
+      return sum;
     }
+#if __CUDA_ARCH__ >= 900
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      if (c >= (1 << cluster_shift)) break;
+      const V* r = cooperative_groups::this_cluster().map_shared_rank(red, c);
+#pragma unroll
+      for (int s = 0; s < 1 << kWarpsLog2; ++s) {
+        if (s < split) sum += r[(q * split + s) * warp_elems + f];
+      }
+    }
+#endif
     return sum;
   }
 

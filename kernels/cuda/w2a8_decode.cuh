@@ -183,7 +183,8 @@ __global__ void __launch_bounds__(kDecodeThreads, W2A8DecodeTile<T, kUnits>::kMi
     }
     ws.SyncPartials();
     const int32_t* rs = reinterpret_cast<const int32_t*>(red[buf]);
-    for (int e = ws.First(); e < ws.sets_per_cta * kWarpInts; e += ws.Stride()) {
+    const int total = ws.sets_per_cta * kWarpInts;
+    for (int e = ws.First(total); e < ws.End(total); e += kDecodeThreads) {
       const int q = e / kWarpInts;
       const int f = e % kWarpInts;  // ((r * T + tt) * 32 + lane) * 4 + i
       // Element i of lane (g, t): row g (+8 for i >= 2), token 2t + (i & 1).

@@ -204,7 +204,8 @@ __global__ void __launch_bounds__(kThreads, DecodeTile<T, R, kDeep>::kMinBlocks)
     const float* rf = reinterpret_cast<const float*>(red[buf]);
     // SwiGLU stores one output per gate element; its up partner is strip r = 1's.
     constexpr int kOutFloats = kGlu ? kWarpFloats / 2 : kWarpFloats;
-    for (int e = ws.First(); e < sets_per_cta * kOutFloats; e += ws.Stride()) {
+    const int total = sets_per_cta * kOutFloats;
+    for (int e = ws.First(total); e < ws.End(total); e += kThreads) {
       const int q = e / kOutFloats;
       const int f = e % kOutFloats;  // ((r * T + tile) * 32 + lane) * 4 + i
       // Element i of lane (g, t): row g (+8 for i >= 2), token 2t + (i & 1).

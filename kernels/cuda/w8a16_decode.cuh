@@ -187,7 +187,8 @@ __global__ void __launch_bounds__(kDecodeThreads, DecodeTile<NT, R, kDeep>::kMin
     }
     ws.SyncPartials();
     const float* rf = reinterpret_cast<const float*>(red[buf]);
-    for (int e = ws.First(); e < sets_per_cta * kWarpFloats; e += ws.Stride()) {
+    const int total = sets_per_cta * kWarpFloats;
+    for (int e = ws.First(total); e < ws.End(total); e += kDecodeThreads) {
       const int q = e / kWarpFloats;
       const int f = e % kWarpFloats;  // ((r * NT + tile) * 32 + lane) * 4 + i
       // Element i of lane (g, t4): row g (+8 for i >= 2), token 2t4 + (i & 1).
