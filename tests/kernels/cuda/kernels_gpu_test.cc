@@ -165,6 +165,23 @@ std::vector<float> Download(const DeviceBuffer& buffer, DType dtype, size_t coun
   return values;
 }
 
+// The arguments of one launch: m rows of x through `weight` (of `shape`) into y, with
+// `workspace` on `stream`; no residual, DyT or cuBLAS handle.
+GemmArgs LaunchArgs(const void* weight, const WeightShape& shape, DType x_dtype, const void* x,
+                    int64_t m, DType y_dtype, void* y, void* workspace, cudaStream_t stream) {
+  GemmArgs args;
+  args.weight = weight;
+  args.shape = shape;
+  args.x_dtype = x_dtype;
+  args.x = x;
+  args.m = m;
+  args.y_dtype = y_dtype;
+  args.y = y;
+  args.workspace = workspace;
+  args.stream = stream;
+  return args;
+}
+
 // Expects every value of `got` (a [rows, n] result) finite and within tol(i, want(i)) of
 // want(i); reports the first five misses and the worst error over its tolerance.
 template <typename Want, typename Tol>
@@ -241,20 +258,12 @@ class GpuWeight {
     ASSERT_CUDA(dy.Poison());
     ASSERT_CUDA(dws.Poison());
 
-    GemmArgs args;
-    args.weight = buffer_->get();
-    args.shape = shape;
-    args.x_dtype = x_dtype;
-    args.x = dx.get();
-    args.m = m;
-    args.y_dtype = y_dtype;
-    args.y = dy.get();
-    args.workspace = dws.get();
+    GemmArgs args = LaunchArgs(buffer_->get(), shape, x_dtype, dx.get(), m, y_dtype, dy.get(),
+                               dws.get(), stream_);
     if (residual) {
       args.residual = dr.get();
       args.residual_dtype = *residual;
     }
-    args.stream = stream_;
     args.cublas = cublas_;
     ASSERT_CUDA((launch != nullptr ? launch : ops_.launch)(args));
     ASSERT_CUDA(cudaStreamSynchronize(stream_));
@@ -627,15 +636,8 @@ TEST_F(W4A16Test, SwiGluMatchesCpu) {
           ASSERT_TRUE(dx.ok() && dy.ok());
           ASSERT_CUDA(cudaMemcpy(dx.get(), x.bytes.data(), x.bytes.size(), cudaMemcpyHostToDevice));
           ASSERT_CUDA(dy.Poison());
-          GemmArgs args;
-          args.weight = dgate->get();
-          args.shape = shape;
-          args.x_dtype = x_dtype;
-          args.x = dx.get();
-          args.m = m;
-          args.y_dtype = y_dtype;
-          args.y = dy.get();
-          args.stream = stream_;
+          const GemmArgs args = LaunchArgs(dgate->get(), shape, x_dtype, dx.get(), m, y_dtype,
+                                           dy.get(), nullptr, stream_);
           ASSERT_CUDA(ops.launch_swiglu(args, dup->get()));
           ASSERT_CUDA(cudaStreamSynchronize(stream_));
           const std::vector<float> got = Download(dy, y_dtype, m * shape.n);
@@ -725,16 +727,8 @@ TEST_F(W2A8Test, DyTInputIsBitIdenticalToDyTThenMatMul) {
         const float* d_beta = variant == 0 ? static_cast<const float*>(db.get()) : nullptr;
         const auto* d_gamma = static_cast<const float*>(dg.get());
 
-        GemmArgs args;
-        args.weight = dw->get();
-        args.shape = shape;
-        args.x_dtype = x_dtype;
-        args.x = dx.get();
-        args.m = m;
-        args.y_dtype = DType::kF32;
-        args.y = dy.get();
-        args.workspace = dws.get();
-        args.stream = stream_;
+        GemmArgs args = LaunchArgs(dw->get(), shape, x_dtype, dx.get(), m, DType::kF32, dy.get(),
+                                   dws.get(), stream_);
         args.dyt = {alpha, d_gamma, d_beta};
         ASSERT_CUDA(ops.launch(args));
         ASSERT_CUDA(LaunchDyT(x_dtype, dx.get(), m, shape.k, alpha, d_gamma, d_beta, DType::kF32,
@@ -801,17 +795,8 @@ TEST_F(W2A8Test, PrologueQuantizesBitForBitLikeTheCpu) {
     ASSERT_TRUE(dx.ok() && dy.ok() && dws.ok());
     ASSERT_CUDA(cudaMemcpy(dx.get(), x.bytes.data(), x.bytes.size(), cudaMemcpyHostToDevice));
     ASSERT_CUDA(dws.Poison());
-    GemmArgs args;
-    args.weight = dw->get();
-    args.shape = shape;
-    args.x_dtype = x_dtype;
-    args.x = dx.get();
-    args.m = m;
-    args.y_dtype = DType::kF32;
-    args.y = dy.get();
-    args.workspace = dws.get();
-    args.stream = stream_;
-    ASSERT_CUDA(ops.launch(args));
+    ASSERT_CUDA(ops.launch(LaunchArgs(dw->get(), shape, x_dtype, dx.get(), m, DType::kF32, dy.get(),
+                                      dws.get(), stream_)));
     ASSERT_CUDA(cudaStreamSynchronize(stream_));
     std::vector<int8_t> got_q(m * k);
     std::vector<float> got_s(m);
@@ -877,17 +862,9 @@ TEST_F(DependentLaunchTest, BackToBackChainsMatchSerializedRuns) {
       ASSERT_CUDA(b.Poison());
       for (int step = 0; step < 12; ++step) {
         const Layer& layer = layers[step % 6 / 2 * 2 + step % 2];
-        GemmArgs args;
-        args.weight = layer.weight->get();
-        args.shape = layer.shape;
-        args.x_dtype = DType::kF16;
-        args.x = step % 2 == 0 ? a.get() : b.get();
-        args.m = m;
-        args.y_dtype = DType::kF16;
-        args.y = step % 2 == 0 ? b.get() : a.get();
-        args.workspace = ws.get();
-        args.stream = stream_;
-        ASSERT_CUDA(layer.ops->launch(args));
+        ASSERT_CUDA(layer.ops->launch(LaunchArgs(
+            layer.weight->get(), layer.shape, DType::kF16, step % 2 == 0 ? a.get() : b.get(), m,
+            DType::kF16, step % 2 == 0 ? b.get() : a.get(), ws.get(), stream_)));
         if (step % 2 == 1) {
           EpilogueArgs e;
           e.x_dtype = DType::kF16;
