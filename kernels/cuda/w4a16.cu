@@ -197,6 +197,13 @@ cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& device, const v
       return cudaLaunchKernelEx(&config, w4a16::DecodeKernel<T, R, kBf16, false, false, true>, p);
     }
   }
+  // Two token tiles refill late on a grid of several turns (DecodeTile::kTurns).
+  if constexpr (T == 2 && R == 2 && !kGlu) {
+    if (units > ctas) {
+      return cudaLaunchKernelEx(&config,
+                                w4a16::DecodeKernel<T, R, kBf16, false, false, false, true>, p);
+    }
+  }
   return cudaLaunchKernelEx(&config, w4a16::DecodeKernel<T, R, kBf16, kGlu>, p);
 }
 

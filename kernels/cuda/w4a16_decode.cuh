@@ -31,8 +31,9 @@ namespace qmm::cuda::w4a16 {
 // T tiles of 8 tokens, R strips per warp (R divides kGroupStrips, so a row set never
 // crosses a 128-row group). kDeep: twice the chunks in flight per warp, for grids of at
 // most two CTAs per SM (a 4096-wide N at M = 1 has 256 row sets: half the 4-CTA slots
-// would sit empty and the SMs would hold half the bytes in flight they can).
-template <int T, int R, bool kDeep = false>
+// would sit empty and the SMs would hold half the bytes in flight they can). kTurns: the
+// two-strip tiles of two token tiles on a grid of several turns, which refill late too.
+template <int T, int R, bool kDeep = false, bool kTurns = false>
 struct DecodeTile {
   static_assert(kGroupStrips % R == 0);
   // Strip-chunks of weights in flight per warp: 3 KB for one strip, within the 64
@@ -49,19 +50,25 @@ struct DecodeTile {
   // use instead: each chunk is then requested a whole chunk's math before its wait. On the
   // H200 at M = 1 that took 8192 x 8192 from 12.4 to 10.2 us and a SwiGLU pair of 4096 x
   // 14336 from 20.0 to 17.9 us; the other tiles measured slower with it (one strip, three
-  // slots: 12.8 against 12.6 us; the deep tile, 14336 x 4096: 13.4 against 12.3; two token
-  // tiles, mixed), so they refill right away.
-  static constexpr bool kDeferRefill = T == 1 && R == 2;
+  // slots: 12.8 against 12.6 us; the deep tile, 14336 x 4096: 13.4 against 12.3), so
+  // they refill right away. Two token tiles refill late only on a grid of several turns,
+  // whose CTAs then also fetch the next row set's first chunks during a set's reduction
+  // (M = 9 / 16, session 21: 8192 x 28672, 4 turns, 48.9 / 50.5 -> 46.7 / 47.8 us; on one
+  // turn 8192 x 8192 13.0 / 13.4 -> 13.4 / 13.6 and the cluster tiles of 14336 x 4096
+  // 13.2 / 13.5 -> 13.8 / 14.2).
+  static constexpr bool kDeferRefill = (T == 1 || kTurns) && R == 2;
 };
 
 // S = 1 << p.split_shift: the warps sharing one row set; kCluster: launched in clusters
 // of C = 1 << p.cluster_shift CTAs sharing each set (decode_split.cuh). Without it the
-// cluster terms fold away (a runtime C cost the one-strip tile a 20-byte spill).
-template <int T, int R, bool kBf16, bool kGlu = false, bool kDeep = false, bool kCluster = false>
+// cluster terms fold away (a runtime C cost the one-strip tile a 20-byte spill). kTurns:
+// DecodeTile's.
+template <int T, int R, bool kBf16, bool kGlu = false, bool kDeep = false, bool kCluster = false,
+          bool kTurns = false>
 __global__ void __launch_bounds__(kThreads, DecodeTile<T, R, kDeep>::kMinBlocks)
     DecodeKernel(const __grid_constant__ Params p) {
   static_assert(!kGlu || R == 2, "a SwiGLU row set is one gate strip and one up strip");
-  using Tl = DecodeTile<T, R, kDeep>;
+  using Tl = DecodeTile<T, R, kDeep, kTurns>;
   constexpr int kSlots = Tl::kSlots;
   // Floats of one warp's partial tile: [r][tile][lane][4].
   constexpr int kWarpFloats = R * T * 32 * 4;

@@ -539,9 +539,10 @@ TEST_F(W4A16Test, EveryPathMatchesCpu) {
 
 // The two-strip decode kernel's persistent grid over more than one turn (282 row sets
 // of two strips with 8 warps each: more CTAs than fit at once on a GPU of up to 140 SMs),
-// where each CTA's late refills cross from one row set to the next.
+// where each CTA's late refills cross from one row set to the next, with one token tile
+// and with two (DecodeTile::kTurns).
 TEST_F(W4A16Test, DecodeTurnsMatchCpu) {
-  CheckVariants(Scheme::kW4A16, {{9000, 1024, kW4GroupSize}, {9000, 1024, 0}}, {1, 5},
+  CheckVariants(Scheme::kW4A16, {{9000, 1024, kW4GroupSize}, {9000, 1024, 0}}, {1, 5, 9, 16},
                 {{"default", &LaunchWithSplits<W4A16Options, &LaunchW4A16, 0>},
                  {"decode 1 strip", &LaunchW4A16DecodeStrips<1>},
                  {"decode 2 strips", &LaunchW4A16DecodeStrips<2>}},
