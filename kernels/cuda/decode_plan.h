@@ -14,6 +14,10 @@ struct DecodeGrid {
   int cluster = 1;    // C, CTAs per row set (a cluster of C x 1 x 1)
   int64_t units = 0;  // groups of 8 / S row sets, one per cluster at a time
   int64_t ctas = 0;   // gridDim.x, a multiple of C
+
+  // log2 of S and C, as the decode kernels take them (decode_split.cuh).
+  int split_shift() const { return std::countr_zero(static_cast<unsigned>(split)); }
+  int cluster_shift() const { return std::countr_zero(static_cast<unsigned>(cluster)); }
 };
 
 // The fewest bytes of weights per warp a cluster split leaves: below, the cluster's

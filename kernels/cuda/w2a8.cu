@@ -5,6 +5,7 @@
 #include <bit>
 
 #include "kernels/cuda/cluster_fit.h"
+#include "kernels/cuda/decode_launch.h"
 #include "kernels/cuda/decode_plan.h"
 #include "kernels/cuda/dependent_launch.h"
 #include "kernels/cuda/device_info.h"
@@ -120,23 +121,14 @@ cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& info, const Geo
       kUnits * w2a8::kUnitBytes, info.sms, slots, fit.clusters, min_split, 8, cluster);
   w2a8::DecodeParams p{};
   static_cast<w2a8::Operands&>(p) = MakeOperands(args, geo, pro);
-  p.split_shift = std::countr_zero(static_cast<unsigned>(grid.split));
-  p.cluster_shift = std::countr_zero(static_cast<unsigned>(grid.cluster));
+  p.split_shift = grid.split_shift();
+  p.cluster_shift = grid.cluster_shift();
   p.early_trigger = EarlyTrigger(grid.ctas, slots);
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(grid.ctas));
-  config.blockDim = dim3(w2a8::kDecodeThreads);
-  config.stream = args.stream;
-  cudaLaunchAttribute attrs[2] = {};
-  config.attrs = attrs;
-  config.numAttrs =
-      AppendDependentLaunch(info.cc_major, attrs, AppendClusterDim(attrs, 0, grid.cluster));
+  const DecodeLaunch launch(grid, w2a8::kDecodeThreads, args.stream, info.cc_major);
   if constexpr (kClusters) {
-    if (grid.cluster > 1) {
-      return cudaLaunchKernelEx(&config, w2a8::W2A8DecodeKernel<T, kUnits, true>, p);
-    }
+    if (grid.cluster > 1) return launch(w2a8::W2A8DecodeKernel<T, kUnits, true>, p);
   }
-  return cudaLaunchKernelEx(&config, kKernel, p);
+  return launch(kKernel, p);
 }
 
 // The prologue for x_dtype, with or without a DyT on its input.

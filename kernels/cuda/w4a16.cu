@@ -5,6 +5,7 @@
 #include <climits>
 
 #include "kernels/cuda/cluster_fit.h"
+#include "kernels/cuda/decode_launch.h"
 #include "kernels/cuda/decode_plan.h"
 #include "kernels/cuda/dependent_launch.h"
 #include "kernels/cuda/device_info.h"
@@ -160,19 +161,13 @@ cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& device, const v
   const int64_t ctas = grid.ctas;
 
   Params p = w4a16::MakeParams(args);
-  p.split_shift = std::countr_zero(static_cast<unsigned>(grid.split));
-  p.cluster_shift = std::countr_zero(static_cast<unsigned>(grid.cluster));
+  p.split_shift = grid.split_shift();
+  p.cluster_shift = grid.cluster_shift();
   if (kGlu) {
     p.w_up = static_cast<const uint8_t*>(up);
     p.s_up = p.w_up + w4a16::WeightRegionBytes(shape);
   }
-  cudaLaunchConfig_t config = {};
-  config.blockDim = dim3(kThreads);
-  config.stream = args.stream;
-  cudaLaunchAttribute attrs[2] = {};
-  config.attrs = attrs;
-  config.numAttrs =
-      AppendDependentLaunch(device.cc_major, attrs, AppendClusterDim(attrs, 0, grid.cluster));
+  const DecodeLaunch launch(grid, kThreads, args.stream, device.cc_major);
   // The deep tile (twice the bytes in flight per warp, half the CTAs per SM) wherever its
   // grid is as large as the shallow one's (14336 x 4096 at M = 1, before the two-strip
   // clusters took it: 12.3 us against 15.1; not for SwiGLU, whose deep tile needs all
@@ -186,25 +181,18 @@ cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& device, const v
     }
     if (std::min(units, deep_slots) >= ctas) {
       p.early_trigger = EarlyTrigger(ctas, deep_slots);
-      config.gridDim = dim3(static_cast<unsigned>(ctas));
-      return cudaLaunchKernelEx(&config, w4a16::DecodeKernel<T, R, kBf16, kGlu, true>, p);
+      return launch(w4a16::DecodeKernel<T, R, kBf16, kGlu, true>, p);
     }
   }
   p.early_trigger = EarlyTrigger(ctas, slots);
-  config.gridDim = dim3(static_cast<unsigned>(ctas));
   if constexpr (kDecodeClusters<R, kGlu>) {
-    if (grid.cluster > 1) {
-      return cudaLaunchKernelEx(&config, w4a16::DecodeKernel<T, R, kBf16, false, false, true>, p);
-    }
+    if (grid.cluster > 1) return launch(w4a16::DecodeKernel<T, R, kBf16, false, false, true>, p);
   }
   // Two token tiles refill late on a grid of several turns (DecodeTile::kTurns).
   if constexpr (T == 2 && R == 2 && !kGlu) {
-    if (units > ctas) {
-      return cudaLaunchKernelEx(&config,
-                                w4a16::DecodeKernel<T, R, kBf16, false, false, false, true>, p);
-    }
+    if (units > ctas) return launch(w4a16::DecodeKernel<T, R, kBf16, false, false, false, true>, p);
   }
-  return cudaLaunchKernelEx(&config, w4a16::DecodeKernel<T, R, kBf16, kGlu>, p);
+  return launch(w4a16::DecodeKernel<T, R, kBf16, kGlu>, p);
 }
 
 // Turns of the two-strip decode grid measured faster than the cluster kernels on the

@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/cluster_fit.h"
+#include "kernels/cuda/decode_launch.h"
 #include "kernels/cuda/decode_plan.h"
 #include "kernels/cuda/dependent_launch.h"
 #include "kernels/cuda/device_info.h"
@@ -475,29 +476,19 @@ cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& device, int clu
   p.n = args.shape.n;
   p.k = args.shape.k;
   p.y_dtype = args.y_dtype;
-  p.split_shift = std::countr_zero(static_cast<unsigned>(grid.split));
-  p.cluster_shift = std::countr_zero(static_cast<unsigned>(grid.cluster));
-  const int64_t ctas = grid.ctas;
-  const bool deep = grid.cluster == 1 && ctas <= deep_slots;
-  p.early_trigger = EarlyTrigger(ctas, deep ? deep_slots : slots);
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(ctas));
-  config.blockDim = dim3(w8a16::kDecodeThreads);
-  config.stream = args.stream;
-  cudaLaunchAttribute attrs[2] = {};
-  config.attrs = attrs;
-  config.numAttrs =
-      AppendDependentLaunch(device.cc_major, attrs, AppendClusterDim(attrs, 0, grid.cluster));
+  p.split_shift = grid.split_shift();
+  p.cluster_shift = grid.cluster_shift();
+  const bool deep = grid.cluster == 1 && grid.ctas <= deep_slots;
+  p.early_trigger = EarlyTrigger(grid.ctas, deep ? deep_slots : slots);
+  const DecodeLaunch launch(grid, w8a16::kDecodeThreads, args.stream, device.cc_major);
   *launched = true;
   if constexpr (R == 2) {
-    if (grid.cluster > 1) {
-      return cudaLaunchKernelEx(&config, w8a16::DecodeKernel<T, NT, R, false, true>, p);
-    }
+    if (grid.cluster > 1) return launch(w8a16::DecodeKernel<T, NT, R, false, true>, p);
   }
   if constexpr (NT == 1) {
-    if (deep) return cudaLaunchKernelEx(&config, w8a16::DecodeKernel<T, NT, R, true>, p);
+    if (deep) return launch(w8a16::DecodeKernel<T, NT, R, true>, p);
   }
-  return cudaLaunchKernelEx(&config, w8a16::DecodeKernel<T, NT, R>, p);
+  return launch(w8a16::DecodeKernel<T, NT, R>, p);
 }
 
 template <typename T>
