@@ -23,6 +23,8 @@
 #ifndef QMM_KERNELS_CUDA_W4A16_DECODE_CUH_
 #define QMM_KERNELS_CUDA_W4A16_DECODE_CUH_
 
+#include <type_traits>
+
 #include "kernels/cuda/decode_split.cuh"
 #include "kernels/cuda/w4a16_common.cuh"
 
@@ -177,16 +179,22 @@ __global__ void __launch_bounds__(kThreads, DecodeTile<T, R, kDeep>::kMinBlocks)
                                   : make_uint4(0, 0, 0, 0);
               }
             }
+            // k16 step q of every strip before step q + 1 of any: the R strips' MMA chains
+            // interleave (two strips at M = 1 - 8 on the H200: 8192 x 28672 34.9 -> 34.1 us,
+            // 4096 x 14336 at M = 8 10.4 -> 10.0, against each strip's four steps in turn).
+            auto step = [&](auto q) {
+              constexpr int kQ = decltype(q)::value;
 #pragma unroll
-            for (int r = 0; r < R; ++r) {
-              const uint4 w = wq[slot][r][blk];
-              MmaStep<T, 0, kBf16>(w.x, xb[0], part[r]);
-              // The first use of this slot's weights is behind us, so is its wait.
-              if (blk == 0 && r == 0) refill_previous();
-              MmaStep<T, 1, kBf16>(w.y, xb[0], part[r]);
-              MmaStep<T, 0, kBf16>(w.z, xb[1], part[r]);
-              MmaStep<T, 1, kBf16>(w.w, xb[1], part[r]);
-            }
+              for (int r = 0; r < R; ++r) {
+                MmaStep<T, kQ & 1, kBf16>(Word<kQ>(wq[slot][r][blk]), xb[kQ >> 1], part[r]);
+                // The first use of this slot's weights is behind us, so is its wait.
+                if (kQ == 0 && blk == 0 && r == 0) refill_previous();
+              }
+            };
+            step(std::integral_constant<int, 0>{});
+            step(std::integral_constant<int, 1>{});
+            step(std::integral_constant<int, 2>{});
+            step(std::integral_constant<int, 3>{});
           }
 #pragma unroll
           for (int r = 0; r < R; ++r) ApplyScale<T>(sq[slot][r], part[r], acc[r]);
