@@ -1,7 +1,6 @@
 // W4A16 launch: picks the kernel and tile for M and the K split for the shape (contract
 // in w4a16.h, layout in w4a16_layout.h, kernels in w4a16_direct.cuh / w4a16_staged.cuh).
 #include <algorithm>
-#include <bit>
 #include <climits>
 
 #include "kernels/cuda/cluster_fit.h"

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <bit>
 #include <type_traits>
 
 #include "kernels/cuda/cluster_fit.h"
