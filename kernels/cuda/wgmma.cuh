@@ -39,6 +39,13 @@ __device__ inline uint64_t SmemDescSw128(const void* smem, uint32_t atom_stride)
          uint64_t{(atom_stride >> 4) & 0x3fff} << 32 | uint64_t{1} << 62;
 }
 
+// `desc` (SmemDescSw128) moved on by `units` 16-byte units: only the start address field
+// (the low 14 bits, address / 16) changes, and no shared-memory address reaches 2^18, so
+// the low word's add never carries.
+__device__ inline uint64_t DescAdvance(uint64_t desc, uint32_t units) {
+  return (desc & 0xffffffff00000000ull) | (static_cast<uint32_t>(desc) + units);
+}
+
 // Orders this thread's earlier register writes before the wgmma that reads them.
 __device__ inline void Fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ inline void Commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }

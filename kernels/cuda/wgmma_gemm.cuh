@@ -251,7 +251,11 @@ __global__ void __launch_bounds__(kThreads, (Tile<F, NT, G>::kCtasPerSm))
   };
   // Issues batch b's wgmmas on the chunk's B tiles and commits them as one group; `first`:
   // chunk 0, whose first step of each accumulator overwrites it.
-  auto issue = [&](const uint8_t* xs, int b, bool first) {
+  // The B descriptors are the ring's advanced by the stage's and the step's offset: one
+  // add a wgmma, where building each from its address took ptxas six instructions (the
+  // loop is issue-bound at 64 tokens: ncu, H200).
+  const uint64_t ring_desc = wgmma::SmemDescSw128(stages, Tl::kAtomBytes);
+  auto issue = [&](uint64_t stage_desc, int b, bool first) {
     wgmma::Fence();
 #pragma unroll
     for (int i = 0; i < Tl::kBatchSteps; ++i) {
@@ -259,7 +263,7 @@ __global__ void __launch_bounds__(kThreads, (Tile<F, NT, G>::kCtasPerSm))
       // rows of atoms (blk, *).
       const int st = G == 2 ? i : Tl::kHalfSteps * b + i;
       const uint64_t desc =
-          wgmma::SmemDescSw128(xs + st / 4 * NT / 8 * Tl::kAtomBytes + st % 4 * 32, Tl::kAtomBytes);
+          wgmma::DescAdvance(stage_desc, (st / 4 * NT / 8 * Tl::kAtomBytes + st % 4 * 32) / 16);
       F::template Mma<Tl::kJ, kBf16>(acc[G == 2 ? b : 0], a[b][i], desc,
                                      !(first && i == 0 && (G == 2 || b == 0)));
     }
@@ -268,18 +272,28 @@ __global__ void __launch_bounds__(kThreads, (Tile<F, NT, G>::kCtasPerSm))
 
   // One batch stays in flight at each wait: the next is dequantized while the tensor
   // cores run it.
+  // Chunk c sits in stage s = c % kStages, filled for the (c / kStages)-th time (phase).
+  int s = 0;
+  int prev = kStages - 1;
+  uint32_t phase = 0;
   for (int c = 0; c < count; ++c) {
-    const uint8_t* stage = stages + (c % kStages) * Tl::kStageBytes;
-    w4a16::MbarWait(&full[c % kStages], (c / kStages) & 1);
+    const uint8_t* stage = stages + s * Tl::kStageBytes;
+    w4a16::MbarWait(&full[s], phase);
     fetch(stage, 0);
     dequant(0);  // a[0] is free: batch 0 of chunk c - 1 completed below
     fetch(stage, 1);
-    issue(stage, 0, c == 0);
+    const uint64_t stage_desc = wgmma::DescAdvance(ring_desc, s * (Tl::kStageBytes / 16));
+    issue(stage_desc, 0, c == 0);
     wgmma::Wait<1>();  // batch 1 of chunk c - 1: a[1] and its stage are free
-    if (c > 0 && lane == 0) w4a16::MbarArrive(&empty[(c - 1) % kStages]);
+    if (c > 0 && lane == 0) w4a16::MbarArrive(&empty[prev]);
     dequant(1);
-    issue(stage, 1, c == 0);
+    issue(stage_desc, 1, c == 0);
     wgmma::Wait<1>();  // batch 0 of chunk c
+    prev = s;
+    if (++s == kStages) {
+      s = 0;
+      phase ^= 1;
+    }
   }
   wgmma::Wait<0>();
 #pragma unroll
