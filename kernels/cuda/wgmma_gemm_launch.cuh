@@ -45,12 +45,11 @@ cudaError_t FitGemm(const DeviceInfo& device, KernelFit* fit) {
 
 // Groups per CTA and split for NT-token tiles, unless forced. Per chunk a CTA of one
 // group does about half the work of one of two (the same activation traffic, half the
-// weights and MMAs), measured on the H200 at kOneGroupChunkCost of it; a CTA's pipeline
-// fill and reduction cost about kFillChunks. 128-token tiles take one group: two would
-// need more registers than a thread has.
+// weights and MMAs), measured on the H200 at F::OneGroupChunkCost of it; a CTA's
+// pipeline fill and reduction cost about kFillChunks. 128-token tiles take one group:
+// two would need more registers than a thread has.
 template <typename F, int NT, bool kBf16>
 cudaError_t Plan(const GemmArgs& args, const DeviceInfo& device, Options* options) {
-  constexpr double kOneGroupChunkCost = 0.65;
   constexpr int kFillChunks = 2;
   const int64_t token_tiles = (args.m + NT - 1) / NT;
   const int64_t groups = (args.shape.n + 127) / 128;
@@ -65,7 +64,9 @@ cudaError_t Plan(const GemmArgs& args, const DeviceInfo& device, Options* option
     if ((err = FitGemm<F, NT, 2, kBf16>(device, &fit)) != cudaSuccess) return err;
     two =
         ChooseSplits(token_tiles * ((groups + 1) / 2), chunks, device.sms, fit, false, kFillChunks);
-    if (options->groups == 0) options->groups = one.cost * kOneGroupChunkCost < two.cost ? 1 : 2;
+    if (options->groups == 0) {
+      options->groups = one.cost * F::OneGroupChunkCost(NT, one.splits) < two.cost ? 1 : 2;
+    }
   } else {
     options->groups = 1;
   }
