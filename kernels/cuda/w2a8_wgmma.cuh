@@ -35,10 +35,16 @@ struct WgmmaFormat {
   static constexpr int kSteps = 4;
   static constexpr int kGroupStageBytes = 4 * kUnitBytes;
   // What a one-group CTA's chunk costs against a two-group one's (wgmma_gemm_launch.cuh
-  // Plan). One-group tiles run two CTAs an SM, which the plan counts one after the other:
-  // forced, one group measured 9% faster on 8192 x 28672 at M = 32-64 (H200), where the
-  // plan takes two, and 3% slower on 4096 x 14336.
-  static constexpr double OneGroupChunkCost(int /*nt*/, int /*splits*/) { return 0.65; }
+  // Plan). One-group tiles run two CTAs an SM (`paired` where the plan puts two on an SM
+  // at once, which its cost counts one after the other). H200, both forced: on 8192 x
+  // 28672 at M = 17-64 the 224 one-group CTAs, paired, took 0.91x the time of 112
+  // two-group ones (M = 64: 48.8 against 53.2 us), 0.45 a chunk in the plan's count; one
+  // group a CTA alone on its SM measured 2-6% slower on 4096 x 14336 (112 against 112
+  // CTAs split two ways) and faster on 8192 x 8192 at M = 32 (19.5 against 22.3 us),
+  // which 0.65 does not separate.
+  static constexpr double OneGroupChunkCost(int /*nt*/, int /*splits*/, bool paired) {
+    return paired ? 0.45 : 0.65;
+  }
 
   // Logical core c (16 k) of step c / 2 holds the physical words 16 (c % 2) + 4t + c / 2.
   __device__ static int CoreWord(int c, int t) { return c % 2 * 16 + 4 * t + c / 2; }

@@ -20,12 +20,13 @@ struct A16Format {
   static constexpr int kSteps = 8;
 
   // What a one-group CTA's chunk costs against a two-group one's (wgmma_gemm_launch.cuh
-  // Plan) at NT tokens, where the one-group plan splits K `splits` ways. H200, M = 48 and
+  // Plan) at NT tokens, where the one-group plan splits K `splits` ways (`paired`: its
+  // CTAs share SMs two at a time, which changed nothing measurable here). H200, M = 48 and
   // 64, both forced: one group is 3-8% faster on 4096 x 4096 and 4096 x 14336 (K split at
   // most two ways), two 5-9% on 8192 x 28672 (224 row tiles in two turns against 112 in
   // one) and on 14336 x 4096 (one group split 8 ways); the plan's costs put the first
   // three between 0.50 and 0.545.
-  static constexpr double OneGroupChunkCost(int nt, int splits) {
+  static constexpr double OneGroupChunkCost(int nt, int splits, bool /*paired*/) {
     return nt == 64 && splits <= 2 ? 0.52 : 0.65;
   }
 

@@ -129,8 +129,8 @@ __global__ void __launch_bounds__(w4a16::kThreads)
 //   kXBytes, kSteps                 bytes per activation value (2, or 1 for int8) and
 //                                   wgmma k steps per chunk (8 of k16, or 4 of k32);
 //   kGroupStageBytes                its weight bytes in a stage;
-//   OneGroupChunkCost(NT, splits)   (host) a one-group CTA's cost per chunk against a
-//                                   two-group one's, for the launch's plan;
+//   OneGroupChunkCost(NT, splits, paired)  (host) a one-group CTA's cost per chunk
+//                                   against a two-group one's, for the launch's plan;
 //   Load(dst, p, group, chunk, bar) bulk copies of them (the producer lane; bar counts
 //                                   the bytes);
 //   Raw, Fetch(p, gs, warp, lane, half)  what a warp reads of the group's stage bytes gs

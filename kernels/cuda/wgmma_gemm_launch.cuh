@@ -59,13 +59,18 @@ cudaError_t Plan(const GemmArgs& args, const DeviceInfo& device, Options* option
   if (err != cudaSuccess) return err;
   const SplitChoice one =
       ChooseSplits(token_tiles * groups, chunks, device.sms, fit, false, kFillChunks);
+  // The one-group CTAs run two an SM at once, which the split's cost counts one after
+  // the other.
+  const int64_t one_ctas = token_tiles * groups * one.splits;
+  const bool paired = fit.occupancy >= 2 && one_ctas > device.sms &&
+                      one_ctas <= int64_t{device.sms} * fit.occupancy;
   SplitChoice two = one;
   if constexpr (NT < 128) {
     if ((err = FitGemm<F, NT, 2, kBf16>(device, &fit)) != cudaSuccess) return err;
     two =
         ChooseSplits(token_tiles * ((groups + 1) / 2), chunks, device.sms, fit, false, kFillChunks);
     if (options->groups == 0) {
-      options->groups = one.cost * F::OneGroupChunkCost(NT, one.splits) < two.cost ? 1 : 2;
+      options->groups = one.cost * F::OneGroupChunkCost(NT, one.splits, paired) < two.cost ? 1 : 2;
     }
   } else {
     options->groups = 1;
