@@ -59,8 +59,8 @@ cudaError_t Plan(const GemmArgs& args, const DeviceInfo& device, Options* option
   if (err != cudaSuccess) return err;
   const SplitChoice one =
       ChooseSplits(token_tiles * groups, chunks, device.sms, fit, false, kFillChunks);
-  // The one-group CTAs run two an SM at once, which the split's cost counts one after
-  // the other.
+  // Whether the one-group CTAs run two an SM at once (more than one an SM, all in one
+  // turn), which the split's cost counts one after the other.
   const int64_t one_ctas = token_tiles * groups * one.splits;
   const bool paired = fit.occupancy >= 2 && one_ctas > device.sms &&
                       one_ctas <= int64_t{device.sms} * fit.occupancy;
