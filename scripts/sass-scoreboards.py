@@ -12,39 +12,19 @@ instruction carries its control bits in the top word: stall cycles (bits 41-44),
 49-51; 7 = none) and the scoreboards it waits for (52-57). The opcode is the low 12 bits
 of the bottom word, the destination register bits 16-23. Checked against cuobjdump
 -sass of the same kernels on the GPU machine (session 17). Prints the global loads, the
-HMMAs, the branches and every instruction that waits, with its offset.
+HMMAs, the branches and every instruction that waits, with its offset (cubin.py reads the
+instructions).
 """
-import struct
 import sys
 
-# Opcodes matched against cuobjdump's names on sm_90a; others print as hex.
-OPCODES = {0x981: "LDG", 0x23C: "HMMA", 0x947: "BRA", 0xB82: "LDC"}
-
-
-def sections(data):
-    """(name, offset, size) of every ELF64 section."""
-    shoff = struct.unpack_from("<Q", data, 0x28)[0]
-    entsize, count, strndx = struct.unpack_from("<HHH", data, 0x3A)
-    raw = [struct.unpack_from("<IIQQQQ", data, shoff + i * entsize) for i in range(count)]
-    strtab = raw[strndx][4]
-
-    def name(at):
-        end = data.index(b"\0", strtab + at)
-        return data[strtab + at : end].decode()
-
-    return [(name(s[0]), s[4], s[5]) for s in raw]
+import cubin
 
 
 def main(path, part):
-    with open(path, "rb") as f:
-        data = f.read()
-    for name, offset, size in sections(data):
-        if not name.startswith(".text.") or part not in name:
-            continue
-        print("==", name[len(".text.") :])
-        for pc in range(0, size, 16):
-            lo, hi = struct.unpack_from("<QQ", data, offset + pc)
-            op = OPCODES.get(lo & 0xFFF, "%03x" % (lo & 0xFFF))
+    for name, code in cubin.kernels(path, part):
+        print("==", name)
+        for pc, lo, hi in code:
+            op = cubin.name(lo)
             write, read, wait = (hi >> 46) & 7, (hi >> 49) & 7, (hi >> 52) & 0x3F
             waits = [b for b in range(6) if wait >> b & 1]
             if op in ("LDG", "HMMA", "BRA") or waits:
