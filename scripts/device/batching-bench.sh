@@ -5,7 +5,10 @@
 # with --max_batch_rows=1 (the no-batching baseline); then the same latency and throughput
 # with the host-path helpers off (--completion_threads=0 --worker_spin_us=0), for
 # comparison, and the transfer and compute histograms of the first server (metrics.txt).
-# JSON goes to OUT_DIR.
+# Each run also records the CPU time (user + system) of the server over the run and of the
+# whole qmmctl command (its set-up included: with --verify, the float64 references):
+# client and server share the machine, so either can be what limits the rate. JSON goes
+# to OUT_DIR.
 #   usage: batching-bench.sh BIN_DIR OUT_DIR
 set -euo pipefail
 bin=$1
@@ -33,11 +36,20 @@ stop_server() {
   wait "$pid"
   pid=""
 }
+cpu_seconds() {  # pid: its user + system CPU time so far
+  awk -v hz="$(getconf CLK_TCK)" '{printf "%.3f", ($14 + $15) / hz}' "/proc/$1/stat"
+}
 bench() {  # json-name flags...
   local name=$1
   shift
-  "$bin/qmmctl" --server="$addr" bench --weight=w --rows=1 --dtype=fp16 --json="$out/$name.json" \
-    "$@" | tee "$out/$name.txt"
+  local server_before client
+  server_before=$(cpu_seconds "$pid")
+  client=$( { TIMEFORMAT='%U %S'; time "$bin/qmmctl" --server="$addr" bench --weight=w --rows=1 \
+    --dtype=fp16 --json="$out/$name.json" "$@" >"$out/$name.txt" 2>"$out/$name.err"; } 2>&1)
+  awk -v s0="$server_before" -v s1="$(cpu_seconds "$pid")" -v c="$client" 'BEGIN {
+    split(c, t, " "); printf "  cpu: server %.2f s, qmmctl %.2f s in all (user + system)\n", s1 - s0, t[1] + t[2]
+  }' >>"$out/$name.txt"
+  cat "$out/$name.txt"
 }
 
 start_server --metrics_listen=127.0.0.1:0
