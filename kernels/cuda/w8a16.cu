@@ -4,8 +4,6 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <array>
-#include <atomic>
 #include <type_traits>
 
 #include "kernels/cuda/cluster_fit.h"
@@ -270,27 +268,29 @@ __global__ void __launch_bounds__(TileT::kThreads) W8A16Kernel(const Params p) {
   }
 }
 
-// Per-device state of one kernel instantiation: its occupancy, read once.
-constexpr int kMaxDevices = 64;
-struct InstanceCache {
-  std::array<std::atomic<int>, kMaxDevices> blocks_per_sm{};  // 0: not prepared yet
-};
-
 double WaveEfficiency(int64_t ctas, int64_t slots) {
   const int64_t waves = (ctas + slots - 1) / slots;
   return static_cast<double>(ctas) / static_cast<double>(waves * slots);
 }
 
-// The split count for a launch of `ctas` CTAs (before splitting) with `slots` resident
-// CTAs per GPU. Each CTA keeps at least two load groups of K. Memory-bound tiles want as
-// many CTAs streaming as fit in one wave (a second, partial wave leaves most SMs idle at
-// the end, measured on the H200). Compute-bound tiles want whole waves: each doubling
-// must raise the wave efficiency noticeably.
-int ChooseSplits(int64_t ctas, int64_t slots, int chunks, int group_chunks, bool memory_bound) {
+// The split count for a launch of `ctas` CTAs (before splitting) of a kernel that fits
+// `fit` on `sms` SMs. A split of s runs in clusters of s CTAs, and a cluster's CTAs must
+// share a GPC, so fewer of them fit at once than the SMs' room (on the H200 at two CTAs
+// an SM: 62 clusters of 4, 248 CTAs, against 264). Each CTA keeps at least two load groups
+// of K. Memory-bound tiles want as many CTAs streaming as fit in one wave (a second,
+// partial wave leaves most SMs idle at the end, measured on the H200: 28672 x 8192 at M =
+// 1 took 92 us with 256 CTAs in clusters of 4, 70.5 with 128 in clusters of 2).
+// Compute-bound tiles want whole waves: each doubling must raise the wave efficiency
+// noticeably.
+int TileSplits(int64_t ctas, int sms, const KernelFit& fit, int chunks, int group_chunks,
+               bool memory_bound) {
+  const int64_t room = int64_t{sms} * fit.occupancy;
   int best = 1;
-  double best_eff = WaveEfficiency(ctas, slots);
-  for (int s = 2; s <= kMaxSplits; s *= 2) {
+  double best_eff = WaveEfficiency(ctas, room);
+  for (int s = 2, log = 1; s <= kMaxSplits; s *= 2, ++log) {
     if (chunks < s * 2 * group_chunks) break;
+    const int64_t slots = std::min<int64_t>(room, int64_t{fit.clusters[log]} * s);
+    if (slots == 0) break;
     if (memory_bound) {
       if (ctas * s > slots) break;
       best = s;
@@ -308,31 +308,22 @@ int ChooseSplits(int64_t ctas, int64_t slots, int chunks, int group_chunks, bool
 template <typename T, typename TileT>
 cudaError_t LaunchTile(const GemmArgs& args, const W8A16Options& options,
                        const DeviceInfo& device) {
-  auto* plain = &W8A16Kernel<T, TileT, false>;
-  auto* split_kernel = &W8A16Kernel<T, TileT, true>;
-  static InstanceCache cache;
-
-  // Once per device: raise the dynamic shared-memory limit (the rings take more than the
-  // default 48 KB), then ask how many CTAs fit on an SM.
-  const int dev = device.ordinal;
-  int blocks_per_sm = dev < kMaxDevices ? cache.blocks_per_sm[dev].load() : 0;
-  if (blocks_per_sm == 0) {
-    for (auto* kernel : {plain, split_kernel}) {
-      if (cudaError_t err =
-              cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   static_cast<int>(TileT::kSmemBytes));
-          err != cudaSuccess) {
-        return err;
-      }
-    }
-    if (cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &blocks_per_sm, plain, TileT::kThreads, TileT::kSmemBytes);
-        err != cudaSuccess) {
-      return err;
-    }
-    blocks_per_sm = std::max(blocks_per_sm, 1);
-    if (dev < kMaxDevices) cache.blocks_per_sm[dev].store(blocks_per_sm);
+  constexpr auto* kPlain = &W8A16Kernel<T, TileT, false>;
+  constexpr auto* kSplitKernel = &W8A16Kernel<T, TileT, true>;
+  constexpr int kSmem = static_cast<int>(TileT::kSmemBytes);
+  // How many CTAs fit at once (the plain kernel), and clusters of the split one.
+  KernelFit fit, split_fit;
+  if (cudaError_t err =
+          FitOf<kPlain, kSmem, TileT::kThreads>(device.ordinal, device.cc_major, &fit);
+      err != cudaSuccess) {
+    return err;
   }
+  if (cudaError_t err =
+          FitOf<kSplitKernel, kSmem, TileT::kThreads>(device.ordinal, device.cc_major, &split_fit);
+      err != cudaSuccess) {
+    return err;
+  }
+  for (int i = 1; i < 4; ++i) fit.clusters[i] = split_fit.clusters[i];
 
   Params p{};
   p.w = static_cast<const uint4*>(args.weight);
@@ -348,10 +339,9 @@ cudaError_t LaunchTile(const GemmArgs& args, const W8A16Options& options,
 
   int splits = options.splits;
   if (splits == 0) {
-    splits = device.clusters()
-                 ? ChooseSplits(rowblocks * all_groups, int64_t{device.sms} * blocks_per_sm,
-                                p.chunks, TileT::kGroupChunks, TileT::kTokens <= 32)
-                 : 1;
+    splits = device.clusters() ? TileSplits(rowblocks * all_groups, device.sms, fit, p.chunks,
+                                            TileT::kGroupChunks, TileT::kTokens <= 32)
+                               : 1;
   }
   if (splits != 1 && splits != 2 && splits != 4 && splits != 8) return cudaErrorInvalidValue;
   if (splits > 1 && !device.clusters()) return cudaErrorInvalidValue;
@@ -388,7 +378,7 @@ cudaError_t LaunchTile(const GemmArgs& args, const W8A16Options& options,
     }
     config.attrs = attrs;
     config.numAttrs = AppendDependentLaunch(device.cc_major, attrs, attr_count);
-    if (cudaError_t err = cudaLaunchKernelEx(&config, splits == 1 ? plain : split_kernel, p);
+    if (cudaError_t err = cudaLaunchKernelEx(&config, splits == 1 ? kPlain : kSplitKernel, p);
         err != cudaSuccess) {
       return err;
     }
