@@ -4,6 +4,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <bit>
 #include <type_traits>
 
 #include "kernels/cuda/cluster_fit.h"
@@ -273,25 +274,69 @@ double WaveEfficiency(int64_t ctas, int64_t slots) {
   return static_cast<double>(ctas) / static_cast<double>(waves * slots);
 }
 
-// The split count for a launch of `ctas` CTAs (before splitting) of a kernel that fits
-// `fit` on `sms` SMs. A split of s runs in clusters of s CTAs, and a cluster's CTAs must
-// share a GPC, so fewer of them fit at once than the SMs' room (on the H200 at two CTAs
-// an SM: 62 clusters of 4, 248 CTAs, against 264). Each CTA keeps at least two load groups
-// of K. Memory-bound tiles want as many CTAs streaming as fit in one wave (a second,
-// partial wave leaves most SMs idle at the end, measured on the H200: 28672 x 8192 at M =
-// 1 took 92 us with 256 CTAs in clusters of 4, 70.5 with 128 in clusters of 2).
-// Compute-bound tiles want whole waves: each doubling must raise the wave efficiency
-// noticeably.
-int TileSplits(int64_t ctas, int sms, const KernelFit& fit, int chunks, int group_chunks,
-               bool memory_bound) {
+// CTAs of a split of s that run at once. A split of s runs in clusters of s CTAs, and a
+// cluster's CTAs must share a GPC, so fewer of them fit than the SMs' room (on the H200 at
+// two CTAs an SM: 62 clusters of 4, 248 CTAs, against 264).
+int64_t SplitSlots(int s, int sms, const KernelFit& fit) {
   const int64_t room = int64_t{sms} * fit.occupancy;
+  if (s == 1) return room;
+  return std::min<int64_t>(room,
+                           int64_t{fit.clusters[std::countr_zero(static_cast<unsigned>(s))]} * s);
+}
+
+// One token tile (M <= 8) streams and nothing else, so CTAs started as others finish keep
+// the HBM busy across waves, which wider tiles do not gain. Measured on the H200 at M = 1
+// and 8 with each split forced, on 16 shapes of 8-448 row blocks and 128-896 chunks
+// (docs/PERFORMANCE.md, session 23): beyond one wave, CTAs of fewer than 64 chunks and
+// clusters of 8 never won; the split that fills its waves best wins, a larger one only
+// for 6% more (8192 x 22016: 4 splits, 688 CTAs in 2.8 waves, 51.4 us against 58.1 for
+// one wave of 172); and a single wave that leaves a tenth of the slots idle doubles its
+// split where the CTAs keep 128 chunks and the second wave is at least half full (8192 x
+// 28672: 448 CTAs, 62.2 us against 65.5 for one wave of 224).
+int StreamingSplits(int64_t ctas, int sms, const KernelFit& fit, int chunks, int group_chunks) {
+  constexpr int kMinWaveChunks = 64;  // a CTA's chunks, beyond one wave
+  constexpr int kMaxWaveSplits = 4;   // beyond one wave
+  constexpr int kDoubleChunks = 128;
   int best = 1;
-  double best_eff = WaveEfficiency(ctas, room);
-  for (int s = 2, log = 1; s <= kMaxSplits; s *= 2, ++log) {
+  double best_eff = WaveEfficiency(ctas, SplitSlots(1, sms, fit));
+  for (int s = 2; s <= kMaxSplits; s *= 2) {
     if (chunks < s * 2 * group_chunks) break;
-    const int64_t slots = std::min<int64_t>(room, int64_t{fit.clusters[log]} * s);
+    const int64_t slots = SplitSlots(s, sms, fit);
     if (slots == 0) break;
-    if (memory_bound) {
+    if (ctas * s > slots && (s > kMaxWaveSplits || chunks < s * kMinWaveChunks)) break;
+    const double eff = WaveEfficiency(ctas * s, slots);
+    if (eff > best_eff + 0.06) {
+      best = s;
+      best_eff = eff;
+    }
+  }
+  const int next = best * 2;
+  if (next <= kMaxWaveSplits && ctas * best <= SplitSlots(best, sms, fit) && best_eff < 0.9 &&
+      chunks >= next * kDoubleChunks) {
+    const int64_t n = ctas * next;
+    const int64_t slots = SplitSlots(next, sms, fit);
+    if (slots > 0 && n > slots && (n % slots == 0 || n % slots >= slots / 2)) best = next;
+  }
+  return best;
+}
+
+// The split count for a launch of `ctas` CTAs (before splitting) of a kernel of `tokens`
+// tokens a CTA that fits `fit` on `sms` SMs. Each CTA keeps at least two load groups of K.
+// Up to 32 tokens the tiles are memory-bound: as many CTAs streaming as fit in one wave (a
+// second, partial wave left most SMs idle at the end, measured on the H200: 28672 x 8192
+// at M = 16 took 109 us with 256 CTAs in clusters of 4, of which 248 fit, 87 with 128 in
+// clusters of 2); one token tile goes further (StreamingSplits). Compute-bound tiles want
+// whole waves: each doubling must raise the wave efficiency noticeably.
+int TileSplits(int64_t ctas, int sms, const KernelFit& fit, int chunks, int group_chunks,
+               int tokens) {
+  if (tokens == 8) return StreamingSplits(ctas, sms, fit, chunks, group_chunks);
+  int best = 1;
+  double best_eff = WaveEfficiency(ctas, SplitSlots(1, sms, fit));
+  for (int s = 2; s <= kMaxSplits; s *= 2) {
+    if (chunks < s * 2 * group_chunks) break;
+    const int64_t slots = SplitSlots(s, sms, fit);
+    if (slots == 0) break;
+    if (tokens <= 32) {
       if (ctas * s > slots) break;
       best = s;
       continue;
@@ -340,7 +385,7 @@ cudaError_t LaunchTile(const GemmArgs& args, const W8A16Options& options,
   int splits = options.splits;
   if (splits == 0) {
     splits = device.clusters() ? TileSplits(rowblocks * all_groups, device.sms, fit, p.chunks,
-                                            TileT::kGroupChunks, TileT::kTokens <= 32)
+                                            TileT::kGroupChunks, TileT::kTokens)
                                : 1;
   }
   if (splits != 1 && splits != 2 && splits != 4 && splits != 8) return cudaErrorInvalidValue;
