@@ -7,7 +7,9 @@
 # comparison, and the transfer and compute histograms of the first server (metrics.txt).
 # Each run also records the CPU time (user + system) of the server over the run and of the
 # whole qmmctl command (its set-up included: with --verify, the float64 references):
-# client and server share the machine, so either can be what limits the rate. JSON goes
+# client and server share the machine, so either can be what limits the rate; and, from
+# the server's histograms (with curl), its own mean time a request from arrival to answer,
+# in the queue, and a launch's compute: what the client saw beyond those is the transport. JSON goes
 # to OUT_DIR.
 #   usage: batching-bench.sh BIN_DIR OUT_DIR
 set -euo pipefail
@@ -19,8 +21,8 @@ trap '[[ -n $pid ]] && kill "$pid" 2>/dev/null || true' EXIT
 
 start_server() {  # extra server flags...
   local log="$out/server-$#.log"
-  "$bin/qmm-server" --listen=127.0.0.1:0 --metrics_listen= --backend=cuda --workers=2 "$@" \
-    >"$log" 2>&1 &
+  "$bin/qmm-server" --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 --backend=cuda --workers=2 \
+    "$@" >"$log" 2>&1 &
   pid=$!
   for _ in $(seq 300); do
     grep -q "listening on" "$log" && break
@@ -28,6 +30,7 @@ start_server() {  # extra server flags...
     sleep 0.1
   done
   addr=$(sed -n 's/.*listening on \([^ ]*\) .*/\1/p' "$log")
+  metrics=$(sed -n 's/.*metrics on \(http[^ ]*\).*/\1/p' "$log")
   "$bin/qmmctl" --server="$addr" upload --name=w --scheme=w4a16 --random --n=8192 --k=8192 \
     --seed=1
 }
@@ -39,28 +42,44 @@ stop_server() {
 cpu_seconds() {  # pid: its user + system CPU time so far
   awk -v hz="$(getconf CLK_TCK)" '{printf "%.3f", ($14 + $15) / hz}' "/proc/$1/stat"
 }
+histograms() {  # the request, queue, compute and transfer histograms' sums and counts
+  if command -v curl >/dev/null && [[ -n $metrics ]]; then
+    curl -s "$metrics" | grep -E '^qmm_(request|queue|compute|transfer)_duration_seconds_(count|sum)'
+  fi
+  return 0
+}
 bench() {  # json-name flags...
   local name=$1
   shift
   local server_before client
+  histograms >"$out/$name.metrics-before"
   server_before=$(cpu_seconds "$pid")
   client=$( { TIMEFORMAT='%U %S'; time "$bin/qmmctl" --server="$addr" bench --weight=w --rows=1 \
     --dtype=fp16 --json="$out/$name.json" "$@" >"$out/$name.txt" 2>"$out/$name.err"; } 2>&1)
   awk -v s0="$server_before" -v s1="$(cpu_seconds "$pid")" -v c="$client" 'BEGIN {
     split(c, t, " "); printf "  cpu: server %.2f s, qmmctl %.2f s in all (user + system)\n", s1 - s0, t[1] + t[2]
   }' >>"$out/$name.txt"
+  histograms >"$out/$name.metrics-after"
+  # Means over the run: each family's sum and count, all label sets together.
+  awk '{ split($1, f, "{"); sub(/_(sum|count)$/, "", f[1]); k = ($1 ~ /_sum/) ? "s" : "c"
+         v[FILENAME == ARGV[1] ? "b" : "a", f[1], k] += $2; fam[f[1]] = 1 }
+       END { for (x in fam) {
+               n = v["a", x, "c"] - v["b", x, "c"]
+               if (n > 0) m[x] = sprintf("%.0f", 1e6 * (v["a", x, "s"] - v["b", x, "s"]) / n)
+             }
+             if ("qmm_request_duration_seconds" in m)
+               printf "  server means: request %s us, queue %s us, compute %s us a launch\n",
+                 m["qmm_request_duration_seconds"], m["qmm_queue_duration_seconds"],
+                 m["qmm_compute_duration_seconds"] }' \
+    "$out/$name.metrics-before" "$out/$name.metrics-after" >>"$out/$name.txt"
   cat "$out/$name.txt"
 }
 
-start_server --metrics_listen=127.0.0.1:0
+start_server
 bench one_unary --concurrency=1 --requests=2000 --warmup=50
 bench streams256 --concurrency=256 --stream --duration=5s --warmup=1
 bench streams256_verify --concurrency=256 --stream --requests=10000 --verify --verify_seed=1
-metrics=$(sed -n 's/.*metrics on \(http[^ ]*\).*/\1/p' "$out/server-1.log")
-if command -v curl >/dev/null && [[ -n $metrics ]]; then
-  curl -s "$metrics" | grep -E '^qmm_(transfer|compute)_duration_seconds_(count|sum)' \
-    | tee "$out/metrics.txt"
-fi
+histograms | grep -E '^qmm_(transfer|compute)' | tee "$out/metrics.txt"
 stop_server
 
 start_server --completion_threads=0 --worker_spin_us=0
