@@ -1,5 +1,6 @@
-// How many CTAs of a kernel run at once, clusters included, and the K split that keeps
-// the busiest SM's work least (the W4A16 cluster kernels and the wgmma GEMM share it).
+// How many CTAs of a kernel run at once, clusters included (FitOf: the decode kernels, the
+// W8A16 split tiles, the W4A16 cluster kernels and the wgmma GEMM), and the K split that
+// keeps the busiest SM's work least (ChooseSplits: the last two).
 #ifndef QMM_KERNELS_CUDA_CLUSTER_FIT_H_
 #define QMM_KERNELS_CUDA_CLUSTER_FIT_H_
 

@@ -8,9 +8,9 @@
 # Each run also records the CPU time (user + system) of the server over the run and of the
 # whole qmmctl command (its set-up included: with --verify, the float64 references):
 # client and server share the machine, so either can be what limits the rate; and, from
-# the server's histograms (with curl), its own mean time a request from arrival to answer,
-# in the queue, and a launch's compute: what the client saw beyond those is the transport. JSON goes
-# to OUT_DIR.
+# the server's histograms (with curl), its mean time a request from arrival to answer, in
+# the queue, and a launch's compute: what the client saw beyond those is the transport.
+# JSON goes to OUT_DIR.
 #   usage: batching-bench.sh BIN_DIR OUT_DIR
 set -euo pipefail
 bin=$1
@@ -57,7 +57,8 @@ bench() {  # json-name flags...
   client=$( { TIMEFORMAT='%U %S'; time "$bin/qmmctl" --server="$addr" bench --weight=w --rows=1 \
     --dtype=fp16 --json="$out/$name.json" "$@" >"$out/$name.txt" 2>"$out/$name.err"; } 2>&1)
   awk -v s0="$server_before" -v s1="$(cpu_seconds "$pid")" -v c="$client" 'BEGIN {
-    split(c, t, " "); printf "  cpu: server %.2f s, qmmctl %.2f s in all (user + system)\n", s1 - s0, t[1] + t[2]
+    split(c, t, " ")
+    printf "  cpu: server %.2f s, qmmctl %.2f s in all (user + system)\n", s1 - s0, t[1] + t[2]
   }' >>"$out/$name.txt"
   histograms >"$out/$name.metrics-after"
   # Means over the run: each family's sum and count, all label sets together.
