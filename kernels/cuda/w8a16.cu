@@ -284,68 +284,58 @@ int64_t SplitSlots(int s, int sms, const KernelFit& fit) {
                            int64_t{fit.clusters[std::countr_zero(static_cast<unsigned>(s))]} * s);
 }
 
-// One token tile (M <= 8) streams and nothing else, so CTAs started as others finish keep
-// the HBM busy across waves, which wider tiles do not gain. Measured on the H200 at M = 1
-// and 8 with each split forced, on 16 shapes of 8-448 row blocks and 128-896 chunks
-// (docs/PERFORMANCE.md, session 23): beyond one wave, CTAs of fewer than 64 chunks and
-// clusters of 8 never won; the split that fills its waves best wins, a larger one only
-// for 6% more (8192 x 22016: 4 splits, 688 CTAs in 2.8 waves, 51.4 us against 58.1 for
-// one wave of 172); and a single wave that leaves a tenth of the slots idle doubles its
-// split where the CTAs keep 128 chunks and the second wave is at least half full (8192 x
-// 28672: 448 CTAs, 62.2 us against 65.5 for one wave of 224).
-int StreamingSplits(int64_t ctas, int sms, const KernelFit& fit, int chunks, int group_chunks) {
-  constexpr int kMinWaveChunks = 64;  // a CTA's chunks, beyond one wave
-  constexpr int kMaxWaveSplits = 4;   // beyond one wave
+// The split count for a launch of `ctas` CTAs (before splitting) of a tile of `tokens`
+// tokens that fits `fit` on `sms` SMs. Each CTA keeps at least two load groups of K.
+//
+// Up to 32 tokens the tiles are memory-bound: the largest split whose CTAs all stream at
+// once (a second, partial wave left most SMs idle at the end, measured on the H200:
+// 28672 x 8192 at M = 16 took 109 us with 256 CTAs in clusters of 4, of which 248 fit, 87
+// with 128 in clusters of 2). One token tile (M <= 8) streams and nothing else, so CTAs
+// started as others finish keep the HBM busy across waves: measured at M = 1 and 8 with
+// each split forced, on 16 shapes of 8-448 row blocks and 128-896 chunks
+// (docs/PERFORMANCE.md, session 23), beyond one wave CTAs of fewer than 64 chunks and
+// clusters of 8 never won; the split that fills its waves best did, a larger one only for
+// 6% more (8192 x 22016: 4 splits, 688 CTAs in 2.8 waves, 51.4 us against 58.1 for one
+// wave of 172); and a single wave that leaves a tenth of the slots idle gained from doubling
+// its split where the CTAs keep 128 chunks and the second wave is at least half full
+// (8192 x 28672: 448 CTAs, 62.2 us against 65.5 for one wave of 224). Wider tiles never
+// gained from a second wave.
+//
+// Compute-bound tiles want whole waves: each doubling must raise the wave efficiency by
+// 5%.
+int TileSplits(int64_t ctas, int sms, const KernelFit& fit, int chunks, int group_chunks,
+               int tokens) {
+  constexpr int kMinWaveChunks = 64;  // a streaming CTA's chunks, beyond one wave
+  constexpr int kMaxWaveSplits = 4;   // streaming, beyond one wave
   constexpr int kDoubleChunks = 128;
+  const bool memory_bound = tokens <= 32;
+  const bool streaming = tokens == 8;
   int best = 1;
   double best_eff = WaveEfficiency(ctas, SplitSlots(1, sms, fit));
   for (int s = 2; s <= kMaxSplits; s *= 2) {
     if (chunks < s * 2 * group_chunks) break;
     const int64_t slots = SplitSlots(s, sms, fit);
     if (slots == 0) break;
-    if (ctas * s > slots && (s > kMaxWaveSplits || chunks < s * kMinWaveChunks)) break;
     const double eff = WaveEfficiency(ctas * s, slots);
-    if (eff > best_eff + 0.06) {
+    if (memory_bound && ctas * s <= slots) {
+      best = s;
+      best_eff = eff;
+      continue;
+    }
+    if (memory_bound && !(streaming && s <= kMaxWaveSplits && chunks >= s * kMinWaveChunks)) {
+      break;
+    }
+    if (eff > best_eff + (streaming ? 0.06 : 0.05)) {
       best = s;
       best_eff = eff;
     }
   }
   const int next = best * 2;
-  if (next <= kMaxWaveSplits && ctas * best <= SplitSlots(best, sms, fit) && best_eff < 0.9 &&
-      chunks >= next * kDoubleChunks) {
+  if (streaming && next <= kMaxWaveSplits && ctas * best <= SplitSlots(best, sms, fit) &&
+      best_eff < 0.9 && chunks >= next * kDoubleChunks) {
     const int64_t n = ctas * next;
     const int64_t slots = SplitSlots(next, sms, fit);
     if (slots > 0 && n > slots && (n % slots == 0 || n % slots >= slots / 2)) best = next;
-  }
-  return best;
-}
-
-// The split count for a launch of `ctas` CTAs (before splitting) of a kernel of `tokens`
-// tokens a CTA that fits `fit` on `sms` SMs. Each CTA keeps at least two load groups of K.
-// Up to 32 tokens the tiles are memory-bound: as many CTAs streaming as fit in one wave (a
-// second, partial wave left most SMs idle at the end, measured on the H200: 28672 x 8192
-// at M = 16 took 109 us with 256 CTAs in clusters of 4, of which 248 fit, 87 with 128 in
-// clusters of 2); one token tile goes further (StreamingSplits). Compute-bound tiles want
-// whole waves: each doubling must raise the wave efficiency noticeably.
-int TileSplits(int64_t ctas, int sms, const KernelFit& fit, int chunks, int group_chunks,
-               int tokens) {
-  if (tokens == 8) return StreamingSplits(ctas, sms, fit, chunks, group_chunks);
-  int best = 1;
-  double best_eff = WaveEfficiency(ctas, SplitSlots(1, sms, fit));
-  for (int s = 2; s <= kMaxSplits; s *= 2) {
-    if (chunks < s * 2 * group_chunks) break;
-    const int64_t slots = SplitSlots(s, sms, fit);
-    if (slots == 0) break;
-    if (tokens <= 32) {
-      if (ctas * s > slots) break;
-      best = s;
-      continue;
-    }
-    const double eff = WaveEfficiency(ctas * s, slots);
-    if (eff > best_eff + 0.05) {
-      best = s;
-      best_eff = eff;
-    }
   }
   return best;
 }
