@@ -4,7 +4,6 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <bit>
 #include <type_traits>
 
 #include "kernels/cuda/cluster_fit.h"
@@ -13,6 +12,7 @@
 #include "kernels/cuda/dependent_launch.h"
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/dtype_device.cuh"
+#include "kernels/cuda/tile_splits.h"
 #include "kernels/cuda/w8a16.h"
 #include "kernels/cuda/w8a16_decode.cuh"
 #include "kernels/cuda/w8a16_ptx.cuh"
@@ -27,7 +27,6 @@ using w8a16::Mma;
 
 constexpr int kChunkK = 32;        // k per chunk: two m16n8k16 steps
 constexpr int kChunkVectors = 32;  // uint4 per (row tile, chunk): one per lane
-constexpr int kMaxSplits = 8;      // portable cluster size
 
 struct Params {
   const uint4* w;       // [rt_count][chunks][32]
@@ -269,77 +268,6 @@ __global__ void __launch_bounds__(TileT::kThreads) W8A16Kernel(const Params p) {
   }
 }
 
-double WaveEfficiency(int64_t ctas, int64_t slots) {
-  const int64_t waves = (ctas + slots - 1) / slots;
-  return static_cast<double>(ctas) / static_cast<double>(waves * slots);
-}
-
-// CTAs of a split of s that run at once. A split of s runs in clusters of s CTAs, and a
-// cluster's CTAs must share a GPC, so fewer of them fit than the SMs' room (on the H200 at
-// two CTAs an SM: 62 clusters of 4, 248 CTAs, against 264).
-int64_t SplitSlots(int s, int sms, const KernelFit& fit) {
-  const int64_t room = int64_t{sms} * fit.occupancy;
-  if (s == 1) return room;
-  return std::min<int64_t>(room,
-                           int64_t{fit.clusters[std::countr_zero(static_cast<unsigned>(s))]} * s);
-}
-
-// The split count for a launch of `ctas` CTAs (before splitting) of a tile of `tokens`
-// tokens that fits `fit` on `sms` SMs. Each CTA keeps at least two load groups of K.
-//
-// Up to 32 tokens the tiles are memory-bound: the largest split whose CTAs all stream at
-// once (a second, partial wave left most SMs idle at the end, measured on the H200:
-// 28672 x 8192 at M = 16 took 109 us with 256 CTAs in clusters of 4, of which 248 fit, 87
-// with 128 in clusters of 2). One token tile (M <= 8) streams and nothing else, so CTAs
-// started as others finish keep the HBM busy across waves: measured at M = 1 and 8 with
-// each split forced, on 16 shapes of 8-448 row blocks and 128-896 chunks
-// (docs/PERFORMANCE.md, session 23), beyond one wave CTAs of fewer than 64 chunks and
-// clusters of 8 never won; the split that fills its waves best did, a larger one only for
-// 6% more (8192 x 22016: 4 splits, 688 CTAs in 2.8 waves, 51.4 us against 58.1 for one
-// wave of 172); and a single wave that leaves a tenth of the slots idle gained from doubling
-// its split where the CTAs keep 128 chunks and the second wave is at least half full
-// (8192 x 28672: 448 CTAs, 62.2 us against 65.5 for one wave of 224). Wider tiles never
-// gained from a second wave.
-//
-// Compute-bound tiles want whole waves: each doubling must raise the wave efficiency by
-// 5%.
-int TileSplits(int64_t ctas, int sms, const KernelFit& fit, int chunks, int group_chunks,
-               int tokens) {
-  constexpr int kMinWaveChunks = 64;  // a streaming CTA's chunks, beyond one wave
-  constexpr int kMaxWaveSplits = 4;   // streaming, beyond one wave
-  constexpr int kDoubleChunks = 128;
-  const bool memory_bound = tokens <= 32;
-  const bool streaming = tokens == 8;
-  int best = 1;
-  double best_eff = WaveEfficiency(ctas, SplitSlots(1, sms, fit));
-  for (int s = 2; s <= kMaxSplits; s *= 2) {
-    if (chunks < s * 2 * group_chunks) break;
-    const int64_t slots = SplitSlots(s, sms, fit);
-    if (slots == 0) break;
-    const double eff = WaveEfficiency(ctas * s, slots);
-    if (memory_bound && ctas * s <= slots) {
-      best = s;
-      best_eff = eff;
-      continue;
-    }
-    if (memory_bound && !(streaming && s <= kMaxWaveSplits && chunks >= s * kMinWaveChunks)) {
-      break;
-    }
-    if (eff > best_eff + (streaming ? 0.06 : 0.05)) {
-      best = s;
-      best_eff = eff;
-    }
-  }
-  const int next = best * 2;
-  if (streaming && next <= kMaxWaveSplits && ctas * best <= SplitSlots(best, sms, fit) &&
-      best_eff < 0.9 && chunks >= next * kDoubleChunks) {
-    const int64_t n = ctas * next;
-    const int64_t slots = SplitSlots(next, sms, fit);
-    if (slots > 0 && n > slots && (n % slots == 0 || n % slots >= slots / 2)) best = next;
-  }
-  return best;
-}
-
 template <typename T, typename TileT>
 cudaError_t LaunchTile(const GemmArgs& args, const W8A16Options& options,
                        const DeviceInfo& device) {
@@ -575,7 +503,7 @@ cudaError_t LaunchW8A16(const GemmArgs& args, const W8A16Options& options) {
       options.wgmma_groups > 2 || options.decode_rows < 0 || options.decode_rows > 2 ||
       options.decode_cluster < 0 || options.decode_cluster > 4 || options.decode_cluster == 3 ||
       (options.splits != 0 && options.splits != 1 && options.splits != 2 && options.splits != 4 &&
-       options.splits != kMaxSplits)) {
+       options.splits != kMaxTileSplits)) {
     return cudaErrorInvalidValue;
   }
   if (args.y_dtype != DType::kF32 && args.y_dtype != DType::kF16 && args.y_dtype != DType::kBF16) {

@@ -1,0 +1,93 @@
+// The split-K count of W8A16's tile kernel (w8a16.cu) for a launch: how many CTAs, in
+// clusters, share each row block's K. Host code only, so that a CPU test pins the choices
+// measured on the H200 (tests/kernels/cuda/tile_splits_test.cc).
+#ifndef QMM_KERNELS_CUDA_TILE_SPLITS_H_
+#define QMM_KERNELS_CUDA_TILE_SPLITS_H_
+
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+
+#include "kernels/cuda/cluster_fit.h"
+
+namespace qmm::cuda {
+
+inline constexpr int kMaxTileSplits = 8;  // the portable cluster size
+
+// The share of `waves` x `slots` CTA places that `ctas` CTAs fill.
+inline double WaveEfficiency(int64_t ctas, int64_t slots) {
+  const int64_t waves = (ctas + slots - 1) / slots;
+  return static_cast<double>(ctas) / static_cast<double>(waves * slots);
+}
+
+// CTAs of a split of s that run at once. A split of s runs in clusters of s CTAs, and a
+// cluster's CTAs must share a GPC, so fewer of them fit than the SMs' room (on the H200 at
+// two CTAs an SM: 62 clusters of 4, 248 CTAs, against 264).
+inline int64_t SplitSlots(int s, int sms, const KernelFit& fit) {
+  const int64_t room = int64_t{sms} * fit.occupancy;
+  if (s == 1) return room;
+  return std::min<int64_t>(room,
+                           int64_t{fit.clusters[std::countr_zero(static_cast<unsigned>(s))]} * s);
+}
+
+// The split count for a launch of `ctas` CTAs (before splitting) of a tile of `tokens`
+// tokens that fits `fit` on `sms` SMs. Each CTA keeps at least two load groups of K.
+//
+// Up to 32 tokens the tiles are memory-bound: the largest split whose CTAs all stream at
+// once (a second, partial wave left most SMs idle at the end, measured on the H200:
+// 28672 x 8192 at M = 16 took 109 us with 256 CTAs in clusters of 4, of which 248 fit, 87
+// with 128 in clusters of 2). Wider tiles never gained from a second wave.
+//
+// One token tile (M <= 8) streams and nothing else, so CTAs started as others finish keep
+// the HBM busy across waves. Measured at M = 1 and 8 with each split forced, on 16 shapes
+// of 8-448 row blocks and 128-896 chunks (docs/PERFORMANCE.md, session 23): beyond one
+// wave, CTAs of fewer than 64 chunks and clusters of 8 never won; a split beyond one wave
+// won where it filled its waves far better (8192 x 22016: 4 splits, 688 CTAs in 2.8 waves
+// filling 92% of them, 51.4 us against 58.1 for one wave of 172 filling 65%), hence 15%
+// more (smaller margins hang on the exact cluster fit: 15% keeps every measured choice
+// for 58 to 63 clusters of 4); and a single wave that leaves a tenth of the slots idle
+// gained from doubling its split where the CTAs keep 128 chunks and the second wave is at
+// least half full (8192 x 28672: 448 CTAs, 62.2 us against 65.5 for one wave of 224).
+//
+// Compute-bound tiles want whole waves: each doubling must raise the wave efficiency by
+// 5%.
+inline int TileSplits(int64_t ctas, int sms, const KernelFit& fit, int chunks, int group_chunks,
+                      int tokens) {
+  constexpr int kMinWaveChunks = 64;  // a streaming CTA's chunks, beyond one wave
+  constexpr int kMaxWaveSplits = 4;   // streaming, beyond one wave
+  constexpr int kDoubleChunks = 128;
+  const bool memory_bound = tokens <= 32;
+  const bool streaming = tokens == 8;
+  int best = 1;
+  double best_eff = WaveEfficiency(ctas, SplitSlots(1, sms, fit));
+  for (int s = 2; s <= kMaxTileSplits; s *= 2) {
+    if (chunks < s * 2 * group_chunks) break;
+    const int64_t slots = SplitSlots(s, sms, fit);
+    if (slots == 0) break;
+    const double eff = WaveEfficiency(ctas * s, slots);
+    if (memory_bound && ctas * s <= slots) {
+      best = s;
+      best_eff = eff;
+      continue;
+    }
+    if (memory_bound && !(streaming && s <= kMaxWaveSplits && chunks >= s * kMinWaveChunks)) {
+      break;
+    }
+    if (eff > best_eff + (streaming ? 0.15 : 0.05)) {
+      best = s;
+      best_eff = eff;
+    }
+  }
+  const int next = best * 2;
+  if (streaming && next <= kMaxWaveSplits && ctas * best <= SplitSlots(best, sms, fit) &&
+      best_eff < 0.9 && chunks >= next * kDoubleChunks) {
+    const int64_t n = ctas * next;
+    const int64_t slots = SplitSlots(next, sms, fit);
+    if (slots > 0 && n > slots && (n % slots == 0 || n % slots >= slots / 2)) best = next;
+  }
+  return best;
+}
+
+}  // namespace qmm::cuda
+
+#endif  // QMM_KERNELS_CUDA_TILE_SPLITS_H_

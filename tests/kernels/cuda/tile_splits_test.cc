@@ -1,0 +1,110 @@
+// TileSplits (kernels/cuda/tile_splits.h) on the H200's numbers: 132 SMs, two CTAs of W8A16's
+// tile kernel an SM, clusters of 2, 4 and 8 CTAs 132, 62 and 30 at once (fewer than 64 of 4:
+// 64 measured a second turn). Each shape's expected split is the fastest of all forced
+// splits measured on the H200 in session 23 (qmm-kernel-bench --w8a16_splits=1/2/4/8, us in
+// the comments, docs/PERFORMANCE.md), so a change to the rule that moves a choice fails here.
+#include "kernels/cuda/tile_splits.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+
+namespace qmm::cuda {
+namespace {
+
+constexpr int kSms = 132;
+const KernelFit kH200 = {2, {0, 132, 62, 30}};
+
+// W8A16's tiles: 8 row tiles of 16 rows a CTA up to 32 tokens, chunks of 32 k; load groups
+// of 4 chunks at one token tile, 2 at two and four (w8a16.cu, LaunchFor).
+int Splits(int64_t k, int64_t n, int tokens, const KernelFit& fit = kH200) {
+  const int64_t row_blocks = ((n + 15) / 16 + 7) / 8;
+  const int group_chunks = tokens == 8 ? 4 : 2;
+  return TileSplits(row_blocks, kSms, fit, static_cast<int>(k / 32), group_chunks, tokens);
+}
+
+struct Measured {
+  int64_t k, n;
+  int splits;
+};
+
+// M = 1, splits 1 / 2 / 4 / 8 (us).
+constexpr Measured kOneToken[] = {
+    {8192, 28672, 2},   // 65.5 / 62.2 / 67.0 / 81.3: 448 CTAs in 1.7 waves
+    {8192, 22016, 4},   // 58.1 / 60.2 / 51.4 / 63.7: 688 CTAs in 2.8 waves
+    {28672, 8192, 2},   // 117.9 / 70.3 / 92.3 / 75.8: 256 CTAs of 4 do not fit at once
+    {14336, 14336, 2},  // 60.9 / 52.6 / 54.7 / 60.8
+    {4096, 28672, 1},   // 32.4 / 35.1 / 42.7 / 57.9: CTAs of 64 chunks lose
+    {5120, 27648, 1},   // 39.3 / 41.3 / 47.9 / 61.1
+    {8192, 14336, 2},   // 36.5 / 32.2 / 34.8 / 43.3
+    {22016, 8192, 2},   // 91.2 / 54.9 / 71.9 / 61.4
+    {14336, 8192, 2},   // 60.4 / 37.0 / 49.0 / 42.5
+    {8192, 57344, 1},   // 119.8 / 126.0 / 128.9 / 156.1: already 1.7 waves
+    {16384, 16384, 2},  // 71.5 / 69.6 / 86.3 / 80.3
+    {4096, 22016, 1},   // 25.0 / 33.3 / 32.9 / 45.3
+    {5120, 13824, 2},   // 23.7 / 20.9 / 24.6 / 32.9
+    {28672, 2048, 8},   // - / - / 36.4 / 24.0: 16 row blocks, one wave at 8
+    {28672, 1024, 8},   // - / - / 36.1 / 19.4
+};
+
+TEST(TileSplitsTest, OneTokenTileTakesTheFastestMeasuredSplit) {
+  for (const Measured& m : kOneToken) {
+    EXPECT_EQ(Splits(m.k, m.n, 8), m.splits) << m.k << "x" << m.n;
+  }
+}
+
+// The tile kernel's own cluster fit was not printed; the rule keeps its choices for any
+// fit from 58 to 63 clusters of 4.
+TEST(TileSplitsTest, TheChoicesHoldAcrossTheClusterFitsUncertainty) {
+  for (const int fours : {58, 60, 63}) {
+    const KernelFit fit = {2, {0, 132, fours, 30}};
+    for (const Measured& m : kOneToken) {
+      EXPECT_EQ(Splits(m.k, m.n, 8, fit), m.splits) << m.k << "x" << m.n << ", " << fours;
+    }
+  }
+}
+
+// M = 16 never gained from a second wave (splits 1 / 2 / 4, us): 8192x28672 66.3 / 77.5 /
+// 83.4, 8192x22016 60.3 / 75.2 / 63.3; 14336x14336 67.2 / 62.8 / 67.0.
+TEST(TileSplitsTest, TwoTokenTilesStayWithinOneWave) {
+  EXPECT_EQ(Splits(8192, 28672, 16), 1);
+  EXPECT_EQ(Splits(8192, 22016, 16), 1);
+  EXPECT_EQ(Splits(14336, 14336, 16), 2);
+  EXPECT_EQ(Splits(4096, 28672, 32), 1);
+}
+
+// 28672 x 8192 at M = 16: 64 row blocks split 4 ways are 64 clusters of 4, two more than fit
+// (109.2 us, against 87.0 split 2 ways). Were all 66 to fit, 4 would be the one-wave split.
+TEST(TileSplitsTest, ClustersBeyondTheGpcsAreNotOneWave) {
+  EXPECT_EQ(Splits(28672, 8192, 16), 2);
+  EXPECT_EQ(Splits(28672, 8192, 16, KernelFit{2, {0, 132, 66, 30}}), 4);
+}
+
+// A grid of one or two row blocks takes the largest split in one wave, whatever the share
+// of the slots it fills.
+TEST(TileSplitsTest, TinyGridsTakeEightSplits) {
+  EXPECT_EQ(Splits(28672, 128, 8), 8);
+  EXPECT_EQ(Splits(28672, 256, 16), 8);
+  // Each CTA keeps two load groups: 16 chunks split 8 ways would not.
+  EXPECT_EQ(Splits(512, 128, 8), 2);
+}
+
+TEST(TileSplitsTest, SplitSlotsCountWholeClusters) {
+  EXPECT_EQ(SplitSlots(1, kSms, kH200), 264);
+  EXPECT_EQ(SplitSlots(2, kSms, kH200), 264);
+  EXPECT_EQ(SplitSlots(4, kSms, kH200), 248);
+  EXPECT_EQ(SplitSlots(8, kSms, kH200), 240);
+  EXPECT_EQ(SplitSlots(4, kSms, KernelFit{2, {0, 0, 0, 0}}), 0);  // before sm_90
+  EXPECT_DOUBLE_EQ(WaveEfficiency(448, 264), 448.0 / 528);
+  EXPECT_DOUBLE_EQ(WaveEfficiency(264, 264), 1.0);
+}
+
+// Beyond 32 tokens whole waves: 100 row blocks of 64 tokens fill 38% of one wave unsplit,
+// 76% split 2 ways, 81% at 4 (too little more), 83% at 8 (7% more than 2 ways).
+TEST(TileSplitsTest, ComputeBoundTilesWantWholeWaves) {
+  EXPECT_EQ(TileSplits(100, kSms, kH200, 256, 1, 64), 8);
+  EXPECT_EQ(TileSplits(132, kSms, kH200, 256, 1, 64), 2);
+}
+
+}  // namespace
+}  // namespace qmm::cuda
