@@ -1,6 +1,7 @@
 // How many CTAs of a kernel run at once, clusters included (FitOf: the decode kernels, the
-// W8A16 split tiles, the W4A16 cluster kernels and the wgmma GEMM), and the K split that
-// keeps the busiest SM's work least (ChooseSplits: the last two).
+// W8A16 split tiles, the W4A16 cluster kernels and the wgmma GEMM; SplitSlots: a split's
+// clusters), and the K split that keeps the busiest SM's work least (ChooseSplits: the
+// W4A16 cluster kernels and the wgmma GEMM; the W8A16 tiles have theirs, tile_splits.h).
 #ifndef QMM_KERNELS_CUDA_CLUSTER_FIT_H_
 #define QMM_KERNELS_CUDA_CLUSTER_FIT_H_
 
@@ -8,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cstdint>
 
 namespace qmm::cuda {
@@ -72,6 +74,17 @@ cudaError_t FitOf(int device, int cc_major, KernelFit* fit) {
   return cudaSuccess;
 }
 
+// CTAs of a kernel split s ways (clusters of s CTAs, s a power of two up to 8) that run at
+// once: a cluster's CTAs must share a GPC, so fewer of them fit than the SMs' room (on the
+// H200 at two CTAs an SM: 62 clusters of 4, 248 CTAs, against 264). 0 where clusters of s
+// do not run at all.
+inline int64_t SplitSlots(int s, int sms, const KernelFit& fit) {
+  const int64_t room = int64_t{sms} * fit.occupancy;
+  if (s == 1) return room;
+  return std::min<int64_t>(room,
+                           int64_t{fit.clusters[std::countr_zero(static_cast<unsigned>(s))]} * s);
+}
+
 struct SplitChoice {
   int splits = 1;
   double cost = 0;  // chunks on the busiest SM
@@ -86,10 +99,10 @@ struct SplitChoice {
 inline SplitChoice ChooseSplits(int64_t base_ctas, int chunks, int sms, const KernelFit& fit,
                                 bool streaming, int fill_chunks = 0) {
   SplitChoice best;
-  for (int s = 1, log = 0; s <= 8 && (s == 1 || s <= chunks); s *= 2, ++log) {
+  for (int s = 1; s <= 8 && (s == 1 || s <= chunks); s *= 2) {
     const int64_t ctas = base_ctas * s;
     const int64_t room = int64_t{sms} * fit.occupancy;
-    const int64_t slots = s == 1 ? room : std::min<int64_t>(room, int64_t{fit.clusters[log]} * s);
+    const int64_t slots = SplitSlots(s, sms, fit);
     if (slots == 0) continue;
     int64_t per_sm = (ctas + sms - 1) / sms;
     // More CTAs than fit at once, counting the GPC limit on clusters: whole turns, each

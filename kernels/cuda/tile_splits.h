@@ -4,8 +4,6 @@
 #ifndef QMM_KERNELS_CUDA_TILE_SPLITS_H_
 #define QMM_KERNELS_CUDA_TILE_SPLITS_H_
 
-#include <algorithm>
-#include <bit>
 #include <cstdint>
 
 #include "kernels/cuda/cluster_fit.h"
@@ -18,16 +16,6 @@ inline constexpr int kMaxTileSplits = 8;  // the portable cluster size
 inline double WaveEfficiency(int64_t ctas, int64_t slots) {
   const int64_t waves = (ctas + slots - 1) / slots;
   return static_cast<double>(ctas) / static_cast<double>(waves * slots);
-}
-
-// CTAs of a split of s that run at once. A split of s runs in clusters of s CTAs, and a
-// cluster's CTAs must share a GPC, so fewer of them fit than the SMs' room (on the H200 at
-// two CTAs an SM: 62 clusters of 4, 248 CTAs, against 264).
-inline int64_t SplitSlots(int s, int sms, const KernelFit& fit) {
-  const int64_t room = int64_t{sms} * fit.occupancy;
-  if (s == 1) return room;
-  return std::min<int64_t>(room,
-                           int64_t{fit.clusters[std::countr_zero(static_cast<unsigned>(s))]} * s);
 }
 
 // The split count for a launch of `ctas` CTAs (before splitting) of a tile of `tokens`
