@@ -35,6 +35,9 @@ ABSL_FLAG(int, w8a16_wgmma_groups, 0,
 ABSL_FLAG(int, w8a16_decode_rows, 0,
           "W8A16 tuning: row tiles per warp of the decode kernel up to 8 tokens (1 or 2; 0 = "
           "auto)");
+ABSL_FLAG(bool, w8a16_tile, false,
+          "W8A16 tuning: the split-K tile kernel up to 16 tokens, where the launch would take "
+          "the decode kernel");
 ABSL_FLAG(int, w4a16_splits, 0,
           "W4A16 tuning: force the split-K count (1, 2, 4, 8; 0 = auto; alone it forces the "
           "mma.sync cluster kernels)");
@@ -129,6 +132,7 @@ int main(int argc, char** argv) {
   o.w8a16_splits = absl::GetFlag(FLAGS_w8a16_splits);
   o.w8a16_wgmma_groups = absl::GetFlag(FLAGS_w8a16_wgmma_groups);
   o.w8a16_decode_rows = absl::GetFlag(FLAGS_w8a16_decode_rows);
+  o.w8a16_tile = absl::GetFlag(FLAGS_w8a16_tile);
   o.w4a16_splits = absl::GetFlag(FLAGS_w4a16_splits);
   o.w4a16_wgmma_groups = absl::GetFlag(FLAGS_w4a16_wgmma_groups);
   o.w4a16_decode_strips = absl::GetFlag(FLAGS_w4a16_decode_strips);

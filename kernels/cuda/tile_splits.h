@@ -1,5 +1,6 @@
 // The split-K count of W8A16's tile kernel (w8a16.cu) for a launch: how many CTAs, in
-// clusters, share each row block's K. Host code only, so that a CPU test pins the choices
+// clusters, share each row block's K; and where that kernel takes over from the decode
+// kernel up to 16 tokens. Host code only, so that a CPU test pins the choices
 // measured on the H200 (tests/kernels/cuda/tile_splits_test.cc).
 #ifndef QMM_KERNELS_CUDA_TILE_SPLITS_H_
 #define QMM_KERNELS_CUDA_TILE_SPLITS_H_
@@ -7,6 +8,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/cluster_fit.h"
+#include "kernels/cuda/decode_plan.h"
 
 namespace qmm::cuda {
 
@@ -74,6 +76,19 @@ inline int TileSplits(int64_t ctas, int sms, const KernelFit& fit, int chunks, i
     if (slots > 0 && n > slots && (n % slots == 0 || n % slots >= slots / 2)) best = next;
   }
   return best;
+}
+
+// Whether the tile kernel streams a launch of up to 16 tokens faster than the decode
+// kernel's grid `decode` (decode_plan.h) would, for a K of `chunks` chunks on `sms` SMs.
+// Both measured on the H200 at M = 1 and 16 over K = 4096, 8192, 14336 and N = 2048 to
+// 12288 (docs/PERFORMANCE.md, session 24): where the decode grid gives the SMs fewer than
+// 1.8 row sets each (a cluster's CTAs counted apart), its CTAs stream too slowly on their
+// own (8192 x 6144, 192 sets: 19.9 us against the tile kernel's 16.7; 8192 x 8192, 256
+// sets: 21.9 against 22.8), unless K is short: the tile kernel's CTAs then hold too few
+// chunks (4096 x 3072: 6.8 against 7.8).
+inline bool TileBeatsDecode(const DecodeGrid& decode, int chunks, int sms) {
+  constexpr int kMinChunks = 256;  // K of 8192
+  return chunks >= kMinChunks && decode.units * decode.cluster * 5 < int64_t{sms} * 9;
 }
 
 }  // namespace qmm::cuda

@@ -399,9 +399,11 @@ cudaError_t PlanDecode(const WeightShape& shape, const DeviceInfo& device, int c
 // the grid is no larger than they fit at once and no cluster shares a set: 4096 x 4096 at
 // M = 1, 10.2 -> 8.8 us.
 constexpr int64_t kDecodeMaxK = 8192;
+// `may_defer`: leave the launch to the tile kernel where that streams faster
+// (TileBeatsDecode, tile_splits.h).
 template <typename T, int NT, int R>
 cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& device, int cluster,
-                         bool* launched) {
+                         bool may_defer, bool* launched) {
   *launched = false;
   DecodeGrid grid;
   int64_t slots = 0;
@@ -420,6 +422,7 @@ cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& device, int clu
   p.chunks = static_cast<int32_t>(args.shape.k / kChunkK);
   const int64_t sets = (p.row_tiles + R - 1) / R;
   if (sets > slots || args.shape.k > kDecodeMaxK * grid.cluster) return cudaSuccess;
+  if (may_defer && TileBeatsDecode(grid, p.chunks, device.sms)) return cudaSuccess;
   p.w = static_cast<const uint8_t*>(args.weight);
   p.scales = reinterpret_cast<const float*>(p.w + int64_t{p.row_tiles} * 16 * args.shape.k);
   p.x = args.x;
@@ -464,7 +467,7 @@ cudaError_t LaunchFor(const GemmArgs& args, const W8A16Options& options, const D
         wgmma_gemm::Launch<w8a16::WgmmaFormat, kBf16>(args, wgmma_options, &launched);
     if (err != cudaSuccess || launched) return err;
   }
-  if (options.splits == 0 && args.m <= 16) {
+  if (options.splits == 0 && !options.tile && args.m <= 16) {
     bool launched = false;
     // Up to 8 tokens, two row tiles a warp (late refills, w8a16_decode.cuh) wherever that
     // grid still has a row set for every SM, or clusters of CTAs share its sets
@@ -484,9 +487,11 @@ cudaError_t LaunchFor(const GemmArgs& args, const W8A16Options& options, const D
       }
       two = grid.cluster > 1;
     }
-    const cudaError_t err = args.m > 8 ? LaunchDecode<T, 2, 2>(args, device, cluster, &launched)
-                            : two      ? LaunchDecode<T, 1, 2>(args, device, cluster, &launched)
-                                       : LaunchDecode<T, 1, 1>(args, device, cluster, &launched);
+    const bool may_defer = options.decode_rows == 0 && cluster == 0;
+    const cudaError_t err =
+        args.m > 8 ? LaunchDecode<T, 2, 2>(args, device, cluster, may_defer, &launched)
+        : two      ? LaunchDecode<T, 1, 2>(args, device, cluster, may_defer, &launched)
+                   : LaunchDecode<T, 1, 1>(args, device, cluster, may_defer, &launched);
     if (err != cudaSuccess || launched) return err;
   }
   if (args.m <= 8) return LaunchTile<T, Tile<1, 2, 4, 4, 4>>(args, options, device);

@@ -20,7 +20,8 @@
 //   scales: RT * 16 fp32 (0 for rows >= N).
 //
 // Up to 16 tokens the decode kernel (w8a16_decode.cuh) runs where it is faster (its CTAs
-// cover all rows at once and K <= 8192): a persistent one-wave grid whose warps stream
+// cover all rows at once, K <= 8192 a CTA, and, for K >= 8192, at least 1.8 row sets an SM:
+// TileBeatsDecode, tile_splits.h): a persistent one-wave grid whose warps stream
 // the weights straight into registers, split K inside each CTA and reduce through shared
 // memory, on any sm_80+ device. Beyond 16 tokens on sm_90a with K % 128 == 0, the wgmma
 // GEMM shared with W4A16 (wgmma_gemm.cuh, format in w8a16_wgmma.cuh), after a small
@@ -80,6 +81,9 @@ struct W8A16Options {
   // SMs), where those run; tests and tuning. More than 1 needs sm_90
   // (cudaErrorInvalidValue before).
   int decode_cluster = 0;
+  // The split-K tile kernel up to 16 tokens, with the launch's split (or `splits`), where
+  // the launch would take the decode kernel; tests and tuning.
+  bool tile = false;
 };
 cudaError_t LaunchW8A16(const GemmArgs& args, const W8A16Options& options);
 

@@ -456,6 +456,14 @@ cudaError_t LaunchW8A16DecodeRows(const GemmArgs& args) {
   return LaunchW8A16(args, options);
 }
 
+// The W8A16 split-K tile kernel up to 16 tokens with the launch's split, where the launch
+// would take the decode kernel.
+cudaError_t LaunchW8A16Tile(const GemmArgs& args) {
+  W8A16Options options;
+  options.tile = true;
+  return LaunchW8A16(args, options);
+}
+
 // Every split count of W8A16, not only the ones the heuristic picks, and the wgmma GEMM
 // with each row-group count, alone and split 4 ways, also at the M the default launch
 // gives the other kernels (K = 1088 is not a multiple of 128: the fallback).
@@ -472,6 +480,7 @@ TEST_F(W8A16Test, EverySplitMatchesCpu) {
   }
   variants.push_back({"decode 1 row tile", &LaunchW8A16DecodeRows<1>});
   variants.push_back({"decode 2 row tiles", &LaunchW8A16DecodeRows<2>});
+  variants.push_back({"tile", &LaunchW8A16Tile});
   CheckVariants(Scheme::kW8A16, {{1000, 4096, 0}, {300, 1088, 0}, {200, 1152, 0}},
                 {1, 5, 9, 17, 40, 65, 100, 129, 300}, variants, rng_);
 }
@@ -573,15 +582,22 @@ Variants ClusterVariants() {
 
 // The decode kernels with clusters sharing the row sets, over both token tiles: a narrow
 // N with a long K, where the default launch takes clusters (32 two-strip W4A16 sets, 32
-// W8A16 pairs whose K of 16384 only a cluster brings within the decode kernel's reach,
-// 32 W2A8 row groups of K = 16384); few chunks a CTA (K = 1152 / 1088: most warps of a cluster of 4
-// have one chunk or none, and the last set is partial); and forced clusters on grids of
-// several turns (N = 9000, 4000 and, from 9 tokens, 20000), whose clusters pass the
-// reduction's barriers once per row set.
+// W2A8 row groups of K = 16384; 32 W8A16 pairs whose K of 16384 only a cluster brings
+// within the decode kernel's reach, which the default launch gives the tile kernel); few chunks a
+// CTA (K = 1152 / 1088: most warps of a cluster of 4 have one chunk or none, and the last set is
+// partial); and forced clusters on grids of several turns (N = 9000, 4000 and, from 9 tokens,
+// 20000), whose clusters pass the reduction's barriers once per row set.
 TEST_F(W4A16Test, DecodeClustersMatchCpu) {
   CheckVariants(Scheme::kW4A16,
                 {{1000, 8192, kW4GroupSize}, {300, 1152, 0}, {9000, 1024, kW4GroupSize}},
                 {1, 5, 9, 16}, ClusterVariants<W4A16Options, &LaunchW4A16>(), rng_);
+}
+
+// The default launch up to 16 tokens where the tile kernel takes over from the decode kernel
+// (TileBeatsDecode: K of 8192, 94 row sets), over both token tiles.
+TEST_F(W8A16Test, TileOverDecodeMatchesCpu) {
+  CheckVariants(Scheme::kW8A16, {{3000, 8192, 0}}, {1, 3, 8, 9, 16},
+                {{"default", &LaunchWithSplits<W8A16Options, &LaunchW8A16, 0>}}, rng_);
 }
 
 TEST_F(W8A16Test, DecodeClustersMatchCpu) {

@@ -1,6 +1,6 @@
-// TileSplits (kernels/cuda/tile_splits.h) on the H200's numbers: 132 SMs, two CTAs of W8A16's
-// tile kernel an SM, clusters of 2, 4 and 8 CTAs 132, 62 and 30 at once (fewer than 64 of 4:
-// 64 measured a second turn). Each shape's expected split is the fastest of all forced
+// TileSplits and TileBeatsDecode (kernels/cuda/tile_splits.h) on the H200's numbers: 132 SMs, two
+// CTAs of W8A16's tile kernel an SM, clusters of 2, 4 and 8 CTAs 132, 62 and 30 at once (fewer than
+// 64 of 4: 64 measured a second turn). Each shape's expected split is the fastest of all forced
 // splits measured on the H200 in session 23 (qmm-kernel-bench --w8a16_splits=1/2/4/8, us in
 // the comments, docs/PERFORMANCE.md), so a change to the rule that moves a choice fails here.
 #include "kernels/cuda/tile_splits.h"
@@ -104,6 +104,44 @@ TEST(TileSplitsTest, SplitSlotsCountWholeClusters) {
 TEST(TileSplitsTest, ComputeBoundTilesWantWholeWaves) {
   EXPECT_EQ(TileSplits(100, kSms, kH200, 256, 1, 64), 8);
   EXPECT_EQ(TileSplits(132, kSms, kH200, 256, 1, 64), 2);
+}
+
+// TileBeatsDecode on the decode kernel's grids of two row tiles a warp (pairs of 16-row
+// tiles, 1 KB chunks), for either fit of that kernel the H200 may give (two or three CTAs an
+// SM; clusters of 4 fit fewer than 64: 8192 x 2048's 64 pairs took clusters of 2, which
+// forcing 2 and 4 on the H200 showed). M = 1 on the H200 in session 24, decode against
+// tile kernel (us, qmm-kernel-bench with and without --w8a16_tile).
+struct Choice {
+  int64_t k, n;
+  bool tile;
+};
+constexpr Choice kTileOrDecode[] = {
+    {8192, 2048, true},    // 11.24 against 9.19: 64 pairs, clusters of 2
+    {8192, 3072, true},    // 11.78 against 10.93
+    {8192, 5120, true},    // 18.99 against 15.77: 160 pairs on 132 SMs
+    {8192, 6144, true},    // 19.71 against 16.78
+    {8192, 7168, true},    // 20.60 against 17.65
+    {14336, 2048, true},   // 17.94 against 13.65
+    {14336, 3072, true},   // 19.06 against 15.22
+    {8192, 4096, false},   // 12.84 against 15.02: 128 pairs in clusters of 2
+    {8192, 8192, false},   // 21.88 against 22.84
+    {8192, 10240, false},  // 24.17 against 27.63
+    {8192, 12288, false},  // 26.49 against 31.24
+    {14336, 4096, false},  // 20.45 against 23.90
+    {4096, 3072, false},   // 6.75 against 7.77: 32-chunk CTAs
+    {4096, 6144, false},   // 10.44 against 10.62
+    {4096, 8192, false},   // 11.92 against 13.11
+};
+
+TEST(TileBeatsDecodeTest, TakesTheFasterKernelMeasured) {
+  for (const int64_t slots : {2 * kSms, 3 * kSms}) {
+    for (const Choice& c : kTileOrDecode) {
+      const int chunks = static_cast<int>(c.k / 32);
+      const DecodeGrid grid =
+          MakeDecodeGrid((c.n / 16 + 1) / 2, chunks, 1024, kSms, slots, {0, 132, 62, 30});
+      EXPECT_EQ(TileBeatsDecode(grid, chunks, kSms), c.tile) << c.k << "x" << c.n << ", " << slots;
+    }
+  }
 }
 
 }  // namespace
