@@ -29,7 +29,9 @@ ABSL_FLAG(int, graph_batch, 64, "launches per captured CUDA graph (the headline 
 ABSL_FLAG(int, graph_replays, 20, "graph replays per measurement (the median is reported)");
 ABSL_FLAG(double, l2_multiple, 3.0, "rotate over weight copies totalling this many L2 sizes");
 ABSL_FLAG(std::string, json, "", "write every measurement to this JSON file");
-ABSL_FLAG(int, w8a16_splits, 0, "W8A16 tuning: force the split-K count (1, 2, 4, 8; 0 = auto)");
+ABSL_FLAG(int, w8a16_splits, 0,
+          "W8A16 tuning: force the split-K count (1 to 8, with --w8a16_wgmma_groups a power of "
+          "two; 0 = auto)");
 ABSL_FLAG(int, w8a16_wgmma_groups, 0,
           "W8A16 tuning: force the wgmma GEMM at every M with 1 or 2 row groups per CTA");
 ABSL_FLAG(int, w8a16_decode_rows, 0,

@@ -9,17 +9,18 @@
 
 #include <algorithm>
 #include <atomic>
-#include <bit>
 #include <cstdint>
 
 namespace qmm::cuda {
 
-// What fits on the device at once of one kernel: CTAs per SM, and clusters of 2, 4 and 8
-// CTAs (index log2 of the size; a cluster's CTAs must share a GPC, so on the H200 a
-// kernel of one CTA per SM fits 30 clusters of 4, not 33).
+inline constexpr int kMaxClusterCtas = 8;  // the portable cluster size
+
+// What fits on the device at once of one kernel: CTAs per SM, and clusters[c] clusters of
+// c = 2 to 8 CTAs (a cluster's CTAs must share a GPC, so on the H200 a kernel of one CTA
+// per SM fits 30 clusters of 4, not 33; none before sm_90).
 struct KernelFit {
   int occupancy = 0;
-  int clusters[4] = {};
+  int clusters[kMaxClusterCtas + 1] = {};
 };
 
 // Appends a launch attribute for clusters of `cluster` x 1 x 1 CTAs to attrs[count] where
@@ -41,7 +42,7 @@ template <auto kKernel, int kSmem, int kBlock>
 cudaError_t FitOf(int device, int cc_major, KernelFit* fit) {
   static std::atomic<uint64_t> configured{0};
   static std::atomic<int> occupancy{0};
-  static std::atomic<int> clusters[4] = {};
+  static std::atomic<int> clusters[kMaxClusterCtas + 1] = {};
   if (device >= 64 || (configured.load() >> device & 1) == 0) {
     cudaError_t err =
         cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
@@ -50,39 +51,37 @@ cudaError_t FitOf(int device, int cc_major, KernelFit* fit) {
     err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kKernel, kBlock, kSmem);
     if (err != cudaSuccess) return err;
     occupancy.store(std::max(occ, 1));
-    for (int i = 1; cc_major >= 9 && i < 4; ++i) {
+    for (int c = 2; cc_major >= 9 && c <= kMaxClusterCtas; ++c) {
       cudaLaunchConfig_t config = {};
-      config.gridDim = dim3(1, 1, 1u << i);
+      config.gridDim = dim3(1, 1, static_cast<unsigned>(c));
       config.blockDim = dim3(kBlock);
       config.dynamicSmemBytes = kSmem;
       cudaLaunchAttribute attr = {};
       attr.id = cudaLaunchAttributeClusterDimension;
       attr.val.clusterDim.x = 1;
       attr.val.clusterDim.y = 1;
-      attr.val.clusterDim.z = 1u << i;
+      attr.val.clusterDim.z = static_cast<unsigned>(c);
       config.attrs = &attr;
       config.numAttrs = 1;
       int n = 0;
       err = cudaOccupancyMaxActiveClusters(&n, kKernel, &config);
       if (err != cudaSuccess) return err;
-      clusters[i].store(n);
+      clusters[c].store(n);
     }
     if (device < 64) configured.fetch_or(uint64_t{1} << device);
   }
   fit->occupancy = occupancy.load();
-  for (int i = 1; i < 4; ++i) fit->clusters[i] = clusters[i].load();
+  for (int c = 2; c <= kMaxClusterCtas; ++c) fit->clusters[c] = clusters[c].load();
   return cudaSuccess;
 }
 
-// CTAs of a kernel split s ways (clusters of s CTAs, s a power of two up to 8) that run at
-// once: a cluster's CTAs must share a GPC, so fewer of them fit than the SMs' room (on the
-// H200 at two CTAs an SM: 62 clusters of 4, 248 CTAs, against 264). 0 where clusters of s
-// do not run at all.
+// CTAs of a kernel split s ways (clusters of s CTAs, s up to 8) that run at once: a cluster's CTAs
+// must share a GPC, so fewer of them fit than the SMs' room (on the H200 at two CTAs an SM: 62
+// clusters of 4, 248 CTAs, against 264). 0 where clusters of s do not run at all.
 inline int64_t SplitSlots(int s, int sms, const KernelFit& fit) {
   const int64_t room = int64_t{sms} * fit.occupancy;
   if (s == 1) return room;
-  return std::min<int64_t>(room,
-                           int64_t{fit.clusters[std::countr_zero(static_cast<unsigned>(s))]} * s);
+  return std::min<int64_t>(room, int64_t{fit.clusters[s]} * s);
 }
 
 struct SplitChoice {

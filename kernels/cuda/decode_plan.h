@@ -27,7 +27,8 @@ struct DecodeGrid {
 inline constexpr int kMinClusterWarpBytes = 6 << 10;
 
 // `sets` row sets of `chunks` chunks of `chunk_bytes` each, 8-warp CTAs of which `slots`
-// fit on the device at once, and cluster_slots[i] clusters of 2^i CTAs (index 0 unused).
+// fit on the device at once, and cluster_slots[c] clusters of c = 2 to 8 CTAs
+// (KernelFit::clusters, cluster_fit.h).
 // S is the cheapest power of two from min_split up, capped at max_split. Cost: the row
 // sets on the busiest SM (CTAs take units of 8 / S sets in turn, so SM b % sms holds CTAs
 // b, b + sms, ...), 10% more when the units outnumber the CTAs that fit at once (the last
@@ -38,7 +39,7 @@ inline constexpr int kMinClusterWarpBytes = 6 << 10;
 // clusters, so that every cluster has as many units and no last turn runs on a fraction
 // of the grid.
 inline DecodeGrid MakeDecodeGrid(int64_t sets, int chunks, int chunk_bytes, int sms, int64_t slots,
-                                 const int (&cluster_slots)[4], int min_split = 1,
+                                 const int (&cluster_slots)[9], int min_split = 1,
                                  int max_split = 8, int cluster = 0) {
   constexpr int kWarps = 8;
   DecodeGrid grid;
@@ -59,7 +60,7 @@ inline DecodeGrid MakeDecodeGrid(int64_t sets, int chunks, int chunk_bytes, int 
   grid.units = (sets + per_cta - 1) / per_cta;
   if (cluster == 0 && grid.split == kWarps && grid.units < sms) {
     for (int c = 4; c >= 2; c /= 2) {
-      if (grid.units <= cluster_slots[std::countr_zero(static_cast<unsigned>(c))] &&
+      if (grid.units <= cluster_slots[c] &&
           int64_t{chunks} * chunk_bytes >= int64_t{c} * kWarps * kMinClusterWarpBytes) {
         cluster = c;
         break;
@@ -67,10 +68,7 @@ inline DecodeGrid MakeDecodeGrid(int64_t sets, int chunks, int chunk_bytes, int 
     }
   }
   grid.cluster = std::max(cluster, 1);
-  const int64_t fit =
-      grid.cluster == 1
-          ? slots
-          : std::max(cluster_slots[std::countr_zero(static_cast<unsigned>(grid.cluster))], 1);
+  const int64_t fit = grid.cluster == 1 ? slots : std::max(cluster_slots[grid.cluster], 1);
   const int64_t turns = (grid.units + fit - 1) / fit;
   grid.ctas = (grid.units + turns - 1) / turns * grid.cluster;
   return grid;

@@ -12,8 +12,6 @@
 
 namespace qmm::cuda {
 
-inline constexpr int kMaxTileSplits = 8;  // the portable cluster size
-
 // The share of `waves` x `slots` CTA places that `ctas` CTAs fill.
 inline double WaveEfficiency(int64_t ctas, int64_t slots) {
   const int64_t waves = (ctas + slots - 1) / slots;
@@ -39,6 +37,13 @@ inline double WaveEfficiency(int64_t ctas, int64_t slots) {
 // gained from doubling its split where the CTAs keep 128 chunks and the second wave is at
 // least half full (8192 x 28672: 448 CTAs, 62.2 us against 65.5 for one wave of 224).
 //
+// Clusters need not be powers of two. Of 3 CTAs, 79 fit at once on the H200 (237 CTAs):
+// where 64 row blocks leave clusters of 4 a second turn, 3 splits won at M = 1 and 16
+// (session 24, us at 2 / 3 / 4 splits, M = 1: 28672 x 8192 70.3 / 60.9 / 92.0, 22016 x
+// 8192 55.0 / 47.9 / 71.9, 14336 x 8192 37.0 / 32.9 / 49.0). 5 never won; 6 (39 clusters)
+// only at 32 row blocks on 14336 x 4096, which the decode kernel takes; so 3 joins the
+// powers of two for the memory-bound tiles only.
+//
 // Compute-bound tiles want whole waves: each doubling must raise the wave efficiency by
 // 5%.
 inline int TileSplits(int64_t ctas, int sms, const KernelFit& fit, int chunks, int group_chunks,
@@ -50,10 +55,11 @@ inline int TileSplits(int64_t ctas, int sms, const KernelFit& fit, int chunks, i
   const bool streaming = tokens == 8;
   int best = 1;
   double best_eff = WaveEfficiency(ctas, SplitSlots(1, sms, fit));
-  for (int s = 2; s <= kMaxTileSplits; s *= 2) {
+  for (const int s : {2, 3, 4, 8}) {
+    if (s == 3 && !memory_bound) continue;
     if (chunks < s * 2 * group_chunks) break;
     const int64_t slots = SplitSlots(s, sms, fit);
-    if (slots == 0) break;
+    if (slots == 0) continue;  // clusters of s do not run
     const double eff = WaveEfficiency(ctas * s, slots);
     if (memory_bound && ctas * s <= slots) {
       best = s;

@@ -4,6 +4,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <iterator>
 #include <type_traits>
 
 #include "kernels/cuda/cluster_fit.h"
@@ -286,7 +287,7 @@ cudaError_t LaunchTile(const GemmArgs& args, const W8A16Options& options,
       err != cudaSuccess) {
     return err;
   }
-  for (int i = 1; i < 4; ++i) fit.clusters[i] = split_fit.clusters[i];
+  std::copy(std::begin(split_fit.clusters), std::end(split_fit.clusters), fit.clusters);
 
   Params p{};
   p.w = static_cast<const uint4*>(args.weight);
@@ -306,7 +307,7 @@ cudaError_t LaunchTile(const GemmArgs& args, const W8A16Options& options,
                                             TileT::kGroupChunks, TileT::kTokens)
                                : 1;
   }
-  if (splits != 1 && splits != 2 && splits != 4 && splits != 8) return cudaErrorInvalidValue;
+  if (splits < 1 || splits > kMaxClusterCtas) return cudaErrorInvalidValue;
   if (splits > 1 && !device.clusters()) return cudaErrorInvalidValue;
   p.splits = splits;
   // Whole load groups per split, so only the last split has a partial group.
@@ -507,8 +508,9 @@ cudaError_t LaunchW8A16(const GemmArgs& args, const W8A16Options& options) {
       args.x == nullptr || args.y == nullptr || options.wgmma_groups < 0 ||
       options.wgmma_groups > 2 || options.decode_rows < 0 || options.decode_rows > 2 ||
       options.decode_cluster < 0 || options.decode_cluster > 4 || options.decode_cluster == 3 ||
-      (options.splits != 0 && options.splits != 1 && options.splits != 2 && options.splits != 4 &&
-       options.splits != kMaxTileSplits)) {
+      options.splits < 0 || options.splits > kMaxClusterCtas ||
+      // The wgmma GEMM's reduction divides its tile by the split.
+      (options.wgmma_groups != 0 && (options.splits & (options.splits - 1)) != 0)) {
     return cudaErrorInvalidValue;
   }
   if (args.y_dtype != DType::kF32 && args.y_dtype != DType::kF16 && args.y_dtype != DType::kBF16) {

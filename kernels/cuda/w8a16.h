@@ -65,9 +65,10 @@ cudaError_t LaunchW8A16(const GemmArgs& args);
 // Tuning knobs for tests and benchmarks; a default-constructed value is what
 // LaunchW8A16(args) uses.
 struct W8A16Options {
-  // CTAs that split K: 1, 2, 4 or 8, or 0 to pick the kernel and the split from M, the
-  // shape and the device. A nonzero value forces the cluster kernel, also for M <= 16.
-  // More than 1 needs sm_90 (cluster launch): cudaErrorInvalidValue before that.
+  // CTAs that split K: 1 to 8 (with wgmma_groups: 1, 2, 4 or 8), or 0 to pick the kernel
+  // and the split from M, the shape and the device. A nonzero value forces the cluster
+  // kernel, also for M <= 16. More than 1 needs sm_90 (cluster launch):
+  // cudaErrorInvalidValue before that.
   int splits = 0;
   // 128-row groups per CTA of the wgmma GEMM (1 or 2; 0 lets the launch choose). A
   // nonzero value forces the wgmma GEMM at every M where it runs (sm_90a, K % 128 == 0),

@@ -14,8 +14,8 @@ namespace {
 
 constexpr int kSms = 132;
 constexpr int kFillChunks = 2;  // the wgmma plan's
-const KernelFit kOneCtaAnSm = {1, {0, 66, 30, 15}};
-const KernelFit kTwoCtasAnSm = {2, {0, 132, 62, 30}};
+const KernelFit kOneCtaAnSm = {1, {0, 0, 66, 0, 30, 0, 0, 0, 15}};
+const KernelFit kTwoCtasAnSm = {2, {0, 0, 132, 0, 62, 0, 0, 0, 30}};
 
 SplitChoice Gemm(int64_t ctas, int chunks, const KernelFit& fit) {
   return ChooseSplits(ctas, chunks, kSms, fit, false, kFillChunks);

@@ -10,9 +10,9 @@ namespace {
 
 constexpr int kSms = 132;
 constexpr int64_t kSlots = 264;
-constexpr int kClusterSlots[4] = {0, 132, 66, 0};
-constexpr int kNoClusters[4] = {0, 0, 0, 0};  // before sm_90
-constexpr int kStripPair = 2048;              // bytes of a two-strip W4A16 chunk
+constexpr int kClusterSlots[9] = {0, 0, 132, 0, 66};
+constexpr int kNoClusters[9] = {};  // before sm_90
+constexpr int kStripPair = 2048;    // bytes of a two-strip W4A16 chunk
 
 // 14336 x 4096: 128 two-strip sets of 112 chunks. Eight warps a set leave 4 SMs idle and
 // the rest with one CTA; clusters of two CTAs (each on 56 chunks, 14 KB a warp) fill them.

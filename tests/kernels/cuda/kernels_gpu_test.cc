@@ -481,6 +481,10 @@ TEST_F(W8A16Test, EverySplitMatchesCpu) {
   variants.push_back({"decode 1 row tile", &LaunchW8A16DecodeRows<1>});
   variants.push_back({"decode 2 row tiles", &LaunchW8A16DecodeRows<2>});
   variants.push_back({"tile", &LaunchW8A16Tile});
+  if (device.clusters()) {
+    variants.push_back({"splits 3", &LaunchWithSplits<W8A16Options, &LaunchW8A16, 3>});
+    variants.push_back({"splits 6", &LaunchWithSplits<W8A16Options, &LaunchW8A16, 6>});
+  }
   CheckVariants(Scheme::kW8A16, {{1000, 4096, 0}, {300, 1088, 0}, {200, 1152, 0}},
                 {1, 5, 9, 17, 40, 65, 100, 129, 300}, variants, rng_);
 }
@@ -935,7 +939,12 @@ TEST_F(W8A16Test, RejectsBadArguments) {
   EXPECT_EQ(LaunchW8A16(args), cudaErrorInvalidValue);
   args.m = 1;
   W8A16Options options;
+  options.splits = 9;
+  EXPECT_EQ(LaunchW8A16(args, options), cudaErrorInvalidValue);
+  options.splits = -1;
+  EXPECT_EQ(LaunchW8A16(args, options), cudaErrorInvalidValue);
   options.splits = 3;
+  options.wgmma_groups = 1;
   EXPECT_EQ(LaunchW8A16(args, options), cudaErrorInvalidValue);
   options = {};
   options.decode_rows = 3;
