@@ -8,6 +8,8 @@
 // are powers of two, so the per-warp set-up uses shifts: runtime integer divisions there
 // measured up to 4% of a short launch on the H200 (docs/PERFORMANCE.md, session 17). Also
 // the order of a warp's late refills (RefillPrevious), which the tiles of two strips use.
+// A CTA of another number of warps (W8A16's 12-warp tile, w8a16_decode.cuh) has them all on
+// one row set (S = its warps) and no cluster.
 #ifndef QMM_KERNELS_CUDA_DECODE_SPLIT_CUH_
 #define QMM_KERNELS_CUDA_DECODE_SPLIT_CUH_
 
@@ -16,38 +18,45 @@
 
 namespace qmm::cuda {
 
-struct DecodeSplit {
-  static constexpr int kWarpsLog2 = 3;  // 8 warps a CTA
-  int shift;                            // log2(S)
-  int split;                            // S
-  int cluster_shift;                    // log2(C); the launch's cluster is C x 1 x 1
-  int rank;                             // this CTA's rank in its cluster
-  int sets_per_cta;                     // 8 / S
-  int sub;                              // this warp's set among the CTA's
-  int first_unit;                       // this cluster's first unit
-  int unit_stride;                      // clusters in the grid
-  int per_warp;                         // chunks per warp (the last warps of a set may have fewer)
-  int c_begin;                          // this warp's first chunk
-  int count;                            // this warp's chunks
+template <int kWarps>
+struct DecodeSplitOf {
+  static constexpr int kWarpsLog2 = 3;                        // 8 warps a CTA, S a power of two
+  static constexpr bool kOneSet = kWarps != 1 << kWarpsLog2;  // S = kWarps, C = 1
+  int shift;                                                  // log2(S)
+  int split;                                                  // S
+  int cluster_shift;  // log2(C); the launch's cluster is C x 1 x 1
+  int rank;           // this CTA's rank in its cluster
+  int sets_per_cta;   // 8 / S
+  int sub;            // this warp's set among the CTA's
+  int first_unit;     // this cluster's first unit
+  int unit_stride;    // clusters in the grid
+  int per_warp;       // chunks per warp (the last warps of a set may have fewer)
+  int c_begin;        // this warp's first chunk
+  int count;          // this warp's chunks
 
   // `shift` comes from the host: deriving it here (__ffs) made the 128-register tiles spill.
-  __device__ DecodeSplit(int shift, int cluster_shift, int chunks, int warp)
+  // kOneSet ignores `shift` and `cluster_shift`.
+  __device__ DecodeSplitOf(int shift, int cluster_shift, int chunks, int warp)
       : shift(shift),
-        split(1 << shift),
-        cluster_shift(cluster_shift),
-        rank(static_cast<int>(blockIdx.x) & ((1 << cluster_shift) - 1)),
-        sets_per_cta((1 << kWarpsLog2) >> shift),
-        sub(warp >> shift),
-        first_unit(static_cast<int>(blockIdx.x) >> cluster_shift),
-        unit_stride(static_cast<int>(gridDim.x) >> cluster_shift),
-        per_warp((chunks + (1 << (shift + cluster_shift)) - 1) >> (shift + cluster_shift)),
-        c_begin(min(((rank << shift) | (warp & (split - 1))) * per_warp, chunks)),
+        split(kOneSet ? kWarps : 1 << shift),
+        cluster_shift(kOneSet ? 0 : cluster_shift),
+        rank(static_cast<int>(blockIdx.x) & ((1 << this->cluster_shift) - 1)),
+        sets_per_cta(kOneSet ? 1 : (1 << kWarpsLog2) >> shift),
+        sub(kOneSet ? 0 : warp >> shift),
+        first_unit(static_cast<int>(blockIdx.x) >> this->cluster_shift),
+        unit_stride(static_cast<int>(gridDim.x) >> this->cluster_shift),
+        per_warp(kOneSet
+                     ? (chunks + kWarps - 1) / kWarps
+                     : (chunks + (1 << (shift + cluster_shift)) - 1) >> (shift + cluster_shift)),
+        c_begin(min((kOneSet ? warp : (rank << shift) | (warp & (split - 1))) * per_warp, chunks)),
         count(min(per_warp, chunks - c_begin)) {}
 
   // Units (groups of sets_per_cta sets, one per cluster at a time) covering `sets`.
-  __device__ int Units(int sets) const { return (sets + sets_per_cta - 1) >> (kWarpsLog2 - shift); }
+  __device__ int Units(int sets) const {
+    return kOneSet ? sets : (sets + sets_per_cta - 1) >> (kWarpsLog2 - shift);
+  }
   // This warp's set in unit `unit`.
-  __device__ int SetOf(int unit) const { return unit * sets_per_cta + sub; }
+  __device__ int SetOf(int unit) const { return kOneSet ? unit : unit * sets_per_cta + sub; }
 
   // Every warp of the cluster has stored its partial tiles of this unit: a CTA barrier, or
   // the cluster's (which also keeps a CTA from storing into a buffer that another still
@@ -92,7 +101,7 @@ struct DecodeSplit {
       if (c >= (1 << cluster_shift)) break;
       const V* r = cooperative_groups::this_cluster().map_shared_rank(red, c);
 #pragma unroll
-      for (int s = 0; s < 1 << kWarpsLog2; ++s) {
+      for (int s = 0; s < kWarps; ++s) {
         if (s < split) sum += r[(q * split + s) * warp_elems + f];
       }
     }
@@ -118,6 +127,8 @@ struct DecodeSplit {
     }
   }
 };
+
+using DecodeSplit = DecodeSplitOf<1 << 3>;
 
 }  // namespace qmm::cuda
 

@@ -352,11 +352,12 @@ cudaError_t LaunchTile(const GemmArgs& args, const W8A16Options& options,
 
 // CTAs of the decode kernel for up to 8NT tokens, R row tiles per warp, that fit on the
 // device at once, and its clusters of 2 and 4 (`fit`; the same on every device of one kind).
-template <typename T, int NT, int R, bool kDeep = false, bool kCluster = false>
+template <typename T, int NT, int R, bool kDeep = false, bool kCluster = false,
+          int kWarps = w8a16::kDecodeWarps>
 cudaError_t DecodeFit(const DeviceInfo& device, int64_t* slots, KernelFit* fit_out = nullptr) {
   KernelFit fit;
   const cudaError_t err =
-      FitOf<w8a16::DecodeKernel<T, NT, R, kDeep, kCluster>, 0, w8a16::kDecodeThreads>(
+      FitOf<w8a16::DecodeKernel<T, NT, R, kDeep, kCluster, kWarps>, 0, kWarps * 32>(
           device.ordinal, device.cc_major, &fit);
   if (err != cudaSuccess) return err;
   *slots = int64_t{device.sms} * fit.occupancy;
@@ -413,8 +414,15 @@ cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& device, int clu
     return err;
   }
   int64_t deep_slots = 0;
+  int64_t wide_slots = 0;
   if constexpr (NT == 1) {
     if (cudaError_t err = DecodeFit<T, NT, R, true>(device, &deep_slots); err != cudaSuccess) {
+      return err;
+    }
+  }
+  if constexpr (NT == 1 && R == 2) {
+    if (cudaError_t err = DecodeFit<T, NT, R, false, false, w8a16::kWideWarps>(device, &wide_slots);
+        err != cudaSuccess) {
       return err;
     }
   }
@@ -435,11 +443,17 @@ cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& device, int clu
   p.split_shift = grid.split_shift();
   p.cluster_shift = grid.cluster_shift();
   const bool deep = grid.cluster == 1 && grid.ctas <= deep_slots;
-  p.early_trigger = EarlyTrigger(grid.ctas, deep ? deep_slots : slots);
-  const DecodeLaunch launch(grid, w8a16::kDecodeThreads, args.stream, device.cc_major);
+  // One row set a CTA on at most two CTAs an SM: 12 warps on each set (w8a16_decode.cuh).
+  const bool wide = deep && grid.split == w8a16::kDecodeWarps && grid.ctas <= wide_slots;
+  p.early_trigger = EarlyTrigger(grid.ctas, wide ? wide_slots : deep ? deep_slots : slots);
+  const DecodeLaunch launch(grid, (wide ? w8a16::kWideWarps : w8a16::kDecodeWarps) * 32,
+                            args.stream, device.cc_major);
   *launched = true;
   if constexpr (R == 2) {
     if (grid.cluster > 1) return launch(w8a16::DecodeKernel<T, NT, R, false, true>, p);
+  }
+  if constexpr (NT == 1 && R == 2) {
+    if (wide) return launch(w8a16::DecodeKernel<T, NT, R, false, false, w8a16::kWideWarps>, p);
   }
   if constexpr (NT == 1) {
     if (deep) return launch(w8a16::DecodeKernel<T, NT, R, true>, p);

@@ -33,7 +33,10 @@
 namespace qmm::cuda::w8a16 {
 
 inline constexpr int kDecodeWarps = 8;
-inline constexpr int kDecodeThreads = kDecodeWarps * 32;
+// Warps of the wide CTA: where each CTA has one row set and at most two CTAs share an SM
+// (8192 x 8192: 256 sets), the one-row-set tile of two row tiles with 12 warps a CTA keeps
+// 24 warps an SM streaming, where 8 warps a CTA keep 16 even with twice the slots.
+inline constexpr int kWideWarps = 12;
 
 struct DecodeParams {
   const uint8_t* w;     // [row tiles][chunks][32 lanes][16 bytes]
@@ -71,23 +74,26 @@ struct DecodeTile {
 };
 
 // kCluster: launched in clusters of 1 << p.cluster_shift CTAs sharing each row set
-// (decode_split.cuh); without it the cluster terms fold away.
-template <typename T, int NT, int R, bool kDeep = false, bool kCluster = false>
-__global__ void __launch_bounds__(kDecodeThreads, DecodeTile<NT, R, kDeep>::kMinBlocks)
+// (decode_split.cuh); without it the cluster terms fold away. kWarps: 8, or 12 with all
+// of them on one row set (no cluster; kTwelveWarps below says where).
+template <typename T, int NT, int R, bool kDeep = false, bool kCluster = false,
+          int kWarps = kDecodeWarps>
+__global__ void __launch_bounds__(kWarps * 32, DecodeTile<NT, R, kDeep>::kMinBlocks)
     DecodeKernel(const __grid_constant__ DecodeParams p) {
   using Tl = DecodeTile<NT, R, kDeep>;
   constexpr int kSlots = Tl::kSlots;
+  constexpr int kThreads = kWarps * 32;
   // Floats of one warp's partial tile: [r][tile][lane][4].
   constexpr int kWarpFloats = R * NT * 32 * 4;
   // Double-buffered, so that one barrier per row set suffices.
-  __shared__ float4 red[2][kDecodeWarps * R * NT * 32];
+  __shared__ float4 red[2][kWarps * R * NT * 32];
 
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const int g = lane / 4;
   const int t4 = lane % 4;
-  const DecodeSplit ws(p.split_shift, kCluster ? p.cluster_shift : 0, p.chunks, warp);
-  static_assert(1 << DecodeSplit::kWarpsLog2 == kDecodeWarps);
+  static_assert(!kCluster || kWarps == kDecodeWarps);
+  const DecodeSplitOf<kWarps> ws(p.split_shift, kCluster ? p.cluster_shift : 0, p.chunks, warp);
   const int sets_per_cta = ws.sets_per_cta;
   const int c_begin = ws.c_begin;
   const int count = ws.count;
@@ -144,8 +150,8 @@ __global__ void __launch_bounds__(kDecodeThreads, DecodeTile<NT, R, kDeep>::kMin
         const int cc = round * kSlots + slot;
         auto refill_previous = [&] {
           if constexpr (Tl::kDeferRefill) {
-            ws.RefillPrevious<kSlots>(slot, round, unit, live, next_round, next_unit, next_live,
-                                      load);
+            ws.template RefillPrevious<kSlots>(slot, round, unit, live, next_round, next_unit,
+                                               next_live, load);
           }
         };
         if (!(live && cc < count)) refill_previous();
@@ -188,7 +194,7 @@ __global__ void __launch_bounds__(kDecodeThreads, DecodeTile<NT, R, kDeep>::kMin
     ws.SyncPartials();
     const float* rf = reinterpret_cast<const float*>(red[buf]);
     const int total = sets_per_cta * kWarpFloats;
-    for (int e = ws.First(total); e < ws.End(total); e += kDecodeThreads) {
+    for (int e = ws.First(total); e < ws.End(total); e += kThreads) {
       const int q = e / kWarpFloats;
       const int f = e % kWarpFloats;  // ((r * NT + tile) * 32 + lane) * 4 + i
       // Element i of lane (g, t4): row g (+8 for i >= 2), token 2t4 + (i & 1).

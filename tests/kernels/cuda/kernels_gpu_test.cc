@@ -604,6 +604,15 @@ TEST_F(W8A16Test, TileOverDecodeMatchesCpu) {
                 {{"default", &LaunchWithSplits<W8A16Options, &LaunchW8A16, 0>}}, rng_);
 }
 
+// The default launch up to 8 tokens where the decode kernel runs 12 warps a CTA, one row set
+// each (kWideWarps: at most two CTAs an SM, one set a CTA): 256 and 188 sets (the last of
+// N = 6000's 375 row tiles alone in its set), K = 2048 (64 chunks, so the last of the 12
+// warps has none) and K = 1088 (34 chunks, 3 a warp, the last warp 1).
+TEST_F(W8A16Test, WideDecodeMatchesCpu) {
+  CheckVariants(Scheme::kW8A16, {{8192, 2048, 0}, {6000, 1088, 0}}, {1, 3, 8},
+                {{"default", &LaunchWithSplits<W8A16Options, &LaunchW8A16, 0>}}, rng_);
+}
+
 TEST_F(W8A16Test, DecodeClustersMatchCpu) {
   CheckVariants(Scheme::kW8A16, {{1000, 16384, 0}, {300, 1088, 0}, {4000, 1024, 0}}, {1, 5, 9, 16},
                 ClusterVariants<W8A16Options, &LaunchW8A16>(), rng_);
