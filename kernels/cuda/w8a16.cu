@@ -350,8 +350,9 @@ cudaError_t LaunchTile(const GemmArgs& args, const W8A16Options& options,
   return cudaSuccess;
 }
 
-// CTAs of the decode kernel for up to 8NT tokens, R row tiles per warp, that fit on the
-// device at once, and its clusters of 2 and 4 (`fit`; the same on every device of one kind).
+// CTAs of the decode kernel for up to 8NT tokens, R row tiles per warp (and kWarps warps),
+// that fit on the device at once, and its clusters (`fit`; the same on every device of one
+// kind).
 template <typename T, int NT, int R, bool kDeep = false, bool kCluster = false,
           int kWarps = w8a16::kDecodeWarps>
 cudaError_t DecodeFit(const DeviceInfo& device, int64_t* slots, KernelFit* fit_out = nullptr) {

@@ -7,7 +7,9 @@
 // per set, and the row scale is applied to the sum. Where the row sets are fewer than the
 // SMs, a cluster of C CTAs shares each set, and the sum takes in the C S tiles
 // (decode_split.cuh). CTAs (clusters) stride over the row sets, so the grid is exactly
-// what fits on the GPU at once.
+// what fits on the GPU at once. Where each CTA has one set and at most two share an SM,
+// the CTA has 12 warps on its set instead (kWideWarps): the streaming rate followed the
+// warps an SM, not the bytes in flight per warp (docs/PERFORMANCE.md, session 24).
 //
 // Registers are the pipeline: each warp keeps kSlots chunks of R row tiles (3-4 KB per
 // warp) in flight, all loads issued before any use, and refills a slot as soon as the
@@ -74,8 +76,8 @@ struct DecodeTile {
 };
 
 // kCluster: launched in clusters of 1 << p.cluster_shift CTAs sharing each row set
-// (decode_split.cuh); without it the cluster terms fold away. kWarps: 8, or 12 with all
-// of them on one row set (no cluster; kTwelveWarps below says where).
+// (decode_split.cuh); without it the cluster terms fold away. kWarps: 8, or kWideWarps
+// (above) with all of them on one row set and no cluster.
 template <typename T, int NT, int R, bool kDeep = false, bool kCluster = false,
           int kWarps = kDecodeWarps>
 __global__ void __launch_bounds__(kWarps * 32, DecodeTile<NT, R, kDeep>::kMinBlocks)
