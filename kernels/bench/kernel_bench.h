@@ -49,6 +49,7 @@ struct BenchOptions {
   int w8a16_wgmma_groups = 0;
   int w8a16_decode_rows = 0;
   bool w8a16_tile = false;
+  int w8a16_decode_warps = 0;
   int w4a16_splits = 0;
   int w4a16_wgmma_groups = 0;
   int w4a16_decode_strips = 0;

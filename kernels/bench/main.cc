@@ -40,6 +40,9 @@ ABSL_FLAG(int, w8a16_decode_rows, 0,
 ABSL_FLAG(bool, w8a16_tile, false,
           "W8A16 tuning: the split-K tile kernel up to 16 tokens, where the launch would take "
           "the decode kernel");
+ABSL_FLAG(int, w8a16_decode_warps, 0,
+          "W8A16 tuning: warps per CTA of the decode kernel's two-row-tile tiles where each CTA "
+          "has one row set and at most two share an SM (8 or 12; 0 = auto)");
 ABSL_FLAG(int, w4a16_splits, 0,
           "W4A16 tuning: force the split-K count (1, 2, 4, 8; 0 = auto; alone it forces the "
           "mma.sync cluster kernels)");
@@ -135,6 +138,7 @@ int main(int argc, char** argv) {
   o.w8a16_wgmma_groups = absl::GetFlag(FLAGS_w8a16_wgmma_groups);
   o.w8a16_decode_rows = absl::GetFlag(FLAGS_w8a16_decode_rows);
   o.w8a16_tile = absl::GetFlag(FLAGS_w8a16_tile);
+  o.w8a16_decode_warps = absl::GetFlag(FLAGS_w8a16_decode_warps);
   o.w4a16_splits = absl::GetFlag(FLAGS_w4a16_splits);
   o.w4a16_wgmma_groups = absl::GetFlag(FLAGS_w4a16_wgmma_groups);
   o.w4a16_decode_strips = absl::GetFlag(FLAGS_w4a16_decode_strips);

@@ -74,6 +74,12 @@ inline DecodeGrid MakeDecodeGrid(int64_t sets, int chunks, int chunk_bytes, int 
   return grid;
 }
 
+// Whether `grid` can run CTAs of more warps, all on one row set (W8A16's 12-warp CTAs,
+// w8a16_decode.cuh), of which `wide_slots` fit at once: one set a CTA, no cluster.
+inline bool TakesWideCtas(const DecodeGrid& grid, int64_t wide_slots) {
+  return grid.cluster == 1 && grid.split == 8 && grid.ctas <= wide_slots;
+}
+
 }  // namespace qmm::cuda
 
 #endif  // QMM_KERNELS_CUDA_DECODE_PLAN_H_

@@ -403,9 +403,10 @@ cudaError_t PlanDecode(const WeightShape& shape, const DeviceInfo& device, int c
 // M = 1, 10.2 -> 8.8 us.
 constexpr int64_t kDecodeMaxK = 8192;
 // `may_defer`: leave the launch to the tile kernel where that streams faster
-// (TileBeatsDecode, tile_splits.h).
+// (TileBeatsDecode, tile_splits.h). `cluster`, `warps`: W8A16Options::decode_cluster,
+// decode_warps.
 template <typename T, int NT, int R>
-cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& device, int cluster,
+cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& device, int cluster, int warps,
                          bool may_defer, bool* launched) {
   *launched = false;
   DecodeGrid grid;
@@ -421,7 +422,7 @@ cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& device, int clu
       return err;
     }
   }
-  if constexpr (NT == 1 && R == 2) {
+  if constexpr (R == 2) {
     if (cudaError_t err = DecodeFit<T, NT, R, false, false, w8a16::kWideWarps>(device, &wide_slots);
         err != cudaSuccess) {
       return err;
@@ -432,7 +433,9 @@ cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& device, int clu
   p.chunks = static_cast<int32_t>(args.shape.k / kChunkK);
   const int64_t sets = (p.row_tiles + R - 1) / R;
   if (sets > slots || args.shape.k > kDecodeMaxK * grid.cluster) return cudaSuccess;
-  if (may_defer && TileBeatsDecode(grid, p.chunks, device.sms)) return cudaSuccess;
+  // One row set a CTA on at most two CTAs an SM: 12 warps on each set (w8a16_decode.cuh).
+  const bool wide = warps != w8a16::kDecodeWarps && TakesWideCtas(grid, wide_slots);
+  if (may_defer && TileBeatsDecode(grid, p.chunks, device.sms, wide)) return cudaSuccess;
   p.w = static_cast<const uint8_t*>(args.weight);
   p.scales = reinterpret_cast<const float*>(p.w + int64_t{p.row_tiles} * 16 * args.shape.k);
   p.x = args.x;
@@ -444,16 +447,12 @@ cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& device, int clu
   p.split_shift = grid.split_shift();
   p.cluster_shift = grid.cluster_shift();
   const bool deep = grid.cluster == 1 && grid.ctas <= deep_slots;
-  // One row set a CTA on at most two CTAs an SM: 12 warps on each set (w8a16_decode.cuh).
-  const bool wide = deep && grid.split == w8a16::kDecodeWarps && grid.ctas <= wide_slots;
   p.early_trigger = EarlyTrigger(grid.ctas, wide ? wide_slots : deep ? deep_slots : slots);
   const DecodeLaunch launch(grid, (wide ? w8a16::kWideWarps : w8a16::kDecodeWarps) * 32,
                             args.stream, device.cc_major);
   *launched = true;
   if constexpr (R == 2) {
     if (grid.cluster > 1) return launch(w8a16::DecodeKernel<T, NT, R, false, true>, p);
-  }
-  if constexpr (NT == 1 && R == 2) {
     if (wide) return launch(w8a16::DecodeKernel<T, NT, R, false, false, w8a16::kWideWarps>, p);
   }
   if constexpr (NT == 1) {
@@ -503,11 +502,12 @@ cudaError_t LaunchFor(const GemmArgs& args, const W8A16Options& options, const D
       }
       two = grid.cluster > 1;
     }
-    const bool may_defer = options.decode_rows == 0 && cluster == 0;
+    const int warps = options.decode_warps;
+    const bool may_defer = options.decode_rows == 0 && cluster == 0 && warps == 0;
     const cudaError_t err =
-        args.m > 8 ? LaunchDecode<T, 2, 2>(args, device, cluster, may_defer, &launched)
-        : two      ? LaunchDecode<T, 1, 2>(args, device, cluster, may_defer, &launched)
-                   : LaunchDecode<T, 1, 1>(args, device, cluster, may_defer, &launched);
+        args.m > 8 ? LaunchDecode<T, 2, 2>(args, device, cluster, warps, may_defer, &launched)
+        : two      ? LaunchDecode<T, 1, 2>(args, device, cluster, warps, may_defer, &launched)
+                   : LaunchDecode<T, 1, 1>(args, device, cluster, warps, may_defer, &launched);
     if (err != cudaSuccess || launched) return err;
   }
   if (args.m <= 8) return LaunchTile<T, Tile<1, 2, 4, 4, 4>>(args, options, device);
@@ -523,6 +523,8 @@ cudaError_t LaunchW8A16(const GemmArgs& args, const W8A16Options& options) {
       args.x == nullptr || args.y == nullptr || options.wgmma_groups < 0 ||
       options.wgmma_groups > 2 || options.decode_rows < 0 || options.decode_rows > 2 ||
       options.decode_cluster < 0 || options.decode_cluster > 4 || options.decode_cluster == 3 ||
+      (options.decode_warps != 0 && options.decode_warps != w8a16::kDecodeWarps &&
+       options.decode_warps != w8a16::kWideWarps) ||
       options.splits < 0 || options.splits > kMaxClusterCtas ||
       // The wgmma GEMM's reduction divides its tile by the split.
       (options.wgmma_groups != 0 && (options.splits & (options.splits - 1)) != 0)) {

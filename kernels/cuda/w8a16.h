@@ -82,6 +82,11 @@ struct W8A16Options {
   // SMs), where those run; tests and tuning. More than 1 needs sm_90
   // (cudaErrorInvalidValue before).
   int decode_cluster = 0;
+  // Warps per CTA of the decode kernel's two-row-tile tiles (8 or 12; 0 lets the launch
+  // choose: 12 wherever they can), where those have one row set a CTA and at most two CTAs
+  // share an SM; tests and tuning. Either value keeps the decode kernel where the launch
+  // would give the tile kernel the shape (TileBeatsDecode, tile_splits.h).
+  int decode_warps = 0;
   // The split-K tile kernel up to 16 tokens, with the launch's split (or `splits`), where
   // the launch would take the decode kernel; tests and tuning.
   bool tile = false;

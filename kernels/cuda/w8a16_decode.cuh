@@ -36,8 +36,9 @@ namespace qmm::cuda::w8a16 {
 
 inline constexpr int kDecodeWarps = 8;
 // Warps of the wide CTA: where each CTA has one row set and at most two CTAs share an SM
-// (8192 x 8192: 256 sets), the one-row-set tile of two row tiles with 12 warps a CTA keeps
-// 24 warps an SM streaming, where 8 warps a CTA keep 16 even with twice the slots.
+// (8192 x 8192: 256 sets), the tiles of two row tiles with 12 warps a CTA keep 24 warps an
+// SM streaming, where 8 warps a CTA keep 16 even with twice the slots (one token tile: 72
+// registers; two: 80, within the 85 that two 12-warp CTAs an SM leave).
 inline constexpr int kWideWarps = 12;
 
 struct DecodeParams {

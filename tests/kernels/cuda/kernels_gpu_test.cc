@@ -604,13 +604,25 @@ TEST_F(W8A16Test, TileOverDecodeMatchesCpu) {
                 {{"default", &LaunchWithSplits<W8A16Options, &LaunchW8A16, 0>}}, rng_);
 }
 
-// The default launch up to 8 tokens where the decode kernel runs 12 warps a CTA, one row set
-// each (kWideWarps: at most two CTAs an SM, one set a CTA): 256 and 188 sets (the last of
-// N = 6000's 375 row tiles alone in its set), K = 2048 (64 chunks, so the last of the 12
-// warps has none) and K = 1088 (34 chunks, 3 a warp, the last warp 1).
+// The W8A16 decode kernel with its warps a CTA forced (8 or 12; 0: the launch's choice).
+template <int kWarps>
+cudaError_t LaunchW8A16DecodeWarps(const GemmArgs& args) {
+  W8A16Options options;
+  options.decode_warps = kWarps;
+  return LaunchW8A16(args, options);
+}
+
+// The decode kernel's two-row-tile tiles with 12 warps a CTA on one row set (kWideWarps: at
+// most two CTAs an SM, one set a CTA), by default and forced, and with 8 forced, over both
+// token tiles: 256 and 188 sets (the last of N = 6000's 375 row tiles alone in its set),
+// K = 2048 (64 chunks, so the last of the 12 warps has none) and K = 1088 (34 chunks, 3 a
+// warp, the last warp 1).
 TEST_F(W8A16Test, WideDecodeMatchesCpu) {
-  CheckVariants(Scheme::kW8A16, {{8192, 2048, 0}, {6000, 1088, 0}}, {1, 3, 8},
-                {{"default", &LaunchWithSplits<W8A16Options, &LaunchW8A16, 0>}}, rng_);
+  CheckVariants(Scheme::kW8A16, {{8192, 2048, 0}, {6000, 1088, 0}}, {1, 3, 8, 9, 16},
+                {{"default", &LaunchW8A16DecodeWarps<0>},
+                 {"8 warps", &LaunchW8A16DecodeWarps<8>},
+                 {"12 warps", &LaunchW8A16DecodeWarps<12>}},
+                rng_);
 }
 
 TEST_F(W8A16Test, DecodeClustersMatchCpu) {
@@ -962,6 +974,11 @@ TEST_F(W8A16Test, RejectsBadArguments) {
   options.decode_cluster = 3;
   EXPECT_EQ(LaunchW8A16(args, options), cudaErrorInvalidValue);
   options.decode_cluster = 8;
+  EXPECT_EQ(LaunchW8A16(args, options), cudaErrorInvalidValue);
+  options = {};
+  options.decode_warps = 10;
+  EXPECT_EQ(LaunchW8A16(args, options), cudaErrorInvalidValue);
+  options.decode_warps = -1;
   EXPECT_EQ(LaunchW8A16(args, options), cudaErrorInvalidValue);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }

@@ -114,8 +114,10 @@ TEST(TileSplitsTest, ComputeBoundTilesWantWholeWaves) {
 // TileBeatsDecode on the decode kernel's grids of two row tiles a warp (pairs of 16-row
 // tiles, 1 KB chunks), for either fit of that kernel the H200 may give (two or three CTAs an
 // SM; clusters of 4 fit fewer than 64: 8192 x 2048's 64 pairs took clusters of 2, which
-// forcing 2 and 4 on the H200 showed). M = 1 on the H200 in session 24, decode against
-// tile kernel (us, qmm-kernel-bench with and without --w8a16_tile).
+// forcing 2 and 4 on the H200 showed), with its 12-warp CTAs (two an SM) where the grid
+// takes them. M = 1 on the H200 in session 24, decode (8-warp CTAs) against tile kernel
+// (us, qmm-kernel-bench with and without --w8a16_tile); where the 12-warp CTAs run, M = 1
+// / 16 in session 25.
 struct Choice {
   int64_t k, n;
   bool tile;
@@ -123,9 +125,9 @@ struct Choice {
 constexpr Choice kTileOrDecode[] = {
     {8192, 2048, true},    // 11.24 against 9.19: 64 pairs, clusters of 2
     {8192, 3072, true},    // 11.78 against 10.93
-    {8192, 5120, true},    // 18.99 against 15.77: 160 pairs on 132 SMs
-    {8192, 6144, true},    // 19.71 against 16.78
-    {8192, 7168, true},    // 20.60 against 17.65
+    {8192, 5120, false},   // 15.84 / 18.22 against 15.84 / 20.19: 160 pairs, 12 warps
+    {8192, 6144, false},   // 16.53 / 18.75 against 16.79 / 20.93
+    {8192, 7168, false},   // 17.67 / 19.55 against 17.61 / 21.47
     {14336, 2048, true},   // 17.94 against 13.65
     {14336, 3072, true},   // 19.06 against 15.22
     {8192, 4096, false},   // 12.84 against 15.02: 128 pairs in clusters of 2
@@ -144,7 +146,9 @@ TEST(TileBeatsDecodeTest, TakesTheFasterKernelMeasured) {
       const int chunks = static_cast<int>(c.k / 32);
       const DecodeGrid grid =
           MakeDecodeGrid((c.n / 16 + 1) / 2, chunks, 1024, kSms, slots, kH200.clusters);
-      EXPECT_EQ(TileBeatsDecode(grid, chunks, kSms), c.tile) << c.k << "x" << c.n << ", " << slots;
+      const bool wide = TakesWideCtas(grid, 2 * kSms);
+      EXPECT_EQ(TileBeatsDecode(grid, chunks, kSms, wide), c.tile)
+          << c.k << "x" << c.n << ", " << slots;
     }
   }
 }
