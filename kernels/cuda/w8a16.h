@@ -20,12 +20,12 @@
 //   scales: RT * 16 fp32 (0 for rows >= N).
 //
 // Up to 16 tokens the decode kernel (w8a16_decode.cuh) runs where it is faster (its CTAs
-// cover all rows at once, K <= 8192 a CTA, and, for K >= 8192, at least 1.8 row sets an SM:
-// TileBeatsDecode, tile_splits.h): a persistent one-wave grid whose warps stream
-// the weights straight into registers, split K inside each CTA and reduce through shared
-// memory, on any sm_80+ device. Beyond 16 tokens on sm_90a with K % 128 == 0, the wgmma
-// GEMM shared with W4A16 (wgmma_gemm.cuh, format in w8a16_wgmma.cuh), after a small
-// kernel that permutes the activations into the workspace. Otherwise (or with a forced
+// cover all rows at once, K <= 8192 a CTA, and, for K >= 8192, at least 1.8 row sets an SM
+// or 12-warp CTAs: TileBeatsDecode, tile_splits.h): a persistent one-wave grid whose
+// warps stream the weights straight into registers, split K inside each CTA and reduce
+// through shared memory, on any sm_80+ device. Beyond 16 tokens on sm_90a with K % 128 ==
+// 0, the wgmma GEMM shared with W4A16 (wgmma_gemm.cuh, format in w8a16_wgmma.cuh), after
+// a small kernel that permutes the activations into the workspace. Otherwise (or with a forced
 // split count), launch picks the token tile from M (8, 16, 32 or 64 tokens per CTA; M >
 // 64 runs 64-token groups side by side, whose weight re-reads can hit L2) and, on sm_90,
 // splits K over the CTAs of a thread-block cluster, reduced through distributed shared
