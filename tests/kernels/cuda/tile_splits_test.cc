@@ -125,7 +125,7 @@ struct Choice {
 constexpr Choice kTileOrDecode[] = {
     {8192, 2048, true},    // 11.24 against 9.19: 64 pairs, clusters of 2
     {8192, 3072, true},    // 11.78 against 10.93
-    {8192, 5120, false},   // 15.84 / 18.22 against 15.84 / 20.19: 160 pairs, 12 warps
+    {8192, 5120, false},   // 15.84 / 18.36 against 15.84 / 20.19: 160 pairs, 12 warps
     {8192, 6144, false},   // 16.53 / 18.75 against 16.79 / 20.93
     {8192, 7168, false},   // 17.67 / 19.55 against 17.61 / 21.47
     {14336, 2048, true},   // 17.94 against 13.65
