@@ -157,6 +157,7 @@ struct Worker {
   cudaEvent_t stop = nullptr;
   cudaEvent_t copy_out = nullptr;
   void* cublas_workspace = nullptr;
+  void* sync = nullptr;  // GemmArgs::sync of this stream's launches, zeroed once
   GrowBuffer host_x{GrowBuffer::Kind::kPinnedHost};
   GrowBuffer host_y{GrowBuffer::Kind::kPinnedHost};
   GrowBuffer wire_x{GrowBuffer::Kind::kDevice};    // x as it came
@@ -173,6 +174,7 @@ struct Worker {
     }
     if (stream != nullptr) cudaStreamDestroy(stream);
     cudaFree(cublas_workspace);
+    cudaFree(sync);
   }
 };
 
@@ -275,6 +277,14 @@ class CudaBackend : public Backend {
       }
       if (absl::Status s = Check(cudaMalloc(&w.cublas_workspace, kCublasWorkspaceBytes),
                                  "cudaMalloc (cuBLAS workspace)");
+          !s.ok()) {
+        return s;
+      }
+      if (absl::Status s = Check(cudaMalloc(&w.sync, cuda::kSyncBytes), "cudaMalloc (sync)");
+          !s.ok()) {
+        return s;
+      }
+      if (absl::Status s = Check(cudaMemset(w.sync, 0, cuda::kSyncBytes), "cudaMemset (sync)");
           !s.ok()) {
         return s;
       }
@@ -483,6 +493,7 @@ class CudaBackend : public Backend {
     run.y_dtype = call.y_dtype;
     run.y = w.y.get();
     run.arena = w.arena.get();
+    run.sync = w.sync;
     run.stream = w.stream;
     run.cublas = w.cublas;
     if (absl::Status s = Check(model.Run(worker, run, w.start), "model forward"); !s.ok()) {
@@ -580,6 +591,7 @@ class CudaBackend : public Backend {
     args.y_dtype = rescale ? DType::kF32 : call.y_dtype;
     args.y = rescale ? w.kernel_y.get() : w.y.get();
     args.workspace = workspace_bytes > 0 ? w.workspace.get() : nullptr;
+    args.sync = w.sync;
     args.stream = w.stream;
     args.cublas = w.cublas;
     if (absl::Status s = Check(ops.launch(args),

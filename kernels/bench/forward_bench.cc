@@ -195,7 +195,9 @@ class BlockBench {
         std::max(ops_->workspace_bytes(up_shape_, m), ops_->workspace_bytes(down_shape_, m));
     absl::StatusOr<void*> ws = mem_.Alloc(ws_bytes);
     absl::StatusOr<void*> arena = mem_.Alloc(plans_[0]->ArenaBytes(m));
-    for (const auto* p : {&x, &y, &xn, &g, &u, &hid, &d, &ws, &arena}) {
+    const std::vector<uint8_t> zeros(cuda::kSyncBytes, 0);
+    absl::StatusOr<void*> sync = mem_.Upload(zeros.data(), zeros.size());
+    for (const auto* p : {&x, &y, &xn, &g, &u, &hid, &d, &ws, &arena, &sync}) {
       if (!p->ok()) return p->status();
     }
 
@@ -210,6 +212,7 @@ class BlockBench {
       a.y_dtype = y_dtype;
       a.y = out;
       a.workspace = *ws;
+      a.sync = *sync;
       a.stream = stream_;
       a.cublas = cublas_;
       return a;
@@ -289,6 +292,7 @@ class BlockBench {
     run.y_dtype = DType::kF16;
     run.y = *y;
     run.arena = *arena;
+    run.sync = *sync;
     run.stream = stream_;
     run.cublas = cublas_;
     // Replays of the block's graphs, captured with dependent launch on (as the backend

@@ -202,6 +202,10 @@ absl::Status RunKernelBench(const BenchOptions& o) {
   QMM_RETURN_IF_ERROR(cublas_workspace.Allocate(kCublasWorkspaceBytes));
   cublasSetStream(cublas, stream);
   cublasSetWorkspace(cublas, cublas_workspace.get(), kCublasWorkspaceBytes);
+  // GemmArgs::sync of the stream, zeroed once as the server's workers do.
+  DeviceMem sync;
+  QMM_RETURN_IF_ERROR(sync.Allocate(cuda::kSyncBytes));
+  QMM_RETURN_IF_ERROR(CudaStatus(cudaMemset(sync.get(), 0, cuda::kSyncBytes), "sync"));
 
   absl::StatusOr<double> copy_tbps = CopyCeiling(stream, o);
   if (!copy_tbps.ok()) return copy_tbps.status();
@@ -254,6 +258,7 @@ absl::Status RunKernelBench(const BenchOptions& o) {
         args.y_dtype = y_dtype;
         args.y = y.get();
         args.workspace = workspace.get();
+        args.sync = sync.get();
         args.stream = stream;
         args.cublas = cublas;
         cuda::W8A16Options w8;
@@ -268,12 +273,13 @@ absl::Status RunKernelBench(const BenchOptions& o) {
         w4.wgmma_groups = o.w4a16_wgmma_groups;
         w4.decode_strips = o.w4a16_decode_strips;
         w4.decode_cluster = o.decode_cluster;
+        w4.decode_stream = o.w4a16_decode_stream;
         const bool tuned8 = scheme == Scheme::kW8A16 &&
                             (w8.splits != 0 || w8.wgmma_groups != 0 || w8.decode_rows != 0 ||
                              w8.decode_cluster != 0 || w8.decode_warps != 0 || w8.tile);
-        const bool tuned4 =
-            scheme == Scheme::kW4A16 && (w4.splits != 0 || w4.wgmma_groups != 0 ||
-                                         w4.decode_strips != 0 || w4.decode_cluster != 0);
+        const bool tuned4 = scheme == Scheme::kW4A16 &&
+                            (w4.splits != 0 || w4.wgmma_groups != 0 || w4.decode_strips != 0 ||
+                             w4.decode_cluster != 0 || w4.decode_stream != 0);
         cuda::W2A8Options w2;
         w2.wgmma_groups = o.w2a8_wgmma_groups;
         w2.decode_units = o.w2a8_decode_units;

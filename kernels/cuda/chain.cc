@@ -311,6 +311,7 @@ cudaError_t ChainPlan::PrepareGemm(const ChainRun& run, const Step& step, const 
   args->residual_dtype = ResolveDType(run, step.skip);
   if (step.dyt != nullptr) args->dyt = {step.dyt->alpha, step.dyt->gamma, step.dyt->beta};
   args->workspace = static_cast<char*>(run.arena) + (slots_ + 1) * SlotBytes(run.m);
+  args->sync = run.sync;
   args->stream = run.stream;
   args->cublas = run.cublas;
   return cudaSuccess;

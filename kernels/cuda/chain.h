@@ -72,6 +72,7 @@ struct ChainRun {
   DType y_dtype = DType::kF32;
   void* y = nullptr;      // [m, out_features]
   void* arena = nullptr;  // ChainPlan::ArenaBytes(m) bytes, 256-byte aligned
+  void* sync = nullptr;   // optional: GemmArgs::sync of the run's matmuls
   cudaStream_t stream = nullptr;
   void* cublas = nullptr;  // cublasHandle_t bound to `stream` (dense weights only)
 };

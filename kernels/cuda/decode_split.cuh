@@ -18,6 +18,37 @@
 
 namespace qmm::cuda {
 
+// A warp's chunks of one unit: [begin, begin + count). per_warp, the most that any warp of
+// the unit has, sets the unit's rounds, which every warp runs so that all reach its
+// barrier.
+struct WarpSpan {
+  int begin;
+  int count;
+  int per_warp;
+};
+
+// A late refill (the decode tiles' kDeferRefill), called at slot `slot` of round `round`
+// of unit `unit` once that slot's weights are in use: load(slot s - 1, its set, its
+// chunk of the next round, or of the next unit's first round), or at slot 0, load(the
+// last slot, this round's chunk) unless the first fill loaded it. `live` / `next_live`:
+// whether the unit / the next round's unit has this warp's set; `span` / `next_span`:
+// this warp's chunks of them. `split`: the grid's split (DecodeSplitOf, DecodeStream).
+template <int kSlots, typename Split, typename Load>
+__device__ void RefillPrevious(const Split& split, int slot, int round, int unit, bool live,
+                               const WarpSpan& span, int next_round, int next_unit, bool next_live,
+                               const WarpSpan& next_span, Load&& load) {
+  if (slot == 0) {
+    const int c = round * kSlots + kSlots - 1;
+    const bool first = unit == split.first_unit && round == 0;
+    if (!first && live && c < span.count) load(kSlots - 1, split.SetOf(unit), span.begin + c);
+  } else {
+    const int nc = next_round * kSlots + slot - 1;
+    if (next_live && nc < next_span.count) {
+      load(slot - 1, split.SetOf(next_unit), next_span.begin + nc);
+    }
+  }
+}
+
 template <int kWarps>
 struct DecodeSplitOf {
   static constexpr int kWarpsLog2 = 3;                        // 8 warps a CTA, S a power of two
@@ -109,22 +140,15 @@ struct DecodeSplitOf {
     return sum;
   }
 
-  // A late refill (the decode tiles' kDeferRefill), called at slot `slot` of round `round`
-  // of unit `unit` once that slot's weights are in use: load(slot s - 1, its set, its
-  // chunk of the next round, or of the next unit's first round), or at slot 0, load(the
-  // last slot, this round's chunk) unless the first fill loaded it. `live` / `next_live`:
-  // whether the unit / the next round's unit has this warp's set.
+  // This warp's chunks of any unit (the same for each).
+  __device__ WarpSpan Span(int /*unit*/) const { return {c_begin, count, per_warp}; }
+  // The late refill of a unit's slot (the RefillPrevious above) for this split, whose warps
+  // have the same chunks in every unit.
   template <int kSlots, typename Load>
   __device__ void RefillPrevious(int slot, int round, int unit, bool live, int next_round,
                                  int next_unit, bool next_live, Load&& load) const {
-    if (slot == 0) {
-      const int c = round * kSlots + kSlots - 1;
-      const bool first = unit == first_unit && round == 0;
-      if (!first && live && c < count) load(kSlots - 1, SetOf(unit), c_begin + c);
-    } else {
-      const int nc = next_round * kSlots + slot - 1;
-      if (next_live && nc < count) load(slot - 1, SetOf(next_unit), c_begin + nc);
-    }
+    qmm::cuda::RefillPrevious<kSlots>(*this, slot, round, unit, live, Span(unit), next_round,
+                                      next_unit, next_live, Span(next_unit), load);
   }
 };
 

@@ -33,6 +33,9 @@ struct InputDyT {
   const float* beta = nullptr;
 };
 
+// Bytes of GemmArgs::sync.
+inline constexpr int64_t kSyncBytes = int64_t{2} << 20;
+
 struct GemmArgs {
   const void* weight = nullptr;  // device layout from Repack<Scheme>()
   WeightShape shape;
@@ -42,6 +45,12 @@ struct GemmArgs {
   DType y_dtype = DType::kF16;  // kF32, kF16 or kBF16
   void* y = nullptr;            // device, [m, n] row-major
   void* workspace = nullptr;    // device, <Scheme>WorkspaceBytes(shape, m) bytes
+  // Optional, device, kSyncBytes bytes, all zero, 8-byte aligned: where the CTAs of one
+  // grid hand each other data, which a kernel leaves zero again when it completes, so
+  // that one zeroed allocation serves every launch on a stream (a launch never overlaps
+  // the previous one's use of it). Without it the kernels that would use it (W4A16's
+  // stream-K decode grid) take another grid.
+  void* sync = nullptr;
   // Optional, device [m, n] in residual_dtype: y = x * W^T + residual, added in fp32
   // before y is rounded. Only for kernels whose registry entry says they take one
   // (KernelOps::takes_residual); nullptr otherwise.

@@ -6,6 +6,7 @@
 #include "kernels/cuda/cluster_fit.h"
 #include "kernels/cuda/decode_launch.h"
 #include "kernels/cuda/decode_plan.h"
+#include "kernels/cuda/decode_stream.cuh"
 #include "kernels/cuda/dependent_launch.h"
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/w4a16.h"
@@ -113,6 +114,10 @@ int64_t DecodeSets(const WeightShape& shape, int r) {
 template <int R, bool kGlu>
 inline constexpr bool kDecodeClusters = R == 2 && !kGlu;
 
+// The stream-K grid (decode_stream.cuh) serves the two-strip tiles.
+template <int R, bool kGlu>
+inline constexpr bool kDecodeStream = R == 2 && !kGlu;
+
 // The grid of the decode kernel for up to 8T tokens, R strips per warp (decode_plan.h),
 // and the CTAs of it that fit at once. `cluster`: W4A16Options::decode_cluster.
 template <int T, int R, bool kBf16, bool kGlu>
@@ -144,10 +149,10 @@ cudaError_t PlanDecode(const WeightShape& shape, const DeviceInfo& device, int c
 
 // The decode kernel (w4a16_decode.cuh) for up to 8T tokens, R strips per warp; with
 // kGlu, silu(x gate^T) * (x up^T) for gate = args.weight and `up` (one strip of each
-// per row set).
+// per row set). `cluster`, `stream`: W4A16Options::decode_cluster, decode_stream.
 template <int T, int R, bool kBf16, bool kGlu = false>
 cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& device, const void* up = nullptr,
-                         int cluster = 0) {
+                         int cluster = 0, int stream = 0) {
   DecodeGrid grid;
   int64_t slots = 0;
   if (const cudaError_t err =
@@ -165,6 +170,35 @@ cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& device, const v
   if (kGlu) {
     p.w_up = static_cast<const uint8_t*>(up);
     p.s_up = p.w_up + w4a16::WeightRegionBytes(shape);
+  }
+  // The stream-K grid (decode_stream.cuh) on every CTA that fits, unless clusters share
+  // the sets, where the grid of whole sets leaves a fifth of those CTAs or more idle (its
+  // turns have fewer CTAs than fit), or an eighth with runs of at least 96 chunks a CTA,
+  // over which its fixed cost (a set handed on at the end) spreads. On the H200 at M = 1 /
+  // 16: 8192 x 8704 (272 sets, two turns of 136 CTAs) 17.3 / 23.9 us against 11.2 / 16.1,
+  // 4096 x 11008 (two of 172) 9.8 / 13.7 against 8.3 / 11.6, 8192 x 28672 (four of 224,
+  // 256 chunks a CTA) 34.4 / 47.8 against 30.8 / 45.1; 4096 x 14336 (two of 224, 64
+  // chunks) 9.73 / 13.6 against 10.0 / 14.3, 8192 x 15872 (two of 248) 18.1 / 24.8
+  // against 18.2 / 26.2. With one token tile also on a grid of one set per CTA (the same
+  // split, 2-7% faster at M = 1: 8192 x 8192 10.28 against 10.05 us; -2 to +2% at M = 8).
+  if constexpr (kDecodeStream<R, kGlu>) {
+    const int64_t sets = DecodeSets(shape, R);
+    // Chunks a CTA of the grid of whole sets streams: turns x sets a unit x chunks.
+    const int64_t run = (grid.units + grid.ctas - 1) / grid.ctas * (w4a16::kWarps / grid.split) *
+                        w4a16::NumChunks(shape);
+    const bool pays = grid.ctas * 5 < slots * 4 || (grid.ctas * 8 < slots * 7 && run >= 96) ||
+                      (T == 1 && sets <= slots);
+    const bool on = stream == 2 || (stream == 0 && grid.cluster == 1 && pays);
+    if (on && args.sync != nullptr) {
+      DecodeGrid stream_grid;
+      stream_grid.ctas =
+          std::min({slots, sets, int64_t{StreamMaxCtas(w4a16::StreamTileFloats(T))}});
+      p.stream_sums = static_cast<uint64_t*>(args.sync);
+      p.early_trigger = EarlyTrigger(stream_grid.ctas, slots);
+      const DecodeLaunch stream_launch(stream_grid, kThreads, args.stream, device.cc_major);
+      return stream_launch(
+          w4a16::DecodeKernel<T, R, kBf16, false, false, false, /*kTurns=*/T == 2, true>, p);
+    }
   }
   const DecodeLaunch launch(grid, kThreads, args.stream, device.cc_major);
   // The deep tile (twice the bytes in flight per warp, half the CTAs per SM) wherever its
@@ -245,7 +279,7 @@ cudaError_t LaunchForM(const GemmArgs& args, const W4A16Options& options) {
         return LaunchDecode<4, 1, kBf16>(args, device, nullptr, cluster);
       }
     } else if (args.m > 8) {
-      return LaunchDecode<2, 2, kBf16>(args, device, nullptr, cluster);
+      return LaunchDecode<2, 2, kBf16>(args, device, nullptr, cluster, options.decode_stream);
     } else {
       DecodeGrid grid;
       if ((err = PlanDecode<1, 2, kBf16, false>(args.shape, device, cluster, &grid, &slots)) !=
@@ -258,7 +292,7 @@ cudaError_t LaunchForM(const GemmArgs& args, const W4A16Options& options) {
       const bool two = options.decode_strips == 2 ||
                        (options.decode_strips == 0 && (sets >= device.sms || clustered));
       if (two && sets <= kMaxDecodeTurns * slots) {
-        return LaunchDecode<1, 2, kBf16>(args, device, nullptr, cluster);
+        return LaunchDecode<1, 2, kBf16>(args, device, nullptr, cluster, options.decode_stream);
       }
       if ((err = DecodeFit<1, 1, kBf16>(device, &slots)) != cudaSuccess) return err;
       if (DecodeSets(args.shape, 1) <= slots) {
@@ -306,7 +340,8 @@ cudaError_t LaunchW4A16(const GemmArgs& args, const W4A16Options& options) {
   const bool strips_ok = options.decode_strips >= 0 && options.decode_strips <= 2;
   const bool cluster_ok =
       options.decode_cluster >= 0 && options.decode_cluster <= 4 && options.decode_cluster != 3;
-  if (!splits_ok || !groups_ok || !strips_ok || !cluster_ok || !ArgsOk(args)) {
+  const bool stream_ok = options.decode_stream >= 0 && options.decode_stream <= 2;
+  if (!splits_ok || !groups_ok || !strips_ok || !cluster_ok || !stream_ok || !ArgsOk(args)) {
     return cudaErrorInvalidValue;
   }
   return args.x_dtype == DType::kBF16 ? LaunchForM<true>(args, options)

@@ -5,7 +5,9 @@
 // tokens the decode kernel (w4a16_decode.cuh): a persistent one-wave grid whose warps
 // stream the weights straight into registers, split K inside each CTA and reduce through
 // shared memory, on any sm_80+ device (up to 8 tokens only when its CTAs cover all rows
-// at once). Beyond 16 tokens on sm_90a the wgmma kernel (w4a16_wgmma.cuh), after a
+// at once); given GemmArgs::sync, its grid splits the rows' work evenly over every CTA
+// that fits (decode_stream.cuh) where whole row sets per CTA would leave CTAs idle.
+// Beyond 16 tokens on sm_90a the wgmma kernel (w4a16_wgmma.cuh), after a
 // small kernel that permutes the activations into the workspace. Otherwise (or
 // with a forced split count) one of two mma.sync cluster kernels: one streaming the
 // weights through registers (w4a16_direct.cuh) and one through a shared-memory pipeline
@@ -59,6 +61,10 @@ struct W4A16Options {
   // SMs), where those run; tests and tuning. More than 1 needs sm_90 (cudaErrorInvalidValue
   // before).
   int decode_cluster = 0;
+  // The stream-K grid of the decode kernel's two-strip tiles (decode_stream.cuh), which
+  // needs args.sync: 0 lets the launch choose (where whole row sets per CTA would take
+  // more than one turn), 1 never, 2 wherever those tiles run; tests and tuning.
+  int decode_stream = 0;
 };
 cudaError_t LaunchW4A16(const GemmArgs& args, const W4A16Options& options);
 

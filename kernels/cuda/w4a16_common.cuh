@@ -51,6 +51,9 @@ struct Params {
   // Decode kernel, SwiGLU: the up weight (same shape and layout as w) and its scales.
   const uint8_t* w_up = nullptr;
   const uint8_t* s_up = nullptr;
+  // Decode kernel, stream-K grid (decode_stream.cuh): the sums that CTAs hand on
+  // (GemmArgs::sync).
+  uint64_t* stream_sums = nullptr;
   // Added to y when set ([m][n], GemmArgs::residual).
   const void* residual = nullptr;
   DType residual_dtype = DType::kF32;

@@ -6,7 +6,9 @@
 // (intra-CTA split-K); the S partial tiles are summed through shared memory once per set.
 // Where the row sets are fewer than the SMs, a cluster of C CTAs shares each set, and the
 // sum takes in the C S tiles (decode_split.cuh). CTAs (clusters) stride over the row sets,
-// so the grid is exactly what fits on the GPU at once.
+// so the grid is exactly what fits on the GPU at once. Where whole sets per CTA would
+// leave many of those CTAs idle, the stream-K grid (kStream, decode_stream.cuh) gives
+// every CTA an equal range of the sets' chunks instead.
 //
 // Registers are the pipeline: each warp keeps kSlots chunks of R strips (3-4 KB per warp)
 // in flight, all loads issued before any use, and refills a slot as soon as the chunk in
@@ -26,6 +28,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/decode_split.cuh"
+#include "kernels/cuda/decode_stream.cuh"
 #include "kernels/cuda/w4a16_common.cuh"
 
 namespace qmm::cuda::w4a16 {
@@ -64,9 +67,10 @@ struct DecodeTile {
 // S = 1 << p.split_shift: the warps sharing one row set; kCluster: launched in clusters
 // of C = 1 << p.cluster_shift CTAs sharing each set (decode_split.cuh). Without it the
 // cluster terms fold away (a runtime C cost the one-strip tile a 20-byte spill). kTurns:
-// DecodeTile's.
+// DecodeTile's. kStream: the row sets split by work over the grid (decode_stream.cuh),
+// S = 8, the sets shared by two CTAs summed through p.stream_sums.
 template <int T, int R, bool kBf16, bool kGlu = false, bool kDeep = false, bool kCluster = false,
-          bool kTurns = false>
+          bool kTurns = false, bool kStream = false>
 __global__ void __launch_bounds__(kThreads, DecodeTile<T, R, kDeep>::kMinBlocks)
     DecodeKernel(const __grid_constant__ Params p) {
   static_assert(!kGlu || R == 2, "a SwiGLU row set is one gate strip and one up strip");
@@ -81,16 +85,20 @@ __global__ void __launch_bounds__(kThreads, DecodeTile<T, R, kDeep>::kMinBlocks)
   const int lane = threadIdx.x % 32;
   const int g = lane / 4;
   const int t = lane % 4;
-  const DecodeSplit ws(p.split_shift, kCluster ? p.cluster_shift : 0, p.chunks, warp);
-  static_assert(1 << DecodeSplit::kWarpsLog2 == kWarps);
-  const int sets_per_cta = ws.sets_per_cta;
-  const int c_begin = ws.c_begin;
-  const int count = ws.count;
-  // The same for every warp, so all reach each barrier.
-  const int rounds = (ws.per_warp + kSlots - 1) / kSlots;
   // N <= kMaxDim (kernels/format.h): strip, set and unit counts fit an int.
   const int strips = static_cast<int>((p.n + kStripRows - 1) / kStripRows);
   const int sets = kGlu ? strips : (strips + R - 1) / R;
+  static_assert(!kStream || !(kGlu || kCluster));
+  using Split = std::conditional_t<kStream, DecodeStream, DecodeSplit>;
+  const Split ws = [&] {
+    if constexpr (kStream) {
+      return DecodeStream(sets, p.chunks, warp);
+    } else {
+      return DecodeSplit(p.split_shift, kCluster ? p.cluster_shift : 0, p.chunks, warp);
+    }
+  }();
+  static_assert(1 << Split::kWarpsLog2 == kWarps);
+  const int sets_per_cta = ws.sets_per_cta;
   const int units = ws.Units(sets);
   auto set_of = [&](int unit) { return ws.SetOf(unit); };
 
@@ -132,10 +140,11 @@ __global__ void __launch_bounds__(kThreads, DecodeTile<T, R, kDeep>::kMinBlocks)
   };
 
   int unit = ws.first_unit;
+  WarpSpan span = ws.Span(unit);
   if (unit < units && set_of(unit) < sets) {
 #pragma unroll
     for (int slot = 0; slot < kSlots; ++slot) {
-      if (slot < count) load(slot, set_of(unit), c_begin + slot);
+      if (slot < span.count) load(slot, set_of(unit), span.begin + slot);
     }
   }
   // The first weights are on their way; x may come from the previous kernel.
@@ -144,12 +153,16 @@ __global__ void __launch_bounds__(kThreads, DecodeTile<T, R, kDeep>::kMinBlocks)
   int buf = 0;
   for (; unit < units; unit += ws.unit_stride) {
     const bool live = set_of(unit) < sets;
+    const WarpSpan following = ws.Span(unit + ws.unit_stride);
+    // The same for every warp, so all reach each barrier.
+    const int rounds = (span.per_warp + kSlots - 1) / kSlots;
     float acc[R][T][4] = {};
     for (int round = 0; round < rounds; ++round) {
       const bool last = round + 1 == rounds;
       const int next_unit = last ? unit + ws.unit_stride : unit;
       const int next_round = last ? 0 : round + 1;
       const bool next_live = next_unit < units && set_of(next_unit) < sets;
+      const WarpSpan next_span = last ? following : span;
       // This CTA's loads are all issued: the next kernel may take its place as it drains.
       if (last && next_unit >= units) AllowDependentLaunch();
 #pragma unroll
@@ -157,13 +170,13 @@ __global__ void __launch_bounds__(kThreads, DecodeTile<T, R, kDeep>::kMinBlocks)
         const int cc = round * kSlots + slot;
         auto refill_previous = [&] {
           if constexpr (Tl::kDeferRefill) {
-            ws.RefillPrevious<kSlots>(slot, round, unit, live, next_round, next_unit, next_live,
-                                      load);
+            RefillPrevious<kSlots>(ws, slot, round, unit, live, span, next_round, next_unit,
+                                   next_live, next_span, load);
           }
         };
-        if (!(live && cc < count)) refill_previous();
-        if (live && cc < count) {
-          const int64_t kbase = int64_t{c_begin + cc} * kChunkK;
+        if (!(live && cc < span.count)) refill_previous();
+        if (live && cc < span.count) {
+          const int64_t kbase = int64_t{span.begin + cc} * kChunkK;
           float part[R][T][4] = {};
 #pragma unroll
           for (int blk = 0; blk < kChunkBlocks; ++blk) {
@@ -200,8 +213,8 @@ __global__ void __launch_bounds__(kThreads, DecodeTile<T, R, kDeep>::kMinBlocks)
           for (int r = 0; r < R; ++r) ApplyScale<T>(sq[slot][r], part[r], acc[r]);
         }
         const int nc = next_round * kSlots + slot;
-        if (!Tl::kDeferRefill && next_live && nc < count) {
-          load(slot, set_of(next_unit), c_begin + nc);
+        if (!Tl::kDeferRefill && next_live && nc < next_span.count) {
+          load(slot, set_of(next_unit), next_span.begin + nc);
         }
       }
     }
@@ -219,26 +232,52 @@ __global__ void __launch_bounds__(kThreads, DecodeTile<T, R, kDeep>::kMinBlocks)
     const float* rf = reinterpret_cast<const float*>(red[buf]);
     // SwiGLU stores one output per gate element; its up partner is strip r = 1's.
     constexpr int kOutFloats = kGlu ? kWarpFloats / 2 : kWarpFloats;
-    const int total = sets_per_cta * kOutFloats;
-    for (int e = ws.First(total); e < ws.End(total); e += kThreads) {
+    // Element e of the unit's outputs: set q = e / kOutFloats of the unit, f = e %
+    // kOutFloats = ((r * T + tile) * 32 + lane) * 4 + i; element i of lane (g, t) is row
+    // g (+8 for i >= 2), token 2t + (i & 1).
+    auto token_of = [&](int e) {
+      const int f = e % kOutFloats;
+      return f / (4 * 32) % T * 8 + f / 4 % 4 * 2 + (f & 1);
+    };
+    auto row_of = [&](int e) {
       const int q = e / kOutFloats;
-      const int f = e % kOutFloats;  // ((r * T + tile) * 32 + lane) * 4 + i
-      // Element i of lane (g, t): row g (+8 for i >= 2), token 2t + (i & 1).
-      const int i = f % 4;
-      const int ln = f / 4 % 32;
-      const int tile = f / (4 * 32) % T;
+      const int f = e % kOutFloats;
       const int r = f / (4 * 32 * T);
       const int64_t strip = kGlu ? unit * sets_per_cta + q : (unit * sets_per_cta + q) * R + r;
-      const int64_t n = strip * kStripRows + ln / 4 + (i >> 1) * 8;
-      const int64_t tok = tile * 8 + ln % 4 * 2 + (i & 1);
-      if (n >= p.n || tok >= p.m) continue;
-      float v = ws.SumPartials(rf, q, f, kWarpFloats);
-      if constexpr (kGlu) {
-        const float up = ws.SumPartials(rf, q, kOutFloats + f, kWarpFloats);
-        v = v / (1.0f + expf(-v)) * up;
+      return strip * kStripRows + f / 16 % 8 + (f % 4 >> 1) * 8;
+    };
+    if constexpr (kStream) {
+      static_assert(kOutFloats == StreamTileFloats(T) && kOutFloats % kThreads == 0);
+      constexpr int kPer = kOutFloats / kThreads;
+      float v[kPer];
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) {
+        v[i] = ws.SumPartials(rf, 0, static_cast<int>(threadIdx.x) + i * kThreads, kWarpFloats);
       }
-      StoreY(p, tok, n, v);
+      if (ws.template Combine<kPer, kThreads>(unit, v, p.stream_sums)) {
+#pragma unroll
+        for (int i = 0; i < kPer; ++i) {
+          const int e = static_cast<int>(threadIdx.x) + i * kThreads;
+          StoreY(p, token_of(e), row_of(e), v[i]);
+        }
+      }
+    } else {
+      const int total = sets_per_cta * kOutFloats;
+      for (int e = ws.First(total); e < ws.End(total); e += kThreads) {
+        const int64_t n = row_of(e);
+        const int tok = token_of(e);
+        if (n >= p.n || tok >= p.m) continue;
+        const int q = e / kOutFloats;
+        const int f = e % kOutFloats;
+        float v = ws.SumPartials(rf, q, f, kWarpFloats);
+        if constexpr (kGlu) {
+          const float up = ws.SumPartials(rf, q, kOutFloats + f, kWarpFloats);
+          v = v / (1.0f + expf(-v)) * up;
+        }
+        StoreY(p, tok, n, v);
+      }
     }
+    span = following;
     buf ^= 1;
   }
   ws.Finish();

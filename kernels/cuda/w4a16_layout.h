@@ -53,6 +53,10 @@ constexpr int64_t ScaleGroups(const WeightShape& s) { return s.group_size == 0 ?
 constexpr int64_t WeightRegionBytes(const WeightShape& s) {
   return NumGroups(s) * NumChunks(s) * kGroupChunkBytes;
 }
+// Floats of one row set's outputs in the decode kernel's stream-K grid (decode_stream.cuh):
+// two strips by 8T tokens.
+constexpr int StreamTileFloats(int t) { return 2 * kStripRows * 8 * t; }
+
 constexpr int64_t DeviceBytes(const WeightShape& s) {
   return WeightRegionBytes(s) + NumGroups(s) * ScaleGroups(s) * kGroupScaleBytes;
 }

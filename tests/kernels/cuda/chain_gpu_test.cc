@@ -227,6 +227,8 @@ class ChainGpuTest : public ::testing::Test {
         const size_t y_bytes = m * out * DTypeSize(y_dtype);
         run.y = Alloc(y_bytes);
         run.arena = Alloc(plan.ArenaBytes(m));
+        const std::vector<uint8_t> zeros(kSyncBytes, 0);
+        run.sync = Upload(zeros.data(), zeros.size());
         run.stream = stream_;
         run.cublas = cublas_;
         EXPECT_EQ(plan.Enqueue(run), cudaSuccess) << name;

@@ -203,15 +203,17 @@ void ExpectWithin(const std::vector<float>& got, int64_t n, Want want, Tol tol) 
   EXPECT_EQ(bad, 0) << "of " << got.size() << " elements; worst error / tolerance = " << worst;
 }
 
-// A device copy of one weight in its kernel's layout, and a cuBLAS handle for dense ones.
+// A device copy of one weight in its kernel's layout, a cuBLAS handle for dense ones, and
+// the zeroed GemmArgs::sync words of its stream.
 class GpuWeight {
  public:
   GpuWeight(const KernelOps& ops, const Weight& w) : ops_(ops), weight_(w) {
     const std::vector<uint8_t> layout = ops.repack(w.packed());
     buffer_ = std::make_unique<DeviceBuffer>(layout.size());
-    if (buffer_->ok()) {
+    if (buffer_->ok() && sync_.ok()) {
       ok_ = cudaMemcpy(buffer_->get(), layout.data(), layout.size(), cudaMemcpyHostToDevice) ==
-            cudaSuccess;
+                cudaSuccess &&
+            cudaMemset(sync_.get(), 0, kSyncBytes) == cudaSuccess;
     }
     ok_ = ok_ && cudaStreamCreate(&stream_) == cudaSuccess &&
           cublasCreate(&cublas_) == CUBLAS_STATUS_SUCCESS &&
@@ -265,9 +267,14 @@ class GpuWeight {
       args.residual_dtype = *residual;
     }
     args.cublas = cublas_;
+    args.sync = sync_.get();
     ASSERT_CUDA((launch != nullptr ? launch : ops_.launch)(args));
     ASSERT_CUDA(cudaStreamSynchronize(stream_));
     const std::vector<float> got = Download(dy, y_dtype, m * shape.n);
+    // The next launch on the stream finds them zero again.
+    std::vector<uint8_t> sync(kSyncBytes, 1);
+    ASSERT_CUDA(cudaMemcpy(sync.data(), sync_.get(), sync.size(), cudaMemcpyDeviceToHost));
+    EXPECT_EQ(std::count(sync.begin(), sync.end(), 0), kSyncBytes) << "sync bytes left nonzero";
 
     const double c = x_dtype == DType::kF16 ? 2e-3 : 1.5e-2;
     ExpectWithin(
@@ -282,6 +289,7 @@ class GpuWeight {
   const KernelOps& ops_;
   const Weight& weight_;
   std::unique_ptr<DeviceBuffer> buffer_;
+  DeviceBuffer sync_{kSyncBytes};
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   bool ok_ = false;
@@ -559,6 +567,36 @@ TEST_F(W4A16Test, DecodeTurnsMatchCpu) {
                 {{"default", &LaunchWithSplits<W4A16Options, &LaunchW4A16, 0>},
                  {"decode 1 strip", &LaunchW4A16DecodeStrips<1>},
                  {"decode 2 strips", &LaunchW4A16DecodeStrips<2>}},
+                rng_);
+}
+
+// The W4A16 decode kernel up to 16 tokens with its stream-K grid forced on (kStream 2)
+// or off (1).
+template <int kStream>
+cudaError_t LaunchW4A16DecodeStream(const GemmArgs& args) {
+  W4A16Options options;
+  options.decode_stream = kStream;
+  return LaunchW4A16(args, options);
+}
+
+// The decode kernel's stream-K grid (decode_stream.cuh), forced on and off, and as the
+// default launch takes it on a GPU of up to 140 SMs: where the row sets outnumber the
+// two-strip CTAs that fit (282 sets for N = 9000, the last one partial; 625 for N =
+// 20000, two to three a CTA) and, at M <= 8, where each CTA has one (157 for N = 5000).
+// K = 1024 splits a set between two CTAs at any chunk; K = 384 and 256 leave most warps
+// of a CTA's part of a set one chunk or none (a CTA's range is a little over one set).
+// Every launch must also leave GemmArgs::sync zero (GpuWeight::Check).
+TEST_F(W4A16Test, DecodeStreamMatchesCpu) {
+  CheckVariants(Scheme::kW4A16,
+                {{9000, 1024, kW4GroupSize},
+                 {9000, 384, 0},
+                 {8704, 256, kW4GroupSize},
+                 {20000, 640, kW4GroupSize},
+                 {5000, 1152, kW4GroupSize}},
+                {1, 5, 8, 9, 16},
+                {{"default", &LaunchWithSplits<W4A16Options, &LaunchW4A16, 0>},
+                 {"stream", &LaunchW4A16DecodeStream<2>},
+                 {"no stream", &LaunchW4A16DecodeStream<1>}},
                 rng_);
 }
 
@@ -1005,6 +1043,11 @@ TEST_F(W4A16Test, RejectsBadOptions) {
   options.decode_cluster = 3;
   EXPECT_EQ(LaunchW4A16(args, options), cudaErrorInvalidValue);
   options.decode_cluster = 8;
+  EXPECT_EQ(LaunchW4A16(args, options), cudaErrorInvalidValue);
+  options = {};
+  options.decode_stream = 3;
+  EXPECT_EQ(LaunchW4A16(args, options), cudaErrorInvalidValue);
+  options.decode_stream = -1;
   EXPECT_EQ(LaunchW4A16(args, options), cudaErrorInvalidValue);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }

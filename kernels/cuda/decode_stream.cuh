@@ -1,0 +1,125 @@
+// Stream-K for a persistent decode grid (w4a16_decode.cuh): the row sets split by work,
+// not by set, over every CTA that fits at once.
+//
+// Where a decode grid's row sets just outnumber the CTAs that fit (W4A16 8192 x 8704 at M
+// = 1: 272 two-strip sets for 264 CTAs), whole sets per CTA take a second turn on about
+// one CTA an SM, and the weights stream at half the rate (17.4 us against 10.2 for 8192 x
+// 8192 on the H200). Here CTA b of B takes the chunks [b W / B, (b + 1) W / B) of the W =
+// sets x chunks, in set-major order, so every CTA streams as many bytes. Each set of that
+// range is a unit, its chunks split over the 8 warps as DecodeSplit's S = 8 split them,
+// and summed through shared memory the same way. With no more CTAs than sets, every range
+// spans at least one set's chunks, so a set is shared by at most two CTAs, b - 1 and b
+// across boundary b. CTA b works on its part first (its first unit) and publishes its sum
+// in GemmArgs::sync, each float in a 64-bit word with a nonzero tag in its high half (one
+// store, so the word is either still zero or complete: no fence, which would stall the
+// weight loads in flight); CTA b - 1 reaches its part last, reads those words, waiting
+// for any still zero, adds them and stores y, and zeroes them, so that the sync words are
+// zero again when the grid completes. A CTA waits only for the next one, which waits for
+// nothing before it publishes, so the grid always completes. y is the same whichever CTA
+// is first.
+#ifndef QMM_KERNELS_CUDA_DECODE_STREAM_CUH_
+#define QMM_KERNELS_CUDA_DECODE_STREAM_CUH_
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cuda/atomic>
+
+#include "kernels/cuda/decode_split.cuh"
+#include "kernels/cuda/gemm_args.h"
+
+namespace qmm::cuda {
+
+// The most CTAs of a stream-K grid whose reduced tile (one set's outputs) is
+// `tile_floats` floats: one tile of 64-bit words per CTA in GemmArgs::sync.
+constexpr int StreamMaxCtas(int tile_floats) {
+  return static_cast<int>(kSyncBytes / (tile_floats * int64_t{8}));
+}
+
+// The kernel-side split, with DecodeSplit's interface (one set per unit, S = 8, no cluster).
+struct DecodeStream {
+  static constexpr int kWarpsLog2 = DecodeSplit::kWarpsLog2;
+  static constexpr int sets_per_cta = 1;
+  static constexpr int unit_stride = 1;
+  int chunks;
+  int warp;
+  int64_t range_begin;  // this CTA's first chunk, counted over all sets
+  int64_t range_end;
+  int first_unit;  // the set of range_begin
+  int end_unit;    // one past the set of range_end - 1
+
+  // The host launches at most `sets` CTAs, so the range is never empty.
+  __device__ DecodeStream(int sets, int chunks, int warp)
+      : chunks(chunks),
+        warp(warp),
+        range_begin(int64_t{sets} * chunks * blockIdx.x / gridDim.x),
+        range_end(int64_t{sets} * chunks * (blockIdx.x + 1) / gridDim.x),
+        first_unit(static_cast<int>(range_begin / chunks)),
+        end_unit(static_cast<int>((range_end - 1) / chunks) + 1) {}
+
+  __device__ int Units(int /*sets*/) const { return end_unit; }
+  __device__ int SetOf(int unit) const { return unit; }
+
+  // This warp's chunks of set `unit`: its 1/8 of the part of the set in this CTA's range.
+  __device__ WarpSpan Span(int unit) const {
+    const int64_t base = int64_t{unit} * chunks;
+    const int lo = static_cast<int>(max(range_begin, base) - base);
+    const int hi = static_cast<int>(min(range_end, base + chunks) - base);
+    const int per_warp = (hi - lo + (1 << kWarpsLog2) - 1) >> kWarpsLog2;
+    const int begin = min(lo + warp * per_warp, hi);
+    return {begin, min(per_warp, hi - begin), per_warp};
+  }
+
+  __device__ void SyncPartials() const { __syncthreads(); }
+  __device__ void Finish() const {}
+  __device__ int First(int /*total*/) const { return static_cast<int>(threadIdx.x); }
+  __device__ int End(int total) const { return total; }
+  template <typename V>
+  __device__ V SumPartials(const V* red, int q, int f, int warp_elems) const {
+    V sum = 0;
+#pragma unroll
+    for (int s = 0; s < 1 << kWarpsLog2; ++s) sum += red[(q << kWarpsLog2 | s) * warp_elems + f];
+    return sum;
+  }
+
+  // Whether this CTA stores set `unit`'s outputs. v[i] is this CTA's sum of element
+  // threadIdx.x + i * kThreads of the set's tile. A set that CTA b shares with b - 1 (its
+  // first) is CTA b - 1's to store: CTA b publishes its sum in tile b of `sums`. A set it
+  // shares with b + 1 (its last) it stores, with tile b + 1 added into v.
+  template <int kPer, int kThreads>
+  __device__ bool Combine(int unit, float (&v)[kPer], uint64_t* sums) const {
+    const int64_t base = int64_t{unit} * chunks;
+    const bool head = range_begin > base;         // CTA b - 1 has the set's first chunks
+    const bool tail = range_end < base + chunks;  // CTA b + 1 has its last ones
+    if (!head && !tail) return true;
+    constexpr int kTile = kPer * kThreads;
+    constexpr uint64_t kTag = uint64_t{1} << 32;
+    using Word = ::cuda::atomic_ref<uint64_t, ::cuda::thread_scope_device>;
+    const int64_t b = blockIdx.x;
+    if (head) {
+      uint64_t* mine = sums + b * kTile + threadIdx.x;
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) {
+        Word(mine[i * kThreads]).store(kTag | __float_as_uint(v[i]), ::cuda::memory_order_relaxed);
+      }
+      return false;
+    }
+    uint64_t* other = sums + (b + 1) * kTile + threadIdx.x;
+    uint64_t words[kPer];
+#pragma unroll
+    for (int i = 0; i < kPer; ++i)
+      words[i] = Word(other[i * kThreads]).load(::cuda::memory_order_relaxed);
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      Word word(other[i * kThreads]);
+      while (words[i] == 0) words[i] = word.load(::cuda::memory_order_relaxed);
+      v[i] += __uint_as_float(static_cast<uint32_t>(words[i]));
+      word.store(0, ::cuda::memory_order_relaxed);
+    }
+    return true;
+  }
+};
+
+}  // namespace qmm::cuda
+
+#endif  // QMM_KERNELS_CUDA_DECODE_STREAM_CUH_
