@@ -273,7 +273,7 @@ absl::Status RunKernelBench(const BenchOptions& o) {
         w4.wgmma_groups = o.w4a16_wgmma_groups;
         w4.decode_strips = o.w4a16_decode_strips;
         w4.decode_cluster = o.decode_cluster;
-        w4.decode_stream = o.w4a16_decode_stream;
+        w4.decode_stream = o.decode_stream;
         const bool tuned8 = scheme == Scheme::kW8A16 &&
                             (w8.splits != 0 || w8.wgmma_groups != 0 || w8.decode_rows != 0 ||
                              w8.decode_cluster != 0 || w8.decode_warps != 0 || w8.tile);
@@ -284,9 +284,10 @@ absl::Status RunKernelBench(const BenchOptions& o) {
         w2.wgmma_groups = o.w2a8_wgmma_groups;
         w2.decode_units = o.w2a8_decode_units;
         w2.decode_cluster = o.decode_cluster;
+        w2.decode_stream = o.decode_stream;
         const bool tuned2 =
-            scheme == Scheme::kW2A8 &&
-            (w2.wgmma_groups != 0 || w2.decode_units != 0 || w2.decode_cluster != 0);
+            scheme == Scheme::kW2A8 && (w2.wgmma_groups != 0 || w2.decode_units != 0 ||
+                                        w2.decode_cluster != 0 || w2.decode_stream != 0);
         const int n_copies = static_cast<int>(copies->buffers.size());
         auto launch = [&](int i) {
           args.weight = copies->buffers[i % n_copies].get();

@@ -50,11 +50,11 @@ ABSL_FLAG(int, w4a16_wgmma_groups, 0,
           "W4A16 tuning: force the wgmma kernel at every M with 1 or 2 row groups per CTA");
 ABSL_FLAG(int, w4a16_decode_strips, 0,
           "W4A16 tuning: strips per warp of the decode kernel up to 8 tokens (1 or 2; 0 = auto)");
-ABSL_FLAG(int, w4a16_decode_stream, 0,
-          "W4A16 tuning: the decode kernel's stream-K grid up to 16 tokens (1 never, 2 wherever "
-          "its two-strip tiles run unclustered; 0 = auto)");
 ABSL_FLAG(int, w2a8_decode_units, 0,
           "W2A8 tuning: weight units per slot of the decode kernel at M <= 8 (1 or 2; 0 = auto)");
+ABSL_FLAG(int, decode_stream, 0,
+          "Tuning: the stream-K grid of the W4A16 and W2A8 decode kernels up to 16 tokens (1 "
+          "never, 2 wherever they run; 0 = auto)");
 ABSL_FLAG(int, decode_cluster, 0,
           "Tuning: CTAs (a cluster) sharing each row set of the W8A16, W4A16 and W2A8 decode "
           "kernels (1, 2 or 4; 0 = auto)");
@@ -145,10 +145,10 @@ int main(int argc, char** argv) {
   o.w4a16_splits = absl::GetFlag(FLAGS_w4a16_splits);
   o.w4a16_wgmma_groups = absl::GetFlag(FLAGS_w4a16_wgmma_groups);
   o.w4a16_decode_strips = absl::GetFlag(FLAGS_w4a16_decode_strips);
-  o.w4a16_decode_stream = absl::GetFlag(FLAGS_w4a16_decode_stream);
   o.w2a8_wgmma_groups = absl::GetFlag(FLAGS_w2a8_wgmma_groups);
   o.w2a8_decode_units = absl::GetFlag(FLAGS_w2a8_decode_units);
   o.decode_cluster = absl::GetFlag(FLAGS_decode_cluster);
+  o.decode_stream = absl::GetFlag(FLAGS_decode_stream);
   if (absl::Status s = qmm::bench::RunKernelBench(o); !s.ok()) return Fail(s.ToString());
   return 0;
 }

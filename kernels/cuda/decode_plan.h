@@ -74,6 +74,36 @@ inline DecodeGrid MakeDecodeGrid(int64_t sets, int chunks, int chunk_bytes, int 
   return grid;
 }
 
+// The k a CTA of `grid` (whole row sets of `chunks` chunks of `chunk_k` k each) streams:
+// its turns x the sets of a unit x their k.
+inline int64_t DecodeRunK(const DecodeGrid& grid, int64_t chunks, int chunk_k) {
+  return (grid.units + grid.ctas - 1) / grid.ctas * (8 / grid.split) * chunks * chunk_k;
+}
+// The run a CTA needs for the stream-K grid's fixed cost (a set handed on at the end) to
+// spread over (StreamPays).
+inline constexpr int64_t kStreamMinRunK = 12288;
+
+// Whether a decode launch takes the stream-K grid (decode_stream.cuh) rather than `grid`,
+// the grid of whole row sets (`sets` of `chunks` chunks of `chunk_k` k each), of which
+// `slots` CTAs fit at once. Not where clusters share the sets; where the grid of whole
+// sets leaves a fifth of the CTAs that fit or more idle (its turns have fewer CTAs than
+// fit), or an eighth with runs of at least kStreamMinRunK a CTA; with one token tile
+// (`one_tile`) also on a grid of one set per CTA (the same split, measured faster for
+// W4A16). On the H200, W4A16 at M = 1 / 16:
+// 8192 x 8704 (272 sets, two turns of 136 CTAs) 17.3 / 23.9 us against 11.2 / 16.1, 4096 x
+// 11008 (two of 172) 9.8 / 13.7 against 8.3 / 11.6, 8192 x 28672 (four of 224, 32768 k a
+// CTA) 34.4 / 47.8 against 30.8 / 45.1; not taken: 4096 x 14336 (two of 224, 8192 k)
+// 9.73 / 13.6 against 10.0 / 14.3, 8192 x 15872 (two of 248) 18.1 / 24.8 against 18.2 /
+// 26.2. One set per CTA at M = 1: 2-7% faster (8192 x 8192 10.28 against 10.05 us); at
+// M = 8 -2 to +2%, at M = 16 up to 1% slower from 256 sets.
+inline bool StreamPays(const DecodeGrid& grid, int64_t slots, int64_t sets, int64_t chunks,
+                       int chunk_k, bool one_tile) {
+  if (grid.cluster != 1) return false;
+  return grid.ctas * 5 < slots * 4 ||
+         (grid.ctas * 8 < slots * 7 && DecodeRunK(grid, chunks, chunk_k) >= kStreamMinRunK) ||
+         (one_tile && sets <= slots);
+}
+
 // Whether `grid` can run CTAs of more warps, all on one row set (W8A16's 12-warp CTAs,
 // w8a16_decode.cuh), of which `wide_slots` fit at once: one set a CTA, no cluster.
 inline bool TakesWideCtas(const DecodeGrid& grid, int64_t wide_slots) {

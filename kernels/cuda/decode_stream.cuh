@@ -24,6 +24,7 @@
 
 #include <cstdint>
 #include <cuda/atomic>
+#include <cuda/std/bit>
 
 #include "kernels/cuda/decode_split.cuh"
 #include "kernels/cuda/gemm_args.h"
@@ -82,12 +83,13 @@ struct DecodeStream {
     return sum;
   }
 
-  // Whether this CTA stores set `unit`'s outputs. v[i] is this CTA's sum of element
-  // threadIdx.x + i * kThreads of the set's tile. A set that CTA b shares with b - 1 (its
-  // first) is CTA b - 1's to store: CTA b publishes its sum in tile b of `sums`. A set it
-  // shares with b + 1 (its last) it stores, with tile b + 1 added into v.
-  template <int kPer, int kThreads>
-  __device__ bool Combine(int unit, float (&v)[kPer], uint64_t* sums) const {
+  // Whether this CTA stores set `unit`'s outputs. v[i] (float or int32) is this CTA's sum
+  // of element threadIdx.x + i * kThreads of the set's tile. A set that CTA b shares with
+  // b - 1 (its first) is CTA b - 1's to store: CTA b publishes its sum in tile b of
+  // `sums`. A set it shares with b + 1 (its last) it stores, with tile b + 1 added into v.
+  template <int kPer, int kThreads, typename V>
+  __device__ bool Combine(int unit, V (&v)[kPer], uint64_t* sums) const {
+    static_assert(sizeof(V) == 4);
     const int64_t base = int64_t{unit} * chunks;
     const bool head = range_begin > base;         // CTA b - 1 has the set's first chunks
     const bool tail = range_end < base + chunks;  // CTA b + 1 has its last ones
@@ -100,7 +102,8 @@ struct DecodeStream {
       uint64_t* mine = sums + b * kTile + threadIdx.x;
 #pragma unroll
       for (int i = 0; i < kPer; ++i) {
-        Word(mine[i * kThreads]).store(kTag | __float_as_uint(v[i]), ::cuda::memory_order_relaxed);
+        Word(mine[i * kThreads])
+            .store(kTag | ::cuda::std::bit_cast<uint32_t>(v[i]), ::cuda::memory_order_relaxed);
       }
       return false;
     }
@@ -113,7 +116,7 @@ struct DecodeStream {
     for (int i = 0; i < kPer; ++i) {
       Word word(other[i * kThreads]);
       while (words[i] == 0) words[i] = word.load(::cuda::memory_order_relaxed);
-      v[i] += __uint_as_float(static_cast<uint32_t>(words[i]));
+      v[i] += ::cuda::std::bit_cast<V>(static_cast<uint32_t>(words[i]));
       word.store(0, ::cuda::memory_order_relaxed);
     }
     return true;

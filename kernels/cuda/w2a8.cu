@@ -94,10 +94,10 @@ w2a8::Operands MakeOperands(const GemmArgs& args, const Geometry& geo,
 // the prologue. Clusters (`cluster`: W2A8Options::decode_cluster) share the row groups of
 // the one-unit tiles only: two units are taken where the row groups are many. On the H200
 // clusters took 14336 x 4096 from 11.65 to 9.72 us at M = 1 (15.4 -> 14.5 at M = 16) and
-// 28672 x 2048 from 19.7 to 16.0.
+// 28672 x 2048 from 19.7 to 16.0. `stream`: W2A8Options::decode_stream.
 template <int T, int kUnits>
 cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& info, const Geometry& geo,
-                         const w2a8::PrologueParams& pro, int cluster) {
+                         const w2a8::PrologueParams& pro, int cluster, int stream) {
   constexpr bool kClusters = kUnits == 1;
   if (!kClusters) cluster = 1;
   if (cluster > 1 && info.cc_major < 9) return cudaErrorInvalidValue;
@@ -123,6 +123,27 @@ cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& info, const Geo
   static_cast<w2a8::Operands&>(p) = MakeOperands(args, geo, pro);
   p.split_shift = grid.split_shift();
   p.cluster_shift = grid.cluster_shift();
+  // The stream-K grid where W4A16's decode kernel takes it (decode_plan.h), but only where
+  // the row groups outnumber the CTAs that fit, and with one token tile only on runs of
+  // kStreamMinRunK. On the H200, default against forced off (M = 1 / 16): 8192 x 8704
+  // 10.39 / 12.36 us against 12.58 / 17.33, 8192 x 28672 21.48 / 28.35 against 22.31 /
+  // 30.91, 4096 x 11008 (8192 k a CTA) at M = 16 10.67 against 11.79, but at M = 1 9.21
+  // against 8.50; on one row group a CTA 8192 x 8192 8.99 against 8.73 at M = 1, 4096 x
+  // 6144 6.01 against 5.76.
+  const int64_t chunks = (geo.k_blocks + kUnits - 1) / kUnits;
+  const int chunk_k = kUnits * w2a8::kKPerBlock;
+  const bool pays = geo.row_groups > slots &&
+                    (T > 1 || DecodeRunK(grid, chunks, chunk_k) >= kStreamMinRunK) &&
+                    StreamPays(grid, slots, geo.row_groups, chunks, chunk_k, false);
+  if ((stream == 2 || (stream == 0 && pays)) && args.sync != nullptr) {
+    DecodeGrid stream_grid;
+    stream_grid.ctas =
+        std::min({slots, geo.row_groups, int64_t{StreamMaxCtas(w2a8::kBlocksPerGroup * T * 128)}});
+    p.stream_sums = static_cast<uint64_t*>(args.sync);
+    p.early_trigger = EarlyTrigger(stream_grid.ctas, slots);
+    const DecodeLaunch stream_launch(stream_grid, w2a8::kDecodeThreads, args.stream, info.cc_major);
+    return stream_launch(w2a8::W2A8DecodeKernel<T, kUnits, false, true>, p);
+  }
   p.early_trigger = EarlyTrigger(grid.ctas, slots);
   const DecodeLaunch launch(grid, w2a8::kDecodeThreads, args.stream, info.cc_major);
   if constexpr (kClusters) {
@@ -168,7 +189,7 @@ cudaError_t LaunchW2A8(const GemmArgs& args, const W2A8Options& options) {
   }
   if (options.wgmma_groups < 0 || options.wgmma_groups > 2 || options.decode_units < 0 ||
       options.decode_units > 2 || options.decode_cluster < 0 || options.decode_cluster > 4 ||
-      options.decode_cluster == 3) {
+      options.decode_cluster == 3 || options.decode_stream < 0 || options.decode_stream > 2) {
     return cudaErrorInvalidValue;
   }
   DeviceInfo info;
@@ -236,13 +257,14 @@ cudaError_t LaunchW2A8(const GemmArgs& args, const W2A8Options& options) {
     // (measured on the H200 at M = 1: 8192 x 28672, 896 row groups, 22.4 us against 24.0
     // with one; 4096 x 14336, 448 row groups, 9.0 against 8.75).
     const int cluster = options.decode_cluster;
-    if (args.m > 8) return LaunchDecode<2, 1>(args, info, geo, pro, cluster);
+    const int stream = options.decode_stream;
+    if (args.m > 8) return LaunchDecode<2, 1>(args, info, geo, pro, cluster, stream);
     const int64_t slots =
         int64_t{info.sms} * CtasPerSm<w2a8::W2A8DecodeKernel<1, 1>, w2a8::kDecodeThreads>();
     const bool two =
         options.decode_units == 2 || (options.decode_units == 0 && geo.row_groups >= 2 * slots);
-    return two ? LaunchDecode<1, 2>(args, info, geo, pro, cluster)
-               : LaunchDecode<1, 1>(args, info, geo, pro, cluster);
+    return two ? LaunchDecode<1, 2>(args, info, geo, pro, cluster, stream)
+               : LaunchDecode<1, 1>(args, info, geo, pro, cluster, stream);
   }
 
   GemmParams gp{};

@@ -9,15 +9,19 @@
 // C CTAs shares each set, and the sum takes in the C S tiles (decode_split.cuh). Each warp
 // keeps 4 KB of weights in flight (slots of kUnits units) and refills a slot once the next
 // slot's weights are in use (DecodeSplit::RefillPrevious). The activations are the int8
-// rows, scales and sums the prologue kernel wrote (w2a8_prologue.cuh).
+// rows, scales and sums the prologue kernel wrote (w2a8_prologue.cuh). Where whole row
+// groups per CTA would leave many of the CTAs that fit idle, the stream-K grid (kStream,
+// decode_stream.cuh) gives every CTA an equal range of the groups' chunks instead.
 #ifndef QMM_KERNELS_CUDA_W2A8_DECODE_CUH_
 #define QMM_KERNELS_CUDA_W2A8_DECODE_CUH_
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/decode_split.cuh"
+#include "kernels/cuda/decode_stream.cuh"
 #include "kernels/cuda/dtype_device.cuh"
 #include "kernels/cuda/w2a8_layout.h"
 #include "kernels/cuda/w2a8_operands.h"
@@ -35,6 +39,7 @@ struct DecodeParams : Operands {
   int split_shift;    // log2(S)
   int cluster_shift;  // log2(C)
   bool early_trigger;
+  uint64_t* stream_sums;  // the stream-K grid's (decode_stream.cuh): GemmArgs::sync
 };
 
 // T tiles of 8 tokens; slots of kUnits units (k blocks) of one row group. In flight per
@@ -47,8 +52,10 @@ struct W2A8DecodeTile {
 };
 
 // kCluster: launched in clusters of 1 << p.cluster_shift CTAs sharing each row group
-// (decode_split.cuh); without it the cluster terms fold away.
-template <int T, int kUnits, bool kCluster = false>
+// (decode_split.cuh); without it the cluster terms fold away. kStream: the row groups
+// split by work over the grid (decode_stream.cuh), S = 8, the groups shared by two CTAs
+// summed through p.stream_sums.
+template <int T, int kUnits, bool kCluster = false, bool kStream = false>
 __global__ void __launch_bounds__(kDecodeThreads, W2A8DecodeTile<T, kUnits>::kMinBlocks)
     W2A8DecodeKernel(const __grid_constant__ DecodeParams p) {
   constexpr int kSlots = W2A8DecodeTile<T, kUnits>::kSlots;
@@ -67,9 +74,16 @@ __global__ void __launch_bounds__(kDecodeThreads, W2A8DecodeTile<T, kUnits>::kMi
   const int lane = threadIdx.x % 32;
   const int g = lane / 4;
   const int t = lane % 4;
-  const DecodeSplit ws(p.split_shift, kCluster ? p.cluster_shift : 0,
-                       (p.k_blocks + kUnits - 1) / kUnits, warp);
-  const int rounds = (ws.per_warp + kSlots - 1) / kSlots;  // the same for every warp
+  const int chunks = (p.k_blocks + kUnits - 1) / kUnits;
+  static_assert(!(kStream && kCluster));
+  using Split = std::conditional_t<kStream, DecodeStream, DecodeSplit>;
+  const Split ws = [&] {
+    if constexpr (kStream) {
+      return DecodeStream(p.row_groups, chunks, warp);
+    } else {
+      return DecodeSplit(p.split_shift, kCluster ? p.cluster_shift : 0, chunks, warp);
+    }
+  }();
   const int units = ws.Units(p.row_groups);
 
   uint4 wq[kSlots][kUnits][kBlocksPerGroup];
@@ -88,10 +102,11 @@ __global__ void __launch_bounds__(kDecodeThreads, W2A8DecodeTile<T, kUnits>::kMi
   };
 
   int unit = ws.first_unit;
+  WarpSpan span = ws.Span(unit);
   if (unit < units && ws.SetOf(unit) < p.row_groups) {
 #pragma unroll
     for (int slot = 0; slot < kSlots; ++slot) {
-      if (slot < ws.count) load(slot, ws.SetOf(unit), ws.c_begin + slot);
+      if (slot < span.count) load(slot, ws.SetOf(unit), span.begin + slot);
     }
   }
   // The first weights are on their way; x may come from the previous kernel.
@@ -120,6 +135,8 @@ __global__ void __launch_bounds__(kDecodeThreads, W2A8DecodeTile<T, kUnits>::kMi
   int buf = 0;
   for (; unit < units; unit += ws.unit_stride) {
     const bool live = ws.SetOf(unit) < p.row_groups;
+    const WarpSpan following = ws.Span(unit + ws.unit_stride);
+    const int rounds = (span.per_warp + kSlots - 1) / kSlots;  // the same for every warp
     // acc[r][tt][j]: MMA j's sums over field j of the codes, scaled by 4^j.
     int32_t acc[kBlocksPerGroup][T][4][4] = {};
     for (int round = 0; round < rounds; ++round) {
@@ -127,22 +144,23 @@ __global__ void __launch_bounds__(kDecodeThreads, W2A8DecodeTile<T, kUnits>::kMi
       const int next_unit = last ? unit + ws.unit_stride : unit;
       const int next_round = last ? 0 : round + 1;
       const bool next_live = next_unit < units && ws.SetOf(next_unit) < p.row_groups;
+      const WarpSpan next_span = last ? following : span;
       // This CTA's loads are all issued: the next kernel may take its place as it drains.
       if (last && next_unit >= units) AllowDependentLaunch();
 #pragma unroll
       for (int slot = 0; slot < kSlots; ++slot) {
         const int cc = round * kSlots + slot;
         auto refill_previous = [&] {
-          ws.RefillPrevious<kSlots>(slot, round, unit, live, next_round, next_unit, next_live,
-                                    load);
+          RefillPrevious<kSlots>(ws, slot, round, unit, live, span, next_round, next_unit,
+                                 next_live, next_span, load);
         };
-        if (!(live && cc < ws.count)) {
+        if (!(live && cc < span.count)) {
           refill_previous();
           continue;
         }
 #pragma unroll
         for (int h = 0; h < kUnits; ++h) {
-          const int kb = (ws.c_begin + cc) * kUnits + h;
+          const int kb = (span.begin + cc) * kUnits + h;
           if (kUnits > 1 && kb >= p.k_blocks) break;
           uint32_t b_lo[T][4], b_hi[T][4];
 #pragma unroll
@@ -183,23 +201,52 @@ __global__ void __launch_bounds__(kDecodeThreads, W2A8DecodeTile<T, kUnits>::kMi
     }
     ws.SyncPartials();
     const int32_t* rs = reinterpret_cast<const int32_t*>(red[buf]);
-    const int total = ws.sets_per_cta * kWarpInts;
-    for (int e = ws.First(total); e < ws.End(total); e += kDecodeThreads) {
-      const int q = e / kWarpInts;
-      const int f = e % kWarpInts;  // ((r * T + tt) * 32 + lane) * 4 + i
-      // Element i of lane (g, t): row g (+8 for i >= 2), token 2t + (i & 1).
-      const int i = f % 4;
-      const int ln = f / 4 % 32;
-      const int tt = f / (4 * 32) % T;
-      const int r = f / (4 * 32 * T);
-      const int set = unit * ws.sets_per_cta + q;
-      const int row = set * kRowsPerGroup + r * kRowsPerBlock + ln / 4 + (i >> 1) * 8;
-      const int tok = tt * 8 + ln % 4 * 2 + (i & 1);
-      if (set >= p.row_groups || row >= p.n || tok >= p.m) continue;
-      const int32_t dot = ws.SumPartials(rs, q, f, kWarpInts) - row_sum[tok];
+    // Element e of the unit's outputs: row group q = e / kWarpInts of the unit, f = e %
+    // kWarpInts = ((r * T + tt) * 32 + lane) * 4 + i; element i of lane (g, t) is row g
+    // (+8 for i >= 2), token 2t + (i & 1).
+    auto token_of = [&](int e) {
+      const int f = e % kWarpInts;
+      return f / (4 * 32) % T * 8 + f / 4 % 4 * 2 + (f & 1);
+    };
+    auto row_of = [&](int e) {
+      const int set = unit * ws.sets_per_cta + e / kWarpInts;
+      const int f = e % kWarpInts;
+      return set * kRowsPerGroup + f / (4 * 32 * T) * kRowsPerBlock + f / 16 % 8 + (f % 4 >> 1) * 8;
+    };
+    auto store = [&](int row, int tok, int32_t sum) {
+      const int32_t dot = sum - row_sum[tok];
       StoreAs(p.y_dtype, p.y, int64_t{tok} * p.n + row,
               row_scale[tok] * __ldg(p.w_scale + row) * static_cast<float>(dot));
+    };
+    if constexpr (kStream) {
+      static_assert(kWarpInts % kDecodeThreads == 0);
+      constexpr int kPer = kWarpInts / kDecodeThreads;
+      int32_t v[kPer];
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) {
+        v[i] = ws.SumPartials(rs, 0, static_cast<int>(threadIdx.x) + i * kDecodeThreads, kWarpInts);
+      }
+      if (ws.template Combine<kPer, kDecodeThreads>(unit, v, p.stream_sums)) {
+#pragma unroll
+        for (int i = 0; i < kPer; ++i) {
+          const int e = static_cast<int>(threadIdx.x) + i * kDecodeThreads;
+          const int row = row_of(e);
+          const int tok = token_of(e);
+          if (row < p.n && tok < p.m) store(row, tok, v[i]);
+        }
+      }
+    } else {
+      const int total = ws.sets_per_cta * kWarpInts;
+      for (int e = ws.First(total); e < ws.End(total); e += kDecodeThreads) {
+        const int row = row_of(e);
+        const int tok = token_of(e);
+        if (unit * ws.sets_per_cta + e / kWarpInts >= p.row_groups || row >= p.n || tok >= p.m) {
+          continue;
+        }
+        store(row, tok, ws.SumPartials(rs, e / kWarpInts, e % kWarpInts, kWarpInts));
+      }
     }
+    span = following;
     buf ^= 1;
   }
   ws.Finish();

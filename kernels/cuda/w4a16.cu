@@ -171,24 +171,12 @@ cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& device, const v
     p.w_up = static_cast<const uint8_t*>(up);
     p.s_up = p.w_up + w4a16::WeightRegionBytes(shape);
   }
-  // The stream-K grid (decode_stream.cuh) on every CTA that fits, unless clusters share
-  // the sets, where the grid of whole sets leaves a fifth of those CTAs or more idle (its
-  // turns have fewer CTAs than fit), or an eighth with runs of at least 96 chunks a CTA,
-  // over which its fixed cost (a set handed on at the end) spreads. On the H200 at M = 1 /
-  // 16: 8192 x 8704 (272 sets, two turns of 136 CTAs) 17.3 / 23.9 us against 11.2 / 16.1,
-  // 4096 x 11008 (two of 172) 9.8 / 13.7 against 8.3 / 11.6, 8192 x 28672 (four of 224,
-  // 256 chunks a CTA) 34.4 / 47.8 against 30.8 / 45.1; 4096 x 14336 (two of 224, 64
-  // chunks) 9.73 / 13.6 against 10.0 / 14.3, 8192 x 15872 (two of 248) 18.1 / 24.8
-  // against 18.2 / 26.2. With one token tile also on a grid of one set per CTA (the same
-  // split, 2-7% faster at M = 1: 8192 x 8192 10.28 against 10.05 us; -2 to +2% at M = 8).
+  // The stream-K grid (decode_stream.cuh) on every CTA that fits, where it pays.
   if constexpr (kDecodeStream<R, kGlu>) {
     const int64_t sets = DecodeSets(shape, R);
-    // Chunks a CTA of the grid of whole sets streams: turns x sets a unit x chunks.
-    const int64_t run = (grid.units + grid.ctas - 1) / grid.ctas * (w4a16::kWarps / grid.split) *
-                        w4a16::NumChunks(shape);
-    const bool pays = grid.ctas * 5 < slots * 4 || (grid.ctas * 8 < slots * 7 && run >= 96) ||
-                      (T == 1 && sets <= slots);
-    const bool on = stream == 2 || (stream == 0 && grid.cluster == 1 && pays);
+    const bool on =
+        stream == 2 ||
+        (stream == 0 && StreamPays(grid, slots, sets, w4a16::NumChunks(shape), kChunkK, T == 1));
     if (on && args.sync != nullptr) {
       DecodeGrid stream_grid;
       stream_grid.ctas =

@@ -600,6 +600,27 @@ TEST_F(W4A16Test, DecodeStreamMatchesCpu) {
                 rng_);
 }
 
+// The W2A8 decode kernel with its stream-K grid forced on (kStream 2) or off (1).
+template <int kStream>
+cudaError_t LaunchW2A8DecodeStream(const GemmArgs& args) {
+  W2A8Options options;
+  options.decode_stream = kStream;
+  return LaunchW2A8(args, options);
+}
+
+// W2A8's stream-K decode grid over the shapes of W4A16Test.DecodeStreamMatchesCpu (282,
+// 625 and 157 row groups; 625 take two units a slot at M <= 8, K = 640 an odd count of
+// blocks).
+TEST_F(W2A8Test, DecodeStreamMatchesCpu) {
+  CheckVariants(Scheme::kW2A8,
+                {{9000, 1024, 0}, {9000, 384, 0}, {8704, 256, 0}, {20000, 640, 0}, {5000, 1152, 0}},
+                {1, 5, 8, 9, 16},
+                {{"default", &LaunchW2A8},
+                 {"stream", &LaunchW2A8DecodeStream<2>},
+                 {"no stream", &LaunchW2A8DecodeStream<1>}},
+                rng_);
+}
+
 // A launch with the decode kernels' cluster size forced (kCluster CTAs sharing each row
 // set, decode_split.cuh; 0: the launch's choice).
 template <typename Options, cudaError_t (*kLaunch)(const GemmArgs&, const Options&), int kCluster>
@@ -1067,6 +1088,11 @@ TEST_F(W2A8Test, RejectsBadOptions) {
   options.decode_cluster = 3;
   EXPECT_EQ(LaunchW2A8(args, options), cudaErrorInvalidValue);
   options.decode_cluster = -1;
+  EXPECT_EQ(LaunchW2A8(args, options), cudaErrorInvalidValue);
+  options = {};
+  options.decode_stream = 3;
+  EXPECT_EQ(LaunchW2A8(args, options), cudaErrorInvalidValue);
+  options.decode_stream = -1;
   EXPECT_EQ(LaunchW2A8(args, options), cudaErrorInvalidValue);
   options = {};
   options.wgmma_groups = 3;
