@@ -1,5 +1,5 @@
-// Stream-K for a persistent decode grid (w4a16_decode.cuh): the row sets split by work,
-// not by set, over every CTA that fits at once.
+// Stream-K for a persistent decode grid (w4a16_decode.cuh, w2a8_decode.cuh): the row sets
+// split by work, not by set, over every CTA that fits at once.
 //
 // Where a decode grid's row sets just outnumber the CTAs that fit (W4A16 8192 x 8704 at M
 // = 1: 272 two-strip sets for 264 CTAs), whole sets per CTA take a second turn on about
@@ -10,7 +10,7 @@
 // and summed through shared memory the same way. With no more CTAs than sets, every range
 // spans at least one set's chunks, so a set is shared by at most two CTAs, b - 1 and b
 // across boundary b. CTA b works on its part first (its first unit) and publishes its sum
-// in GemmArgs::sync, each float in a 64-bit word with a nonzero tag in its high half (one
+// in GemmArgs::sync, each sum in a 64-bit word with a nonzero tag in its high half (one
 // store, so the word is either still zero or complete: no fence, which would stall the
 // weight loads in flight); CTA b - 1 reaches its part last, reads those words, waiting
 // for any still zero, adds them and stores y, and zeroes them, so that the sync words are

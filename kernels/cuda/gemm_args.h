@@ -48,8 +48,8 @@ struct GemmArgs {
   // Optional, device, kSyncBytes bytes, all zero, 8-byte aligned: where the CTAs of one
   // grid hand each other data, which a kernel leaves zero again when it completes, so
   // that one zeroed allocation serves every launch on a stream (a launch never overlaps
-  // the previous one's use of it). Without it the kernels that would use it (W4A16's
-  // stream-K decode grid) take another grid.
+  // the previous one's use of it). Without it the kernels that would use it (the W4A16
+  // and W2A8 decode kernels' stream-K grids) take another grid.
   void* sync = nullptr;
   // Optional, device [m, n] in residual_dtype: y = x * W^T + residual, added in fp32
   // before y is rounded. Only for kernels whose registry entry says they take one

@@ -56,8 +56,9 @@ struct W2A8Options {
   // SMs). More than 1 needs sm_90 (cudaErrorInvalidValue before).
   int decode_cluster = 0;
   // M <= 16: the stream-K grid of the decode kernel (decode_stream.cuh), which needs
-  // args.sync: 0 lets the launch choose (where whole row groups per CTA would leave CTAs
-  // idle), 1 never, 2 wherever the decode kernel runs.
+  // args.sync: 0 lets the launch choose (where the row groups outnumber the CTAs that fit
+  // and whole groups per CTA would leave many idle), 1 never, 2 wherever the decode
+  // kernel runs.
   int decode_stream = 0;
   // Forces the mma.sync GEMM (at every M where the wgmma GEMM does not run) with this
   // many CTAs splitting the K of each four row groups (clamped to K / 128). 0 lets the

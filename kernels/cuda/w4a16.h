@@ -62,8 +62,8 @@ struct W4A16Options {
   // before).
   int decode_cluster = 0;
   // The stream-K grid of the decode kernel's two-strip tiles (decode_stream.cuh), which
-  // needs args.sync: 0 lets the launch choose (where whole row sets per CTA would take
-  // more than one turn), 1 never, 2 wherever those tiles run; tests and tuning.
+  // needs args.sync: 0 lets the launch choose (StreamPays, decode_plan.h), 1 never, 2
+  // wherever those tiles run; tests and tuning.
   int decode_stream = 0;
 };
 cudaError_t LaunchW4A16(const GemmArgs& args, const W4A16Options& options);
