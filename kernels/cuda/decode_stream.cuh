@@ -121,6 +121,24 @@ struct DecodeStream {
     }
     return true;
   }
+
+  // The end of unit `unit`: this thread's elements e = threadIdx.x + i * kThreads of the
+  // set's tile (kTile elements) summed over the 8 warps' partial tiles in `red`, combined
+  // with the other CTA's sums where two CTAs share the set (Combine), and store(e, sum)
+  // for each where this CTA stores the set. Every thread of the CTA calls it.
+  template <int kTile, int kThreads, typename V, typename Store>
+  __device__ void Reduce(int unit, const V* red, uint64_t* sums, Store&& store) const {
+    static_assert(kTile % kThreads == 0);
+    constexpr int kPer = kTile / kThreads;
+    V v[kPer];
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      v[i] = SumPartials(red, 0, static_cast<int>(threadIdx.x) + i * kThreads, kTile);
+    }
+    if (!Combine<kPer, kThreads>(unit, v, sums)) return;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) store(static_cast<int>(threadIdx.x) + i * kThreads, v[i]);
+  }
 };
 
 }  // namespace qmm::cuda

@@ -219,22 +219,12 @@ __global__ void __launch_bounds__(kDecodeThreads, W2A8DecodeTile<T, kUnits>::kMi
               row_scale[tok] * __ldg(p.w_scale + row) * static_cast<float>(dot));
     };
     if constexpr (kStream) {
-      static_assert(kWarpInts % kDecodeThreads == 0);
-      constexpr int kPer = kWarpInts / kDecodeThreads;
-      int32_t v[kPer];
-#pragma unroll
-      for (int i = 0; i < kPer; ++i) {
-        v[i] = ws.SumPartials(rs, 0, static_cast<int>(threadIdx.x) + i * kDecodeThreads, kWarpInts);
-      }
-      if (ws.template Combine<kPer, kDecodeThreads>(unit, v, p.stream_sums)) {
-#pragma unroll
-        for (int i = 0; i < kPer; ++i) {
-          const int e = static_cast<int>(threadIdx.x) + i * kDecodeThreads;
-          const int row = row_of(e);
-          const int tok = token_of(e);
-          if (row < p.n && tok < p.m) store(row, tok, v[i]);
-        }
-      }
+      auto store_element = [&](int e, int32_t sum) {
+        const int row = row_of(e);
+        const int tok = token_of(e);
+        if (row < p.n && tok < p.m) store(row, tok, sum);
+      };
+      ws.template Reduce<kWarpInts, kDecodeThreads>(unit, rs, p.stream_sums, store_element);
     } else {
       const int total = ws.sets_per_cta * kWarpInts;
       for (int e = ws.First(total); e < ws.End(total); e += kDecodeThreads) {

@@ -247,20 +247,9 @@ __global__ void __launch_bounds__(kThreads, DecodeTile<T, R, kDeep>::kMinBlocks)
       return strip * kStripRows + f / 16 % 8 + (f % 4 >> 1) * 8;
     };
     if constexpr (kStream) {
-      static_assert(kOutFloats == StreamTileFloats(T) && kOutFloats % kThreads == 0);
-      constexpr int kPer = kOutFloats / kThreads;
-      float v[kPer];
-#pragma unroll
-      for (int i = 0; i < kPer; ++i) {
-        v[i] = ws.SumPartials(rf, 0, static_cast<int>(threadIdx.x) + i * kThreads, kWarpFloats);
-      }
-      if (ws.template Combine<kPer, kThreads>(unit, v, p.stream_sums)) {
-#pragma unroll
-        for (int i = 0; i < kPer; ++i) {
-          const int e = static_cast<int>(threadIdx.x) + i * kThreads;
-          StoreY(p, token_of(e), row_of(e), v[i]);
-        }
-      }
+      static_assert(kOutFloats == StreamTileFloats(T) && kOutFloats == kWarpFloats);
+      ws.template Reduce<kOutFloats, kThreads>(
+          unit, rf, p.stream_sums, [&](int e, float v) { StoreY(p, token_of(e), row_of(e), v); });
     } else {
       const int total = sets_per_cta * kOutFloats;
       for (int e = ws.First(total); e < ws.End(total); e += kThreads) {

@@ -570,22 +570,32 @@ TEST_F(W4A16Test, DecodeTurnsMatchCpu) {
                 rng_);
 }
 
-// The W4A16 decode kernel up to 16 tokens with its stream-K grid forced on (kStream 2)
-// or off (1).
-template <int kStream>
-cudaError_t LaunchW4A16DecodeStream(const GemmArgs& args) {
-  W4A16Options options;
-  options.decode_stream = kStream;
-  return LaunchW4A16(args, options);
+// A launch with one option forced: options.*kField = kValue (0: the launch's choice).
+template <typename Options, cudaError_t (*kLaunch)(const GemmArgs&, const Options&), auto kField,
+          int kValue>
+cudaError_t LaunchWith(const GemmArgs& args) {
+  Options options;
+  options.*kField = kValue;
+  return kLaunch(args, options);
 }
 
-// The decode kernel's stream-K grid (decode_stream.cuh), forced on and off, and as the
-// default launch takes it on a GPU of up to 140 SMs: where the row sets outnumber the
-// two-strip CTAs that fit (282 sets for N = 9000, the last one partial; 625 for N =
-// 20000, two to three a CTA) and, at M <= 8, where each CTA has one (157 for N = 5000).
-// K = 1024 splits a set between two CTAs at any chunk; K = 384 and 256 leave most warps
-// of a CTA's part of a set one chunk or none (a CTA's range is a little over one set).
-// Every launch must also leave GemmArgs::sync zero (GpuWeight::Check).
+// The default launch, and the decode kernels' stream-K grid (decode_stream.cuh) forced on
+// (decode_stream 2) and off (1).
+template <typename Options, cudaError_t (*kLaunch)(const GemmArgs&, const Options&)>
+Variants StreamVariants() {
+  constexpr auto kStream = &Options::decode_stream;
+  return {{"default", &LaunchWith<Options, kLaunch, kStream, 0>},
+          {"stream", &LaunchWith<Options, kLaunch, kStream, 2>},
+          {"no stream", &LaunchWith<Options, kLaunch, kStream, 1>}};
+}
+
+// The decode kernel's stream-K grid, forced on and off, and as the default launch takes
+// it on a GPU of up to 140 SMs: where the row sets outnumber the two-strip CTAs that fit
+// (282 sets for N = 9000, the last one partial; 625 for N = 20000, two to three a CTA)
+// and, at M <= 8, where each CTA has one (157 for N = 5000). K = 1024 splits a set
+// between two CTAs at any chunk; K = 384 and 256 leave most warps of a CTA's part of a set
+// one chunk or none (a CTA's range is a little over one set). Every launch must also
+// leave GemmArgs::sync zero (GpuWeight::Check).
 TEST_F(W4A16Test, DecodeStreamMatchesCpu) {
   CheckVariants(Scheme::kW4A16,
                 {{9000, 1024, kW4GroupSize},
@@ -593,53 +603,29 @@ TEST_F(W4A16Test, DecodeStreamMatchesCpu) {
                  {8704, 256, kW4GroupSize},
                  {20000, 640, kW4GroupSize},
                  {5000, 1152, kW4GroupSize}},
-                {1, 5, 8, 9, 16},
-                {{"default", &LaunchWithSplits<W4A16Options, &LaunchW4A16, 0>},
-                 {"stream", &LaunchW4A16DecodeStream<2>},
-                 {"no stream", &LaunchW4A16DecodeStream<1>}},
-                rng_);
+                {1, 5, 8, 9, 16}, StreamVariants<W4A16Options, &LaunchW4A16>(), rng_);
 }
 
-// The W2A8 decode kernel with its stream-K grid forced on (kStream 2) or off (1).
-template <int kStream>
-cudaError_t LaunchW2A8DecodeStream(const GemmArgs& args) {
-  W2A8Options options;
-  options.decode_stream = kStream;
-  return LaunchW2A8(args, options);
-}
-
-// W2A8's stream-K decode grid, forced on and off, over the shapes of
-// W4A16Test.DecodeStreamMatchesCpu (282, 625 and 157 row groups; 625 take two units a slot
-// at M <= 8, K = 640 an odd count of blocks). The default launch takes it on the first four
-// at 9-16 tokens (their K is too short for it at M <= 8).
+// The same for W2A8 (282, 625 and 157 row groups; 625 take two units a slot at M <= 8,
+// K = 640 an odd count of blocks). The default launch takes it on the first four at 9-16
+// tokens (their K is too short for it at M <= 8).
 TEST_F(W2A8Test, DecodeStreamMatchesCpu) {
   CheckVariants(Scheme::kW2A8,
                 {{9000, 1024, 0}, {9000, 384, 0}, {8704, 256, 0}, {20000, 640, 0}, {5000, 1152, 0}},
-                {1, 5, 8, 9, 16},
-                {{"default", &LaunchW2A8},
-                 {"stream", &LaunchW2A8DecodeStream<2>},
-                 {"no stream", &LaunchW2A8DecodeStream<1>}},
-                rng_);
+                {1, 5, 8, 9, 16}, StreamVariants<W2A8Options, &LaunchW2A8>(), rng_);
 }
 
-// A launch with the decode kernels' cluster size forced (kCluster CTAs sharing each row
-// set, decode_split.cuh; 0: the launch's choice).
-template <typename Options, cudaError_t (*kLaunch)(const GemmArgs&, const Options&), int kCluster>
-cudaError_t LaunchDecodeCluster(const GemmArgs& args) {
-  Options options;
-  options.decode_cluster = kCluster;
-  return kLaunch(args, options);
-}
-
-// The default launch and, where the device has clusters, clusters of 2 and 4 CTAs forced.
+// The default launch and, where the device has clusters, clusters of 2 and 4 CTAs forced
+// to share each row set of the decode kernels (decode_split.cuh).
 template <typename Options, cudaError_t (*kLaunch)(const GemmArgs&, const Options&)>
 Variants ClusterVariants() {
   DeviceInfo device;
   EXPECT_EQ(CurrentDeviceInfo(&device), cudaSuccess);
-  Variants variants = {{"default", &LaunchDecodeCluster<Options, kLaunch, 0>}};
+  constexpr auto kCluster = &Options::decode_cluster;
+  Variants variants = {{"default", &LaunchWith<Options, kLaunch, kCluster, 0>}};
   if (device.clusters()) {
-    variants.push_back({"cluster 2", &LaunchDecodeCluster<Options, kLaunch, 2>});
-    variants.push_back({"cluster 4", &LaunchDecodeCluster<Options, kLaunch, 4>});
+    variants.push_back({"cluster 2", &LaunchWith<Options, kLaunch, kCluster, 2>});
+    variants.push_back({"cluster 4", &LaunchWith<Options, kLaunch, kCluster, 4>});
   }
   return variants;
 }
