@@ -89,13 +89,13 @@ inline constexpr int64_t kStreamMinRunK = 12288;
 // sets leaves a fifth of the CTAs that fit or more idle (its turns have fewer CTAs than
 // fit), or an eighth with runs of at least kStreamMinRunK a CTA; with one token tile
 // (`one_tile`) also on a grid of one set per CTA (the same split, measured faster for
-// W4A16). On the H200, W4A16 at M = 1 / 16:
-// 8192 x 8704 (272 sets, two turns of 136 CTAs) 17.3 / 23.9 us against 11.2 / 16.1, 4096 x
-// 11008 (two of 172) 9.8 / 13.7 against 8.3 / 11.6, 8192 x 28672 (four of 224, 32768 k a
-// CTA) 34.4 / 47.8 against 30.8 / 45.1; not taken: 4096 x 14336 (two of 224, 8192 k)
-// 9.73 / 13.6 against 10.0 / 14.3, 8192 x 15872 (two of 248) 18.1 / 24.8 against 18.2 /
-// 26.2. One set per CTA at M = 1: 2-7% faster (8192 x 8192 10.28 against 10.05 us); at
-// M = 8 -2 to +2%, at M = 16 up to 1% slower from 256 sets.
+// W4A16). On the H200, W4A16, the grid of whole sets against the stream-K grid, M = 1 /
+// 16 (us): taken, 8192 x 8704 (272 sets, two turns of 136 CTAs) 17.3 / 23.9 against 11.2 /
+// 16.1, 4096 x 11008 (two of 172) 9.8 / 13.7 against 8.3 / 11.6, 8192 x 28672 (four of 224,
+// 32768 k a CTA) 34.4 / 47.8 against 30.8 / 45.1; not taken, 4096 x 14336 (two of 224,
+// 8192 k) 9.73 / 13.6 against 10.0 / 14.3, 8192 x 15872 (two of 248) 18.1 / 24.8 against
+// 18.2 / 26.2. One set per CTA: at M = 1 2-7% faster (8192 x 8192 10.05 us against 10.28),
+// at M = 8 from 8% faster to 2% slower, at M = 16 up to 1% slower from 256 sets.
 inline bool StreamPays(const DecodeGrid& grid, int64_t slots, int64_t sets, int64_t chunks,
                        int chunk_k, bool one_tile) {
   if (grid.cluster != 1) return false;
