@@ -22,10 +22,12 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cuda/atomic>
 #include <cuda/std/bit>
 
+#include "kernels/cuda/decode_plan.h"
 #include "kernels/cuda/decode_split.cuh"
 #include "kernels/cuda/gemm_args.h"
 
@@ -35,6 +37,15 @@ namespace qmm::cuda {
 // `tile_floats` floats: one tile of 64-bit words per CTA in GemmArgs::sync.
 constexpr int StreamMaxCtas(int tile_floats) {
   return static_cast<int>(kSyncBytes / (tile_floats * int64_t{8}));
+}
+
+// The stream-K grid of `sets` row sets whose tile is `tile_floats` floats, on `slots` CTAs
+// that fit at once: all of them, but no more than the sets (so that a set spans at most two
+// CTAs' ranges) nor than GemmArgs::sync holds tiles for.
+inline DecodeGrid MakeStreamGrid(int64_t slots, int64_t sets, int tile_floats) {
+  DecodeGrid grid;
+  grid.ctas = std::min({slots, sets, int64_t{StreamMaxCtas(tile_floats)}});
+  return grid;
 }
 
 // The kernel-side split, with DecodeSplit's interface (one set per unit, S = 8, no cluster).

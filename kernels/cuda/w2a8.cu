@@ -136,9 +136,8 @@ cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& info, const Geo
                     (T > 1 || DecodeRunK(grid, chunks, chunk_k) >= kStreamMinRunK) &&
                     StreamPays(grid, slots, geo.row_groups, chunks, chunk_k, false);
   if ((stream == 2 || (stream == 0 && pays)) && args.sync != nullptr) {
-    DecodeGrid stream_grid;
-    stream_grid.ctas =
-        std::min({slots, geo.row_groups, int64_t{StreamMaxCtas(w2a8::kBlocksPerGroup * T * 128)}});
+    const DecodeGrid stream_grid =
+        MakeStreamGrid(slots, geo.row_groups, w2a8::kBlocksPerGroup * T * 128);
     p.stream_sums = static_cast<uint64_t*>(args.sync);
     p.early_trigger = EarlyTrigger(stream_grid.ctas, slots);
     const DecodeLaunch stream_launch(stream_grid, w2a8::kDecodeThreads, args.stream, info.cc_major);

@@ -178,9 +178,7 @@ cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& device, const v
         stream == 2 ||
         (stream == 0 && StreamPays(grid, slots, sets, w4a16::NumChunks(shape), kChunkK, T == 1));
     if (on && args.sync != nullptr) {
-      DecodeGrid stream_grid;
-      stream_grid.ctas =
-          std::min({slots, sets, int64_t{StreamMaxCtas(w4a16::StreamTileFloats(T))}});
+      const DecodeGrid stream_grid = MakeStreamGrid(slots, sets, w4a16::StreamTileFloats(T));
       p.stream_sums = static_cast<uint64_t*>(args.sync);
       p.early_trigger = EarlyTrigger(stream_grid.ctas, slots);
       const DecodeLaunch stream_launch(stream_grid, kThreads, args.stream, device.cc_major);

@@ -48,9 +48,13 @@ class ChainGpuTest : public ::testing::Test {
     ASSERT_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     ASSERT_EQ(cublasCreate(&cublas_), CUBLAS_STATUS_SUCCESS);
     ASSERT_EQ(cublasSetStream(cublas_, stream_), CUBLAS_STATUS_SUCCESS);
+    // The stream's GemmArgs::sync, zeroed once as a CUDA backend worker's is.
+    ASSERT_CUDA(cudaMalloc(&sync_, kSyncBytes));
+    ASSERT_CUDA(cudaMemset(sync_, 0, kSyncBytes));
   }
   void TearDown() override {
     for (void* p : device_) cudaFree(p);
+    cudaFree(sync_);
     if (cublas_ != nullptr) cublasDestroy(cublas_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
@@ -227,8 +231,7 @@ class ChainGpuTest : public ::testing::Test {
         const size_t y_bytes = m * out * DTypeSize(y_dtype);
         run.y = Alloc(y_bytes);
         run.arena = Alloc(plan.ArenaBytes(m));
-        const std::vector<uint8_t> zeros(kSyncBytes, 0);
-        run.sync = Upload(zeros.data(), zeros.size());
+        run.sync = sync_;
         run.stream = stream_;
         run.cublas = cublas_;
         EXPECT_EQ(plan.Enqueue(run), cudaSuccess) << name;
@@ -276,6 +279,7 @@ class ChainGpuTest : public ::testing::Test {
 
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
+  void* sync_ = nullptr;
   std::mt19937 rng_;
   std::deque<std::vector<uint8_t>> bytes_;
   std::deque<PackedWeight> packed_;
