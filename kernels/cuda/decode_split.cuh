@@ -142,14 +142,6 @@ struct DecodeSplitOf {
 
   // This warp's chunks of any unit (the same for each).
   __device__ WarpSpan Span(int /*unit*/) const { return {c_begin, count, per_warp}; }
-  // The late refill of a unit's slot (the RefillPrevious above) for this split, whose warps
-  // have the same chunks in every unit.
-  template <int kSlots, typename Load>
-  __device__ void RefillPrevious(int slot, int round, int unit, bool live, int next_round,
-                                 int next_unit, bool next_live, Load&& load) const {
-    qmm::cuda::RefillPrevious<kSlots>(*this, slot, round, unit, live, Span(unit), next_round,
-                                      next_unit, next_live, Span(next_unit), load);
-  }
 };
 
 using DecodeSplit = DecodeSplitOf<1 << 3>;

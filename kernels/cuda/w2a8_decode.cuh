@@ -8,7 +8,7 @@
 // scales applied, once per set. Where the row groups are fewer than the SMs, a cluster of
 // C CTAs shares each set, and the sum takes in the C S tiles (decode_split.cuh). Each warp
 // keeps 4 KB of weights in flight (slots of kUnits units) and refills a slot once the next
-// slot's weights are in use (DecodeSplit::RefillPrevious). The activations are the int8
+// slot's weights are in use (RefillPrevious, decode_split.cuh). The activations are the int8
 // rows, scales and sums the prologue kernel wrote (w2a8_prologue.cuh). Where whole row
 // groups per CTA would leave many of the CTAs that fit idle, the stream-K grid (kStream,
 // decode_stream.cuh) gives every CTA an equal range of the groups' chunks instead.

@@ -70,7 +70,7 @@ struct DecodeTile {
   // CTAs per SM the registers are capped for (8 warps each).
   static constexpr int kMinBlocks = NT * R == 1 && !kDeep ? 4 : 2;
   // Late refills for one token tile and two row tiles, as the W4A16 decode kernel's
-  // (DecodeSplit::RefillPrevious says when): at M = 1 on the H200, that deep tile took
+  // (RefillPrevious, decode_split.cuh, says when): at M = 1 on the H200, that deep tile took
   // 8192 x 6144 from 20.7 to 19.7 us and 8192 x 8192 from 22.4 to 21.8; with one row tile
   // it helped less and not everywhere (4096 x 4096: 9.1 against 8.8).
   static constexpr bool kDeferRefill = NT == 1 && R == 2;
@@ -153,8 +153,8 @@ __global__ void __launch_bounds__(kWarps * 32, DecodeTile<NT, R, kDeep>::kMinBlo
         const int cc = round * kSlots + slot;
         auto refill_previous = [&] {
           if constexpr (Tl::kDeferRefill) {
-            ws.template RefillPrevious<kSlots>(slot, round, unit, live, next_round, next_unit,
-                                               next_live, load);
+            RefillPrevious<kSlots>(ws, slot, round, unit, live, ws.Span(unit), next_round,
+                                   next_unit, next_live, ws.Span(next_unit), load);
           }
         };
         if (!(live && cc < count)) refill_previous();
