@@ -139,8 +139,16 @@ __global__ void __launch_bounds__(kDecodeThreads, W2A8DecodeTile<T, kUnits>::kMi
     const int rounds = (span.per_warp + kSlots - 1) / kSlots;  // the same for every warp
     // acc[r][tt][j]: MMA j's sums over field j of the codes, scaled by 4^j.
     int32_t acc[kBlocksPerGroup][T][4][4] = {};
+    // The stream-K grid's other part of a shared last set, read as its last round starts,
+    // where that measured faster: one token tile, one unit a slot (decode_stream.cuh,
+    // Prefetch).
+    constexpr bool kPrefetch = kStream && T == 1 && kUnits == 1;
+    uint64_t words[kPrefetch ? kWarpInts / kDecodeThreads : 1] = {};
     for (int round = 0; round < rounds; ++round) {
       const bool last = round + 1 == rounds;
+      if constexpr (kPrefetch) {
+        if (last) ws.template Prefetch<kDecodeThreads>(unit, p.stream_sums, words);
+      }
       const int next_unit = last ? unit + ws.unit_stride : unit;
       const int next_round = last ? 0 : round + 1;
       const bool next_live = next_unit < units && ws.SetOf(next_unit) < p.row_groups;
@@ -224,7 +232,12 @@ __global__ void __launch_bounds__(kDecodeThreads, W2A8DecodeTile<T, kUnits>::kMi
         const int tok = token_of(e);
         if (row < p.n && tok < p.m) store(row, tok, sum);
       };
-      ws.template Reduce<kWarpInts, kDecodeThreads>(unit, rs, p.stream_sums, store_element);
+      if constexpr (kPrefetch) {
+        ws.template Reduce<kWarpInts, kDecodeThreads>(unit, rs, p.stream_sums, words,
+                                                      store_element);
+      } else {
+        ws.template Reduce<kWarpInts, kDecodeThreads>(unit, rs, p.stream_sums, store_element);
+      }
     } else {
       const int total = ws.sets_per_cta * kWarpInts;
       for (int e = ws.First(total); e < ws.End(total); e += kDecodeThreads) {
