@@ -79,29 +79,43 @@ inline DecodeGrid MakeDecodeGrid(int64_t sets, int chunks, int chunk_bytes, int 
 inline int64_t DecodeRunK(const DecodeGrid& grid, int64_t chunks, int chunk_k) {
   return (grid.units + grid.ctas - 1) / grid.ctas * (8 / grid.split) * chunks * chunk_k;
 }
-// The run a CTA needs for the stream-K grid's fixed cost (a set handed on at the end) to
-// spread over (StreamPays).
+// The run a CTA needs for W2A8's stream-K grid's fixed cost (a set handed on at the end)
+// to spread over (W2A8StreamPays).
 inline constexpr int64_t kStreamMinRunK = 12288;
 
-// Whether a decode launch takes the stream-K grid (decode_stream.cuh) rather than `grid`,
-// the grid of whole row sets (`sets` of `chunks` chunks of `chunk_k` k each), of which
-// `slots` CTAs fit at once. Not where clusters share the sets; where the grid of whole
-// sets leaves a fifth of the CTAs that fit or more idle (its turns have fewer CTAs than
-// fit), or an eighth with runs of at least kStreamMinRunK a CTA; with one token tile
-// (`one_tile`) also on a grid of one set per CTA (the same split, measured faster for
-// W4A16). On the H200, W4A16, the grid of whole sets against the stream-K grid, M = 1 /
-// 16 (us): taken, 8192 x 8704 (272 sets, two turns of 136 CTAs) 17.3 / 23.9 against 11.2 /
-// 16.1, 4096 x 11008 (two of 172) 9.8 / 13.7 against 8.3 / 11.6, 8192 x 28672 (four of 224,
-// 32768 k a CTA) 34.4 / 47.8 against 30.8 / 45.1; not taken, 4096 x 14336 (two of 224,
-// 8192 k) 9.73 / 13.6 against 10.0 / 14.3, 8192 x 15872 (two of 248) 18.1 / 24.8 against
-// 18.2 / 26.2. One set per CTA: at M = 1 2-7% faster (8192 x 8192 10.05 us against 10.28),
-// at M = 8 from 8% faster to 2% slower, at M = 16 up to 1% slower from 256 sets.
-inline bool StreamPays(const DecodeGrid& grid, int64_t slots, int64_t sets, int64_t chunks,
-                       int chunk_k, bool one_tile) {
+// Whether a W4A16 decode launch takes the stream-K grid (decode_stream.cuh) rather than
+// `grid`, the grid of whole row sets (`sets` of them), of which `slots` CTAs fit at once.
+// Not where clusters share the sets; where the grid of whole sets leaves a tenth of the
+// CTAs that fit or more idle (its turns have fewer CTAs than fit); with one token tile
+// (`one_tile`) also on a grid of one set per CTA (the same split, measured faster). On the
+// H200 (session 27, stream-K ranges cut in granules of 8 chunks), forced on against off,
+// M = 1 / 16 (us): 8192 x 8704 (272 sets, two turns of 136 CTAs) 10.78 / 15.32 against
+// 17.46 / 23.92; 4096 x 14336 (two of 224) 9.47 / 13.37 against 9.85 / 13.83; 8192 x
+// 14848 (two of 232) 16.42 / 23.76 against 17.41 / 24.47; not taken, 8192 x 15872 (two of
+// 248) 17.43 / 25.19 against 17.93 / 24.62, 8192 x 24576 (three of 256) 26.07 / 38.42
+// against 26.51 / 37.21. One set per CTA: at M = 1 2-7% faster (8192 x 8192 10.05 us
+// against 10.28), at M = 8 from 8% faster to 2% slower, at M = 16 up to 1% slower from
+// 256 sets.
+inline bool StreamPays(const DecodeGrid& grid, int64_t slots, int64_t sets, bool one_tile) {
   if (grid.cluster != 1) return false;
-  return grid.ctas * 5 < slots * 4 ||
-         (grid.ctas * 8 < slots * 7 && DecodeRunK(grid, chunks, chunk_k) >= kStreamMinRunK) ||
-         (one_tile && sets <= slots);
+  return grid.ctas * 10 < slots * 9 || (one_tile && sets <= slots);
+}
+
+// The same for a W2A8 decode launch (`sets` row groups of `chunks` chunks of `chunk_k` k),
+// whose stream-K grid pays less: only where the row groups outnumber the CTAs that fit,
+// and the grid of whole groups leaves a fifth of them idle, or an eighth with runs of at
+// least kStreamMinRunK a CTA; with one token tile (`one_tile`) only on such runs. On the
+// H200, forced on against off (us): 8192 x 8704 at M = 1 / 16 10.15 / 13.01 against 12.59
+// / 17.31, 8192 x 28672 21.05 / 27.84 against 22.31 / 30.98; not taken, 4096 x 14336
+// (two turns of 224, 8192 k a CTA) 9.66 / 11.80 against 8.73 / 10.89, 4096 x 11008 at M = 1
+// 8.87 against 8.48 (but at M = 16 10.83 against 11.77, taken); one row group a CTA, 8192 x
+// 8192 at M = 1 8.99 against 8.73 (session 26).
+inline bool W2A8StreamPays(const DecodeGrid& grid, int64_t slots, int64_t sets, int64_t chunks,
+                           int chunk_k, bool one_tile) {
+  if (grid.cluster != 1 || sets <= slots) return false;
+  const bool long_runs = DecodeRunK(grid, chunks, chunk_k) >= kStreamMinRunK;
+  if (one_tile && !long_runs) return false;
+  return grid.ctas * 5 < slots * 4 || (grid.ctas * 8 < slots * 7 && long_runs);
 }
 
 // Whether `grid` can run CTAs of more warps, all on one row set (W8A16's 12-warp CTAs,

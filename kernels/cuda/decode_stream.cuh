@@ -7,7 +7,12 @@
 // 8192 on the H200). Here CTA b of B takes the chunks [b W / B, (b + 1) W / B) of the W =
 // sets x chunks, in set-major order, so every CTA streams as many bytes. Each set of that
 // range is a unit, its chunks split over the 8 warps as DecodeSplit's S = 8 split them,
-// and summed through shared memory the same way. With no more CTAs than sets, every range
+// and summed through shared memory the same way. The ranges are cut in granules of 8
+// chunks where a set's chunks are a multiple of 8 (4, 2 or 1 otherwise: the largest power
+// of two up to 8 that divides them), so that each part of a set splits evenly over the
+// warps: with single chunks a CTA's two or three parts could each leave warps a round
+// short, and the busiest warp of 4096 x 14336's grid ran 8 rounds where 6.8 were its
+// share. With no more CTAs than sets, every range
 // spans at least one set's chunks, so a set is shared by at most two CTAs, b - 1 and b
 // across boundary b. CTA b works on its part first (its first unit) and publishes its sum
 // in GemmArgs::sync, each sum in a 64-bit word with a nonzero tag in its high half (one
@@ -65,10 +70,17 @@ struct DecodeStream {
   __device__ DecodeStream(int sets, int chunks, int warp)
       : chunks(chunks),
         warp(warp),
-        range_begin(int64_t{sets} * chunks * blockIdx.x / gridDim.x),
-        range_end(int64_t{sets} * chunks * (blockIdx.x + 1) / gridDim.x),
+        range_begin(Cut(sets, chunks, blockIdx.x)),
+        range_end(Cut(sets, chunks, blockIdx.x + 1)),
         first_unit(static_cast<int>(range_begin / chunks)),
         end_unit(static_cast<int>((range_end - 1) / chunks) + 1) {}
+
+  // The first chunk of CTA b's range: granule b G / B of the G granules (granules of
+  // min(8, the lowest set bit of chunks) chunks, a power of two, so shifts).
+  static __device__ int64_t Cut(int sets, int chunks, unsigned b) {
+    const int shift = min(__ffs(chunks) - 1, kWarpsLog2);
+    return (int64_t{sets} * chunks >> shift) * b / gridDim.x << shift;
+  }
 
   __device__ int Units(int /*sets*/) const { return end_unit; }
   __device__ int SetOf(int unit) const { return unit; }

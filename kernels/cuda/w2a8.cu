@@ -123,18 +123,10 @@ cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& info, const Geo
   static_cast<w2a8::Operands&>(p) = MakeOperands(args, geo, pro);
   p.split_shift = grid.split_shift();
   p.cluster_shift = grid.cluster_shift();
-  // The stream-K grid where W4A16's decode kernel takes it (decode_plan.h), but only where
-  // the row groups outnumber the CTAs that fit, and with one token tile only on runs of
-  // kStreamMinRunK. On the H200, the stream-K grid against forced off (M = 1 / 16): 8192
-  // x 8704 10.39 / 12.36 us against 12.58 / 17.33, 8192 x 28672 21.48 / 28.35 against
-  // 22.31 / 30.91, 4096 x 11008 (8192 k a CTA) at M = 16 10.67 against 11.79, but at M = 1
-  // 9.21 against 8.50; on one row group a CTA 8192 x 8192 8.99 against 8.73 at M = 1,
-  // 4096 x 6144 6.01 against 5.76.
-  const int64_t chunks = (geo.k_blocks + kUnits - 1) / kUnits;
-  const int chunk_k = kUnits * w2a8::kKPerBlock;
-  const bool pays = geo.row_groups > slots &&
-                    (T > 1 || DecodeRunK(grid, chunks, chunk_k) >= kStreamMinRunK) &&
-                    StreamPays(grid, slots, geo.row_groups, chunks, chunk_k, false);
+  // The stream-K grid where it pays (W2A8StreamPays, decode_plan.h).
+  const bool pays =
+      W2A8StreamPays(grid, slots, geo.row_groups, (geo.k_blocks + kUnits - 1) / kUnits,
+                     kUnits * w2a8::kKPerBlock, T == 1);
   if ((stream == 2 || (stream == 0 && pays)) && args.sync != nullptr) {
     const DecodeGrid stream_grid =
         MakeStreamGrid(slots, geo.row_groups, w2a8::kBlocksPerGroup * T * 128);

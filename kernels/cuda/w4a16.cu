@@ -174,9 +174,7 @@ cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& device, const v
   // The stream-K grid (decode_stream.cuh) on every CTA that fits, where it pays.
   if constexpr (kDecodeStream<R, kGlu>) {
     const int64_t sets = DecodeSets(shape, R);
-    const bool on =
-        stream == 2 ||
-        (stream == 0 && StreamPays(grid, slots, sets, w4a16::NumChunks(shape), kChunkK, T == 1));
+    const bool on = stream == 2 || (stream == 0 && StreamPays(grid, slots, sets, T == 1));
     if (on && args.sync != nullptr) {
       const DecodeGrid stream_grid = MakeStreamGrid(slots, sets, w4a16::StreamTileFloats(T));
       p.stream_sums = static_cast<uint64_t*>(args.sync);

@@ -66,25 +66,26 @@ TEST(DecodePlanTest, ManySetsTakeEqualTurnsOfSingleCtas) {
   EXPECT_EQ(grid.ctas, 224);  // 4 turns of 224 CTAs, not 3 of 264 and one of 104
 }
 
-// StreamPays on W4A16's two-strip grids (128 k a chunk), as measured: the stream-K grid
-// where the grid of whole sets leaves a fifth of the CTAs idle, or an eighth with long runs
-// a CTA, or (one token tile) has one set per CTA; never where clusters share the sets
-// (`cluster` forces them, as W4A16Options::decode_cluster).
+// StreamPays on W4A16's two-strip grids, as measured: the stream-K grid where the grid of
+// whole sets leaves a tenth of the CTAs idle, or (one token tile) has one set per CTA;
+// never where clusters share the sets (`cluster` forces them, as
+// W4A16Options::decode_cluster).
 bool StreamPaysFor(int64_t sets, int chunks, bool one_tile, int cluster = 0) {
   const DecodeGrid grid =
       MakeDecodeGrid(sets, chunks, kStripPair, kSms, kSlots, kClusterSlots, 1, 8, cluster);
-  return StreamPays(grid, kSlots, sets, chunks, 128, one_tile);
+  return StreamPays(grid, kSlots, sets, one_tile);
 }
 
 TEST(DecodePlanTest, StreamKWhereWholeSetsLeaveCtasIdle) {
   EXPECT_TRUE(StreamPaysFor(272, 64, true));  // 8192 x 8704: two turns of 136 CTAs
   EXPECT_TRUE(StreamPaysFor(272, 64, false));
-  EXPECT_TRUE(StreamPaysFor(344, 32, false));   // 4096 x 11008: two turns of 172
-  EXPECT_TRUE(StreamPaysFor(896, 64, false));   // 8192 x 28672: four turns of 224, long runs
-  EXPECT_FALSE(StreamPaysFor(448, 32, false));  // 4096 x 14336: two turns of 224, short runs
-  EXPECT_FALSE(StreamPaysFor(448, 32, true));
-  EXPECT_FALSE(StreamPaysFor(496, 64, true));  // 8192 x 15872: two turns of 248
-  EXPECT_FALSE(StreamPaysFor(512, 64, true));  // 8192 x 16384: two turns of 256
+  EXPECT_TRUE(StreamPaysFor(344, 32, false));  // 4096 x 11008: two turns of 172
+  EXPECT_TRUE(StreamPaysFor(896, 64, false));  // 8192 x 28672: four turns of 224
+  EXPECT_TRUE(StreamPaysFor(448, 32, false));  // 4096 x 14336: 224 CTAs of two sets
+  EXPECT_TRUE(StreamPaysFor(464, 64, false));  // 8192 x 14848: 232 of two (0.88)
+  EXPECT_FALSE(StreamPaysFor(496, 64, true));  // 8192 x 15872: 248 of two (0.94)
+  EXPECT_FALSE(StreamPaysFor(512, 64, true));  // 8192 x 16384: 256 of two
+  EXPECT_FALSE(StreamPaysFor(768, 64, true));  // 8192 x 24576: three turns of 256
   // One set per CTA: with one token tile only.
   EXPECT_TRUE(StreamPaysFor(256, 64, true));  // 8192 x 8192
   EXPECT_FALSE(StreamPaysFor(256, 64, false));
@@ -92,10 +93,29 @@ TEST(DecodePlanTest, StreamKWhereWholeSetsLeaveCtasIdle) {
   // Not where clusters share the sets (14336 x 4096; 8192 x 8704 with clusters forced).
   EXPECT_FALSE(StreamPaysFor(128, 112, true));
   EXPECT_FALSE(StreamPaysFor(272, 64, true, 2));
+}
+
+// W2A8StreamPays on one-unit row groups (128 k a chunk, 1 KB): only where the row groups
+// outnumber the CTAs that fit and the grid of whole groups leaves a fifth idle, or an
+// eighth with runs of at least 12288 k; one token tile only on such runs.
+bool W2A8StreamPaysFor(int64_t groups, int chunks, bool one_tile) {
+  const DecodeGrid grid = MakeDecodeGrid(groups, chunks, 1024, kSms, kSlots, kClusterSlots);
+  return W2A8StreamPays(grid, kSlots, groups, chunks, 128, one_tile);
+}
+
+TEST(DecodePlanTest, W2A8StreamKOnlyWithManyGroupsOrLongRuns) {
+  EXPECT_TRUE(W2A8StreamPaysFor(272, 64, true));   // 8192 x 8704: 16384 k a CTA
+  EXPECT_TRUE(W2A8StreamPaysFor(272, 32, false));  // 4096 x 8704: a fifth idle
+  EXPECT_FALSE(W2A8StreamPaysFor(272, 32, true));  // ... but 8192 k a CTA
+  EXPECT_TRUE(W2A8StreamPaysFor(344, 32, false));  // 4096 x 11008 (0.65)
+  EXPECT_FALSE(W2A8StreamPaysFor(344, 32, true));
+  EXPECT_FALSE(W2A8StreamPaysFor(448, 32, false));  // 4096 x 14336 (0.85, 8192 k a CTA)
+  EXPECT_TRUE(W2A8StreamPaysFor(896, 64, true));    // 8192 x 28672 (0.85, 32768 k)
+  EXPECT_FALSE(W2A8StreamPaysFor(256, 64, true));   // 8192 x 8192: one group a CTA
   // The k a CTA streams: turns x sets a unit x chunks x 128 (S = 4 on 4096 x 14336).
-  EXPECT_EQ(DecodeRunK(MakeDecodeGrid(896, 64, kStripPair, kSms, kSlots, kClusterSlots), 64, 128),
+  EXPECT_EQ(DecodeRunK(MakeDecodeGrid(896, 64, 1024, kSms, kSlots, kClusterSlots), 64, 128),
             4 * 64 * 128);
-  EXPECT_EQ(DecodeRunK(MakeDecodeGrid(448, 32, kStripPair, kSms, kSlots, kClusterSlots), 32, 128),
+  EXPECT_EQ(DecodeRunK(MakeDecodeGrid(448, 32, 1024, kSms, kSlots, kClusterSlots), 32, 128),
             2 * 32 * 128);
 }
 
