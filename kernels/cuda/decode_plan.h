@@ -83,33 +83,31 @@ inline int64_t DecodeRunK(const DecodeGrid& grid, int64_t chunks, int chunk_k) {
 // to spread over (W2A8StreamPays).
 inline constexpr int64_t kStreamMinRunK = 12288;
 
-// Whether a W4A16 decode launch takes the stream-K grid (decode_stream.cuh) rather than
-// `grid`, the grid of whole row sets (`sets` of them), of which `slots` CTAs fit at once.
-// Not where clusters share the sets; where the grid of whole sets leaves a tenth of the
-// CTAs that fit or more idle (its turns have fewer CTAs than fit); with one token tile
-// (`one_tile`) also on a grid of one set per CTA (the same split, measured faster). On the
-// H200 (session 27, stream-K ranges cut in granules of 8 chunks), forced on against off,
-// M = 1 / 16 (us): 8192 x 8704 (272 sets, two turns of 136 CTAs) 10.78 / 15.32 against
-// 17.46 / 23.92; 4096 x 14336 (two of 224) 9.47 / 13.37 against 9.85 / 13.83; 8192 x
-// 14848 (two of 232) 16.42 / 23.76 against 17.41 / 24.47; not taken, 8192 x 15872 (two of
-// 248) 17.43 / 25.19 against 17.93 / 24.62, 8192 x 24576 (three of 256) 26.07 / 38.42
-// against 26.51 / 37.21. One set per CTA: at M = 1 2-7% faster (8192 x 8192 10.05 us
-// against 10.28), at M = 8 from 8% faster to 2% slower, at M = 16 up to 1% slower from
-// 256 sets.
+// Whether a W4A16 decode launch takes the stream-K grid (decode_stream.cuh) rather than `grid`, the
+// grid of whole row sets (`sets` of them), of which `slots` CTAs fit at once. Not where clusters
+// share the sets; where the grid of whole sets leaves a tenth of the CTAs that fit or more idle
+// (its turns have fewer CTAs than fit); with one token tile (`one_tile`) also on a grid of one set
+// per CTA (the same split, measured faster). On the H200 (session 27, stream-K ranges cut in
+// granules of 8 chunks), forced on against off, M = 1 / 16 (us): 8192 x 8704 (272 sets, two turns
+// of 136 CTAs) 10.78 / 15.32 against 17.46 / 23.92; 4096 x 14336 (224 CTAs of two sets) 9.47 /
+// 13.37 against 9.85 / 13.83; 8192 x 14848 (232 of two) 16.42 / 23.76 against 17.41 / 24.47; not
+// taken, 8192 x 15872 (248 of two) 17.43 / 25.19 against 17.93 / 24.62, 8192 x 24576 (three turns
+// of 256) 26.07 / 38.42 against 26.51 / 37.21. One set per CTA: at M = 1 2-7% faster (8192 x 8192
+// 10.05 us against 10.28), at M = 8 from 8% faster to 2% slower, at M = 16 up to 1% slower from 256
+// sets.
 inline bool StreamPays(const DecodeGrid& grid, int64_t slots, int64_t sets, bool one_tile) {
   if (grid.cluster != 1) return false;
   return grid.ctas * 10 < slots * 9 || (one_tile && sets <= slots);
 }
 
-// The same for a W2A8 decode launch (`sets` row groups of `chunks` chunks of `chunk_k` k),
-// whose stream-K grid pays less: only where the row groups outnumber the CTAs that fit,
-// and the grid of whole groups leaves a fifth of them idle, or an eighth with runs of at
-// least kStreamMinRunK a CTA; with one token tile (`one_tile`) only on such runs. On the
-// H200, forced on against off (us): 8192 x 8704 at M = 1 / 16 10.15 / 13.01 against 12.59
-// / 17.31, 8192 x 28672 21.05 / 27.84 against 22.31 / 30.98; not taken, 4096 x 14336
-// (two turns of 224, 8192 k a CTA) 9.66 / 11.80 against 8.73 / 10.89, 4096 x 11008 at M = 1
-// 8.87 against 8.48 (but at M = 16 10.83 against 11.77, taken); one row group a CTA, 8192 x
-// 8192 at M = 1 8.99 against 8.73 (session 26).
+// The same for a W2A8 decode launch (`sets` row groups of `chunks` chunks of `chunk_k` k), whose
+// stream-K grid pays less: only where the row groups outnumber the CTAs that fit, and the grid of
+// whole groups leaves a fifth of them idle, or an eighth with runs of at least kStreamMinRunK a
+// CTA; with one token tile (`one_tile`) only on such runs. On the H200, forced on against off (us):
+// 8192 x 8704 at M = 1 / 16 10.15 / 13.01 against 12.59 / 17.31, 8192 x 28672 21.05 / 27.84 against
+// 22.31 / 30.98; not taken, 4096 x 14336 (224 CTAs of two groups, 8192 k a CTA) 9.66 / 11.80
+// against 8.73 / 10.89, 4096 x 11008 at M = 1 8.87 against 8.48 (but at M = 16 10.83 against 11.77,
+// taken); one row group a CTA, 8192 x 8192 at M = 1 8.99 against 8.73 (session 26).
 inline bool W2A8StreamPays(const DecodeGrid& grid, int64_t slots, int64_t sets, int64_t chunks,
                            int chunk_k, bool one_tile) {
   if (grid.cluster != 1 || sets <= slots) return false;

@@ -185,7 +185,7 @@ struct DecodeStream {
   // The same, with the other CTA's words read only now.
   template <int kTile, int kThreads, typename V, typename Store>
   __device__ void Reduce(int unit, const V* red, uint64_t* sums, Store&& store) const {
-    uint64_t words[kTile / kThreads];  // read by Combine
+    uint64_t words[kTile / kThreads];  // filled by Combine
     ReduceWith<kTile, kThreads, true>(unit, red, sums, words, store);
   }
 
