@@ -32,8 +32,10 @@
 #include <cuda/atomic>
 #include <cuda/std/bit>
 
+#include "kernels/cuda/decode_launch.h"
 #include "kernels/cuda/decode_plan.h"
 #include "kernels/cuda/decode_split.cuh"
+#include "kernels/cuda/dependent_launch.h"
 #include "kernels/cuda/gemm_args.h"
 
 namespace qmm::cuda {
@@ -44,13 +46,20 @@ constexpr int StreamMaxCtas(int tile_floats) {
   return static_cast<int>(kSyncBytes / (tile_floats * int64_t{8}));
 }
 
-// The stream-K grid of `sets` row sets whose tile is `tile_floats` floats, on `slots` CTAs
-// that fit at once: all of them, but no more than the sets (so that a set spans at most two
-// CTAs' ranges) nor than GemmArgs::sync holds tiles for.
-inline DecodeGrid MakeStreamGrid(int64_t slots, int64_t sets, int tile_floats) {
+// Enqueues `kernel` (a decode kernel's stream-K instance, `threads` a CTA) with `p` on the
+// stream-K grid of `sets` row sets whose tile is `tile_floats` floats, on `slots` CTAs that
+// fit at once: all of them, but no more than the sets (so that a set spans at most two
+// CTAs' ranges) nor than GemmArgs::sync holds tiles for. The sets' shared sums go through
+// args.sync, which the caller has checked is set.
+template <typename Params>
+cudaError_t LaunchStreamGrid(void (*kernel)(Params), Params p, const GemmArgs& args, int64_t slots,
+                             int64_t sets, int tile_floats, int threads, int cc_major) {
   DecodeGrid grid;
   grid.ctas = std::min({slots, sets, int64_t{StreamMaxCtas(tile_floats)}});
-  return grid;
+  p.stream_sums = static_cast<uint64_t*>(args.sync);
+  p.early_trigger = EarlyTrigger(grid.ctas, slots);
+  const DecodeLaunch launch(grid, threads, args.stream, cc_major);
+  return launch(kernel, p);
 }
 
 // The kernel-side split, with DecodeSplit's interface (one set per unit, S = 8, no cluster).

@@ -128,12 +128,9 @@ cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& info, const Geo
       W2A8StreamPays(grid, slots, geo.row_groups, (geo.k_blocks + kUnits - 1) / kUnits,
                      kUnits * w2a8::kKPerBlock, T == 1);
   if ((stream == 2 || (stream == 0 && pays)) && args.sync != nullptr) {
-    const DecodeGrid stream_grid =
-        MakeStreamGrid(slots, geo.row_groups, w2a8::kBlocksPerGroup * T * 128);
-    p.stream_sums = static_cast<uint64_t*>(args.sync);
-    p.early_trigger = EarlyTrigger(stream_grid.ctas, slots);
-    const DecodeLaunch stream_launch(stream_grid, w2a8::kDecodeThreads, args.stream, info.cc_major);
-    return stream_launch(w2a8::W2A8DecodeKernel<T, kUnits, false, true>, p);
+    return LaunchStreamGrid(w2a8::W2A8DecodeKernel<T, kUnits, false, true>, p, args, slots,
+                            geo.row_groups, w2a8::kBlocksPerGroup * T * 128, w2a8::kDecodeThreads,
+                            info.cc_major);
   }
   p.early_trigger = EarlyTrigger(grid.ctas, slots);
   const DecodeLaunch launch(grid, w2a8::kDecodeThreads, args.stream, info.cc_major);

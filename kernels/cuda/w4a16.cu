@@ -176,12 +176,9 @@ cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& device, const v
     const int64_t sets = DecodeSets(shape, R);
     const bool on = stream == 2 || (stream == 0 && StreamPays(grid, slots, sets, T == 1));
     if (on && args.sync != nullptr) {
-      const DecodeGrid stream_grid = MakeStreamGrid(slots, sets, w4a16::StreamTileFloats(T));
-      p.stream_sums = static_cast<uint64_t*>(args.sync);
-      p.early_trigger = EarlyTrigger(stream_grid.ctas, slots);
-      const DecodeLaunch stream_launch(stream_grid, kThreads, args.stream, device.cc_major);
-      return stream_launch(
-          w4a16::DecodeKernel<T, R, kBf16, false, false, false, /*kTurns=*/T == 2, true>, p);
+      return LaunchStreamGrid(
+          w4a16::DecodeKernel<T, R, kBf16, false, false, false, /*kTurns=*/T == 2, true>, p, args,
+          slots, sets, w4a16::StreamTileFloats(T), kThreads, device.cc_major);
     }
   }
   const DecodeLaunch launch(grid, kThreads, args.stream, device.cc_major);
