@@ -60,15 +60,12 @@ __global__ void __launch_bounds__(kDecodeThreads, W2A8DecodeTile<T, kUnits>::kMi
     W2A8DecodeKernel(const __grid_constant__ DecodeParams p) {
   constexpr int kSlots = W2A8DecodeTile<T, kUnits>::kSlots;
   static_assert(kSlots >= 2);
-  constexpr int kTokens = 8 * T;
   constexpr int kUnitVectors = kUnitBytes / 16;          // 64 16-byte vectors a unit
   constexpr int kBlockVectors = kBytesPerRowBlock / 16;  // 32, one a lane
   // One warp's partial tile: [r][tile][lane] x 4 int32.
   constexpr int kWarpInts = kBlocksPerGroup * T * 32 * 4;
   // Double-buffered, so that one barrier per row set suffices.
   __shared__ int4 red[2][kDecodeWarps * kBlocksPerGroup * T * 32];
-  __shared__ float row_scale[kTokens];
-  __shared__ int32_t row_sum[kTokens];
 
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -113,11 +110,29 @@ __global__ void __launch_bounds__(kDecodeThreads, W2A8DecodeTile<T, kUnits>::kMi
   WaitForPrerequisiteGrid();
   if (p.early_trigger) AllowDependentLaunch();
 
-  if (threadIdx.x < kTokens && threadIdx.x < p.m) {
-    row_sum[threadIdx.x] = p.x_sum[threadIdx.x];
-    row_scale[threadIdx.x] = p.x_scale[threadIdx.x];
+  // Element e of a unit's outputs: row group q = e / kWarpInts of the unit, f = e %
+  // kWarpInts = ((r * T + tt) * 32 + lane) * 4 + i; element i of lane (g, t) is row g
+  // (+8 for i >= 2), token 2t + (i & 1).
+  auto token_of = [&](int e) {
+    const int f = e % kWarpInts;
+    return f / (4 * 32) % T * 8 + f / 4 % 4 * 2 + (f & 1);
+  };
+  auto row_of = [&](int unit, int e) {
+    const int set = unit * ws.sets_per_cta + e / kWarpInts;
+    const int f = e % kWarpInts;
+    return set * kRowsPerGroup + f / (4 * 32 * T) * kRowsPerBlock + f / 16 % 8 + (f % 4 >> 1) * 8;
+  };
+  // The elements a thread stores step by the CTA's threads from its first, so they all
+  // have one token (the step is a multiple of 128 T): its activation scale and sum, read
+  // now, are in registers by the first store, and no barrier waits for them.
+  static_assert(kDecodeThreads % (128 * T) == 0);
+  const int token = token_of(ws.First(ws.sets_per_cta * kWarpInts));
+  float x_scale = 0;
+  int32_t x_sum = 0;
+  if (token < p.m) {
+    x_scale = __ldg(p.x_scale + token);
+    x_sum = __ldg(p.x_sum + token);
   }
-  __syncthreads();
 
   // This lane's activations in tile tt: token 8tt + g, k = 16t.. and 64 + 16t.. of a block.
   auto load_b = [&](int tt, int kb, uint32_t(&lo)[4], uint32_t(&hi)[4]) {
@@ -209,28 +224,14 @@ __global__ void __launch_bounds__(kDecodeThreads, W2A8DecodeTile<T, kUnits>::kMi
     }
     ws.SyncPartials();
     const int32_t* rs = reinterpret_cast<const int32_t*>(red[buf]);
-    // Element e of the unit's outputs: row group q = e / kWarpInts of the unit, f = e %
-    // kWarpInts = ((r * T + tt) * 32 + lane) * 4 + i; element i of lane (g, t) is row g
-    // (+8 for i >= 2), token 2t + (i & 1).
-    auto token_of = [&](int e) {
-      const int f = e % kWarpInts;
-      return f / (4 * 32) % T * 8 + f / 4 % 4 * 2 + (f & 1);
-    };
-    auto row_of = [&](int e) {
-      const int set = unit * ws.sets_per_cta + e / kWarpInts;
-      const int f = e % kWarpInts;
-      return set * kRowsPerGroup + f / (4 * 32 * T) * kRowsPerBlock + f / 16 % 8 + (f % 4 >> 1) * 8;
-    };
-    auto store = [&](int row, int tok, int32_t sum) {
-      const int32_t dot = sum - row_sum[tok];
-      StoreAs(p.y_dtype, p.y, int64_t{tok} * p.n + row,
-              row_scale[tok] * __ldg(p.w_scale + row) * static_cast<float>(dot));
+    auto store = [&](int row, int32_t sum) {
+      StoreAs(p.y_dtype, p.y, int64_t{token} * p.n + row,
+              x_scale * __ldg(p.w_scale + row) * static_cast<float>(sum - x_sum));
     };
     if constexpr (kStream) {
       auto store_element = [&](int e, int32_t sum) {
-        const int row = row_of(e);
-        const int tok = token_of(e);
-        if (row < p.n && tok < p.m) store(row, tok, sum);
+        const int row = row_of(unit, e);
+        if (row < p.n && token < p.m) store(row, sum);
       };
       if constexpr (kPrefetch) {
         ws.template Reduce<kWarpInts, kDecodeThreads>(unit, rs, p.stream_sums, words,
@@ -241,12 +242,11 @@ __global__ void __launch_bounds__(kDecodeThreads, W2A8DecodeTile<T, kUnits>::kMi
     } else {
       const int total = ws.sets_per_cta * kWarpInts;
       for (int e = ws.First(total); e < ws.End(total); e += kDecodeThreads) {
-        const int row = row_of(e);
-        const int tok = token_of(e);
-        if (unit * ws.sets_per_cta + e / kWarpInts >= p.row_groups || row >= p.n || tok >= p.m) {
+        const int row = row_of(unit, e);
+        if (unit * ws.sets_per_cta + e / kWarpInts >= p.row_groups || row >= p.n || token >= p.m) {
           continue;
         }
-        store(row, tok, ws.SumPartials(rs, e / kWarpInts, e % kWarpInts, kWarpInts));
+        store(row, ws.SumPartials(rs, e / kWarpInts, e % kWarpInts, kWarpInts));
       }
     }
     span = following;
