@@ -55,6 +55,7 @@ struct BenchOptions {
   int w4a16_decode_strips = 0;
   int w2a8_wgmma_groups = 0;
   int w2a8_decode_units = 0;
+  int w2a8_decode_groups = 0;
   int decode_cluster = 0;  // every scheme's decode_cluster
   int decode_stream = 0;   // W4A16's and W2A8's decode_stream
 };

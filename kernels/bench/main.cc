@@ -52,6 +52,8 @@ ABSL_FLAG(int, w4a16_decode_strips, 0,
           "W4A16 tuning: strips per warp of the decode kernel up to 8 tokens (1 or 2; 0 = auto)");
 ABSL_FLAG(int, w2a8_decode_units, 0,
           "W2A8 tuning: weight units per slot of the decode kernel at M <= 8 (1 or 2; 0 = auto)");
+ABSL_FLAG(int, w2a8_decode_groups, 0,
+          "W2A8 tuning: row groups per row set of the decode kernel at M <= 8 (1 or 2; 0 = auto)");
 ABSL_FLAG(int, decode_stream, 0,
           "Tuning: the stream-K grid of the W4A16 and W2A8 decode kernels up to 16 tokens (1 "
           "never, 2 wherever they run; 0 = auto)");
@@ -147,6 +149,7 @@ int main(int argc, char** argv) {
   o.w4a16_decode_strips = absl::GetFlag(FLAGS_w4a16_decode_strips);
   o.w2a8_wgmma_groups = absl::GetFlag(FLAGS_w2a8_wgmma_groups);
   o.w2a8_decode_units = absl::GetFlag(FLAGS_w2a8_decode_units);
+  o.w2a8_decode_groups = absl::GetFlag(FLAGS_w2a8_decode_groups);
   o.decode_cluster = absl::GetFlag(FLAGS_decode_cluster);
   o.decode_stream = absl::GetFlag(FLAGS_decode_stream);
   if (absl::Status s = qmm::bench::RunKernelBench(o); !s.ok()) return Fail(s.ToString());

@@ -46,16 +46,21 @@ constexpr int StreamMaxCtas(int tile_floats) {
   return static_cast<int>(kSyncBytes / (tile_floats * int64_t{8}));
 }
 
+// The CTAs of the stream-K grid of `sets` row sets whose tile is `tile_floats` floats, on
+// `slots` CTAs that fit at once: all of them, but no more than the sets (so that a set
+// spans at most two CTAs' ranges) nor than GemmArgs::sync holds tiles for.
+inline int64_t StreamCtas(int64_t slots, int64_t sets, int tile_floats) {
+  return std::min({slots, sets, int64_t{StreamMaxCtas(tile_floats)}});
+}
+
 // Enqueues `kernel` (a decode kernel's stream-K instance, `threads` a CTA) with `p` on the
-// stream-K grid of `sets` row sets whose tile is `tile_floats` floats, on `slots` CTAs that
-// fit at once: all of them, but no more than the sets (so that a set spans at most two
-// CTAs' ranges) nor than GemmArgs::sync holds tiles for. The sets' shared sums go through
-// args.sync, which the caller has checked is set.
+// stream-K grid of `sets` row sets whose tile is `tile_floats` floats (StreamCtas CTAs).
+// The sets' shared sums go through args.sync, which the caller has checked is set.
 template <typename Params>
 cudaError_t LaunchStreamGrid(void (*kernel)(Params), Params p, const GemmArgs& args, int64_t slots,
                              int64_t sets, int tile_floats, int threads, int cc_major) {
   DecodeGrid grid;
-  grid.ctas = std::min({slots, sets, int64_t{StreamMaxCtas(tile_floats)}});
+  grid.ctas = StreamCtas(slots, sets, tile_floats);
   p.stream_sums = static_cast<uint64_t*>(args.sync);
   p.early_trigger = EarlyTrigger(grid.ctas, slots);
   const DecodeLaunch launch(grid, threads, args.stream, cc_major);

@@ -90,18 +90,28 @@ w2a8::Operands MakeOperands(const GemmArgs& args, const Geometry& geo,
   return o;
 }
 
-// The decode kernel (w2a8_decode.cuh) for up to 8T tokens with kUnits units a slot, after
-// the prologue. Clusters (`cluster`: W2A8Options::decode_cluster) share the row groups of
-// the one-unit tiles only: two units are taken where the row groups are many. On the H200
-// clusters took 14336 x 4096 from 11.65 to 9.72 us at M = 1 (15.4 -> 14.5 at M = 16) and
+// A decode launch (w2a8_decode.cuh), planned: its grid of whole row sets, whether it takes
+// the stream-K grid instead (decode_stream.cuh), and the CTAs it runs.
+struct DecodePlan {
+  DecodeGrid grid;
+  int64_t slots = 0;  // its CTAs that fit at once
+  int64_t sets = 0;
+  bool stream = false;
+  int64_t ctas = 0;
+};
+
+// The plan of the decode kernel for up to 8T tokens with kUnits units a slot and kGroups row
+// groups a set. Clusters (`cluster`: W2A8Options::decode_cluster) share the row groups of the
+// one-unit, one-group tiles only: the others are taken where the row groups are many. On the
+// H200 clusters took 14336 x 4096 from 11.65 to 9.72 us at M = 1 (15.4 -> 14.5 at M = 16) and
 // 28672 x 2048 from 19.7 to 16.0. `stream`: W2A8Options::decode_stream.
-template <int T, int kUnits>
-cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& info, const Geometry& geo,
-                         const w2a8::PrologueParams& pro, int cluster, int stream) {
-  constexpr bool kClusters = kUnits == 1;
+template <int T, int kUnits, int kGroups>
+cudaError_t PlanDecode(const GemmArgs& args, const DeviceInfo& info, const Geometry& geo,
+                       int cluster, int stream, DecodePlan* plan) {
+  constexpr bool kClusters = kUnits == 1 && kGroups == 1;
   if (!kClusters) cluster = 1;
   if (cluster > 1 && info.cc_major < 9) return cudaErrorInvalidValue;
-  KernelFit fit;  // the clustered kernel's clusters (none for two units, or before sm_90)
+  KernelFit fit;  // the clustered kernel's clusters (none for the others, or before sm_90)
   if constexpr (kClusters) {
     constexpr auto kClustered = w2a8::W2A8DecodeKernel<T, kUnits, true>;
     if (const cudaError_t err =
@@ -110,34 +120,94 @@ cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& info, const Geo
       return err;
     }
   }
-  constexpr auto kKernel = w2a8::W2A8DecodeKernel<T, kUnits>;
-  const int64_t slots = int64_t{info.sms} * CtasPerSm<kKernel, w2a8::kDecodeThreads>();
-  // Enough warps per row group that none sums more than kDecodeMaxBlocksPerWarp blocks
+  constexpr auto kKernel = w2a8::W2A8DecodeKernel<T, kUnits, false, false, kGroups>;
+  plan->slots = int64_t{info.sms} * CtasPerSm<kKernel, w2a8::kDecodeThreads>();
+  plan->sets = (geo.row_groups + kGroups - 1) / kGroups;
+  const int64_t chunks = (geo.k_blocks + kUnits - 1) / kUnits;
+  // Enough warps per row set that none sums more than kDecodeMaxBlocksPerWarp blocks
   // (K <= kMaxDim needs at most 4 of the 8).
   const int min_split = static_cast<int>(std::bit_ceil(static_cast<uint64_t>(
       (geo.k_blocks + w2a8::kDecodeMaxBlocksPerWarp - 1) / w2a8::kDecodeMaxBlocksPerWarp)));
-  const DecodeGrid grid = MakeDecodeGrid(
-      geo.row_groups, static_cast<int>((geo.k_blocks + kUnits - 1) / kUnits),
-      kUnits * w2a8::kUnitBytes, info.sms, slots, fit.clusters, min_split, 8, cluster);
+  plan->grid =
+      MakeDecodeGrid(plan->sets, static_cast<int>(chunks), kGroups * kUnits * w2a8::kUnitBytes,
+                     info.sms, plan->slots, fit.clusters, min_split, 8, cluster);
+  // The stream-K grid where it pays (W2A8StreamPays, decode_plan.h).
+  const bool pays = W2A8StreamPays(plan->grid, plan->slots, plan->sets, chunks,
+                                   kUnits * w2a8::kKPerBlock, T == 1);
+  plan->stream = (stream == 2 || (stream == 0 && pays)) && args.sync != nullptr;
+  plan->ctas = plan->stream ? StreamCtas(plan->slots, plan->sets, w2a8::DecodeTileInts(T, kGroups))
+                            : plan->grid.ctas;
+  return cudaSuccess;
+}
+
+// The decode kernel of `plan` (PlanDecode's with the same T, kUnits and kGroups), after the
+// prologue.
+template <int T, int kUnits, int kGroups>
+cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& info, const Geometry& geo,
+                         const w2a8::PrologueParams& pro, const DecodePlan& plan) {
   w2a8::DecodeParams p{};
   static_cast<w2a8::Operands&>(p) = MakeOperands(args, geo, pro);
-  p.split_shift = grid.split_shift();
-  p.cluster_shift = grid.cluster_shift();
-  // The stream-K grid where it pays (W2A8StreamPays, decode_plan.h).
-  const bool pays =
-      W2A8StreamPays(grid, slots, geo.row_groups, (geo.k_blocks + kUnits - 1) / kUnits,
-                     kUnits * w2a8::kKPerBlock, T == 1);
-  if ((stream == 2 || (stream == 0 && pays)) && args.sync != nullptr) {
-    return LaunchStreamGrid(w2a8::W2A8DecodeKernel<T, kUnits, false, true>, p, args, slots,
-                            geo.row_groups, w2a8::kBlocksPerGroup * T * 128, w2a8::kDecodeThreads,
-                            info.cc_major);
+  p.split_shift = plan.grid.split_shift();
+  p.cluster_shift = plan.grid.cluster_shift();
+  if (plan.stream) {
+    return LaunchStreamGrid(w2a8::W2A8DecodeKernel<T, kUnits, false, true, kGroups>, p, args,
+                            plan.slots, plan.sets, w2a8::DecodeTileInts(T, kGroups),
+                            w2a8::kDecodeThreads, info.cc_major);
   }
-  p.early_trigger = EarlyTrigger(grid.ctas, slots);
-  const DecodeLaunch launch(grid, w2a8::kDecodeThreads, args.stream, info.cc_major);
-  if constexpr (kClusters) {
-    if (grid.cluster > 1) return launch(w2a8::W2A8DecodeKernel<T, kUnits, true>, p);
+  p.early_trigger = EarlyTrigger(plan.grid.ctas, plan.slots);
+  const DecodeLaunch launch(plan.grid, w2a8::kDecodeThreads, args.stream, info.cc_major);
+  if constexpr (kUnits == 1 && kGroups == 1) {
+    if (plan.grid.cluster > 1) return launch(w2a8::W2A8DecodeKernel<T, kUnits, true>, p);
   }
-  return launch(kKernel, p);
+  return launch(w2a8::W2A8DecodeKernel<T, kUnits, false, false, kGroups>, p);
+}
+
+// PlanDecode, then LaunchDecode.
+template <int T, int kUnits, int kGroups = 1>
+cudaError_t PlanAndLaunchDecode(const GemmArgs& args, const DeviceInfo& info, const Geometry& geo,
+                                const w2a8::PrologueParams& pro, int cluster, int stream) {
+  DecodePlan plan;
+  if (const cudaError_t err =
+          PlanDecode<T, kUnits, kGroups>(args, info, geo, cluster, stream, &plan);
+      err != cudaSuccess) {
+    return err;
+  }
+  return LaunchDecode<T, kUnits, kGroups>(args, info, geo, pro, plan);
+}
+
+// The decode kernel for one token tile: slots of two units where the row groups outnumber
+// twice the CTAs that fit at once (measured on the H200 at M = 1: 8192 x 28672, 896 row
+// groups, 22.4 us against 24.0 with one; 4096 x 14336, 448 row groups, 9.0 against 8.75),
+// of one otherwise; and row sets of two row groups where their grid keeps enough CTAs
+// (W2A8TwoGroupsPay, decode_plan.h), unless the units or clusters are forced.
+cudaError_t LaunchOneTileDecode(const GemmArgs& args, const DeviceInfo& info, const Geometry& geo,
+                                const w2a8::PrologueParams& pro, const W2A8Options& options) {
+  const int cluster = options.decode_cluster;
+  const int stream = options.decode_stream;
+  cudaError_t err = cudaSuccess;
+  DecodePlan two_groups;
+  if (options.decode_groups == 2 ||
+      (options.decode_groups == 0 && options.decode_units == 0 && cluster == 0)) {
+    if ((err = PlanDecode<1, 1, 2>(args, info, geo, cluster, stream, &two_groups)) != cudaSuccess) {
+      return err;
+    }
+    if (options.decode_groups == 2) {
+      return LaunchDecode<1, 1, 2>(args, info, geo, pro, two_groups);
+    }
+  }
+  const int64_t slots =
+      int64_t{info.sms} * CtasPerSm<w2a8::W2A8DecodeKernel<1, 1>, w2a8::kDecodeThreads>();
+  const bool two_units =
+      options.decode_units == 2 || (options.decode_units == 0 && geo.row_groups >= 2 * slots);
+  DecodePlan one_group;
+  err = two_units ? PlanDecode<1, 2, 1>(args, info, geo, cluster, stream, &one_group)
+                  : PlanDecode<1, 1, 1>(args, info, geo, cluster, stream, &one_group);
+  if (err != cudaSuccess) return err;
+  if (two_groups.ctas > 0 && W2A8TwoGroupsPay(one_group.ctas, two_groups.ctas)) {
+    return LaunchDecode<1, 1, 2>(args, info, geo, pro, two_groups);
+  }
+  return two_units ? LaunchDecode<1, 2, 1>(args, info, geo, pro, one_group)
+                   : LaunchDecode<1, 1, 1>(args, info, geo, pro, one_group);
 }
 
 // The prologue for x_dtype, with or without a DyT on its input.
@@ -177,7 +247,9 @@ cudaError_t LaunchW2A8(const GemmArgs& args, const W2A8Options& options) {
   }
   if (options.wgmma_groups < 0 || options.wgmma_groups > 2 || options.decode_units < 0 ||
       options.decode_units > 2 || options.decode_cluster < 0 || options.decode_cluster > 4 ||
-      options.decode_cluster == 3 || options.decode_stream < 0 || options.decode_stream > 2) {
+      options.decode_cluster == 3 || options.decode_stream < 0 || options.decode_stream > 2 ||
+      options.decode_groups < 0 || options.decode_groups > 2 ||
+      (options.decode_groups == 2 && (options.decode_units == 2 || options.decode_cluster > 1))) {
     return cudaErrorInvalidValue;
   }
   DeviceInfo info;
@@ -241,18 +313,11 @@ cudaError_t LaunchW2A8(const GemmArgs& args, const W2A8Options& options) {
     return wgmma_gemm::Launch<w2a8::WgmmaFormat, false>(args, wgmma_options, &launched);
   }
   if (decode) {
-    // Two units a slot where the row groups outnumber twice the CTAs that fit at once
-    // (measured on the H200 at M = 1: 8192 x 28672, 896 row groups, 22.4 us against 24.0
-    // with one; 4096 x 14336, 448 row groups, 9.0 against 8.75).
-    const int cluster = options.decode_cluster;
-    const int stream = options.decode_stream;
-    if (args.m > 8) return LaunchDecode<2, 1>(args, info, geo, pro, cluster, stream);
-    const int64_t slots =
-        int64_t{info.sms} * CtasPerSm<w2a8::W2A8DecodeKernel<1, 1>, w2a8::kDecodeThreads>();
-    const bool two =
-        options.decode_units == 2 || (options.decode_units == 0 && geo.row_groups >= 2 * slots);
-    return two ? LaunchDecode<1, 2>(args, info, geo, pro, cluster, stream)
-               : LaunchDecode<1, 1>(args, info, geo, pro, cluster, stream);
+    if (args.m > 8) {
+      return PlanAndLaunchDecode<2, 1>(args, info, geo, pro, options.decode_cluster,
+                                       options.decode_stream);
+    }
+    return LaunchOneTileDecode(args, info, geo, pro, options);
   }
 
   GemmParams gp{};

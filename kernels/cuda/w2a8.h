@@ -51,6 +51,9 @@ struct W2A8Options {
   // M <= 8: units (k blocks) of weights per slot of the decode kernel, 1 or 2; 0 picks
   // from the shape and the device.
   int decode_units = 0;
+  // M <= 8: row groups per row set of the decode kernel, 1 or 2 (two take one-unit slots,
+  // so not with decode_units 2, and no clusters); 0 picks from the shape and the device.
+  int decode_groups = 0;
   // M <= 16: CTAs (a cluster) sharing each row group of the decode kernel's one-unit
   // tiles, 1, 2 or 4; 0 picks (more than one where the row groups are fewer than the
   // SMs). More than 1 needs sm_90 (cudaErrorInvalidValue before).

@@ -2,10 +2,14 @@
 // weight units (w2a8_layout.h) through registers, as the W4A16 decode kernel does
 // (w4a16_decode.cuh), with no atomics and no workspace to zero.
 //
-// A row set is one row group (32 rows); the 8 warps of a CTA work on 8 / S row sets at a
-// time, S warps per set, each on its own contiguous 1/S of the k blocks
-// (decode_split.cuh); the S partial int32 tiles are summed through shared memory, and the
-// scales applied, once per set. Where the row groups are fewer than the SMs, a cluster of
+// A row set is one row group (32 rows), or for one token tile two (kGroups); the 8 warps of
+// a CTA work on 8 / S row sets at a time, S warps per set, each on its own contiguous 1/S
+// of the k blocks (decode_split.cuh); the S partial int32 tiles are summed through shared
+// memory, and the scales applied, once per set. A set's end waits for its slowest warp, so
+// two groups a set, which halve the ends per byte, measured up to 13% faster wherever their
+// grid keeps enough CTAs (W2A8TwoGroupsPay, decode_plan.h); their tile's registers hold
+// two accumulator sets instead of four (the codes' fields 2 and 3 shifted down onto 0 and
+// 1). Where the row groups are fewer than the SMs, a cluster of
 // C CTAs shares each set, and the sum takes in the C S tiles (decode_split.cuh). Each warp
 // keeps 4 KB of weights in flight (slots of kUnits units) and refills a slot once the next
 // slot's weights are in use (RefillPrevious, decode_split.cuh). The activations are the int8
@@ -33,8 +37,12 @@ namespace qmm::cuda::w2a8 {
 inline constexpr int kDecodeWarps = 1 << DecodeSplit::kWarpsLog2;
 inline constexpr int kDecodeThreads = kDecodeWarps * 32;
 // The k blocks one warp may sum before its field accumulators (codes scaled by up to 64)
-// could leave int32; the launch splits K over enough warps to stay within it.
+// could leave int32; the launch splits K over enough warps to stay within it. (Two groups'
+// shared accumulators, codes scaled by up to 4 in twice the k, stay further within it.)
 inline constexpr int kDecodeMaxBlocksPerWarp = 2048;
+// The int32 elements of one warp's partial tile, a set's outputs for T token tiles of
+// kGroups row groups: the stream-K grid's tile (decode_stream.cuh).
+constexpr int DecodeTileInts(int T, int kGroups) { return kGroups * kBlocksPerGroup * T * 128; }
 struct DecodeParams : Operands {
   int split_shift;    // log2(S)
   int cluster_shift;  // log2(C)
@@ -42,30 +50,36 @@ struct DecodeParams : Operands {
   uint64_t* stream_sums;  // the stream-K grid's (decode_stream.cuh): GemmArgs::sync
 };
 
-// T tiles of 8 tokens; slots of kUnits units (k blocks) of one row group. In flight per
-// warp: 4 KB for one token tile, 2 KB for two, whose accumulators take the registers
-// (a 128-register cap: two CTAs an SM).
-template <int T, int kUnits>
+// T tiles of 8 tokens; slots of kUnits units (k blocks) of each of kGroups row groups. In
+// flight per warp: 4 KB for one token tile, 2 KB for two, whose accumulators take the
+// registers (a 128-register cap: two CTAs an SM).
+template <int T, int kUnits, int kGroups = 1>
 struct W2A8DecodeTile {
-  static constexpr int kSlots = (T == 1 ? 4 : 2) / kUnits;
+  static constexpr int kSlots = (T == 1 ? 4 : 2) / kUnits / kGroups;
   static constexpr int kMinBlocks = 2;
 };
 
-// kCluster: launched in clusters of 1 << p.cluster_shift CTAs sharing each row group
-// (decode_split.cuh); without it the cluster terms fold away. kStream: the row groups
-// split by work over the grid (decode_stream.cuh), S = 8, the groups shared by two CTAs
-// summed through p.stream_sums.
-template <int T, int kUnits, bool kCluster = false, bool kStream = false>
-__global__ void __launch_bounds__(kDecodeThreads, W2A8DecodeTile<T, kUnits>::kMinBlocks)
+// kCluster: launched in clusters of 1 << p.cluster_shift CTAs sharing each row set
+// (decode_split.cuh); without it the cluster terms fold away. kStream: the row sets split
+// by work over the grid (decode_stream.cuh), S = 8, the sets shared by two CTAs summed
+// through p.stream_sums. kGroups: row groups a set, 1, or 2 for one token tile without
+// clusters.
+template <int T, int kUnits, bool kCluster = false, bool kStream = false, int kGroups = 1>
+__global__ void __launch_bounds__(kDecodeThreads, W2A8DecodeTile<T, kUnits, kGroups>::kMinBlocks)
     W2A8DecodeKernel(const __grid_constant__ DecodeParams p) {
-  constexpr int kSlots = W2A8DecodeTile<T, kUnits>::kSlots;
-  static_assert(kSlots >= 2);
+  constexpr int kSlots = W2A8DecodeTile<T, kUnits, kGroups>::kSlots;
+  static_assert(kSlots >= 2 && (kGroups == 1 || (kGroups == 2 && T == 1 && !kCluster)));
+  constexpr int kSetBlocks = kGroups * kBlocksPerGroup;  // 16-row blocks a set
+  // Accumulators per block and token tile: one per field of the codes, or with two groups
+  // a set one per two fields (fields 2 and 3 shifted down onto 0 and 1).
+  constexpr int kFields = kGroups == 1 ? 4 : 2;
+  const int sets = (p.row_groups + kGroups - 1) / kGroups;
   constexpr int kUnitVectors = kUnitBytes / 16;          // 64 16-byte vectors a unit
   constexpr int kBlockVectors = kBytesPerRowBlock / 16;  // 32, one a lane
   // One warp's partial tile: [r][tile][lane] x 4 int32.
-  constexpr int kWarpInts = kBlocksPerGroup * T * 32 * 4;
+  constexpr int kWarpInts = DecodeTileInts(T, kGroups);
   // Double-buffered, so that one barrier per row set suffices.
-  __shared__ int4 red[2][kDecodeWarps * kBlocksPerGroup * T * 32];
+  __shared__ int4 red[2][kDecodeWarps * kSetBlocks * T * 32];
 
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -76,31 +90,37 @@ __global__ void __launch_bounds__(kDecodeThreads, W2A8DecodeTile<T, kUnits>::kMi
   using Split = std::conditional_t<kStream, DecodeStream, DecodeSplit>;
   const Split ws = [&] {
     if constexpr (kStream) {
-      return DecodeStream(p.row_groups, chunks, warp);
+      return DecodeStream(sets, chunks, warp);
     } else {
       return DecodeSplit(p.split_shift, kCluster ? p.cluster_shift : 0, chunks, warp);
     }
   }();
-  const int units = ws.Units(p.row_groups);
+  const int units = ws.Units(sets);
 
-  uint4 wq[kSlots][kUnits][kBlocksPerGroup];
-  // Slot `slot` <- chunk `c` (k blocks kUnits c ..) of row group `set`.
+  uint4 wq[kSlots][kUnits][kSetBlocks];
+  // Slot `slot` <- chunk `c` (k blocks kUnits c ..) of row set `set`. A group past the last
+  // (an odd count in sets of two) re-reads the last one: valid memory, results never stored.
   auto load = [&](int slot, int set, int c) {
 #pragma unroll
     for (int h = 0; h < kUnits; ++h) {
       const int kb = c * kUnits + h;
       if (kUnits > 1 && kb >= p.k_blocks) break;
-      const uint4* src = p.codes + (int64_t{set} * p.k_blocks + kb) * kUnitVectors + lane;
 #pragma unroll
-      for (int r = 0; r < kBlocksPerGroup; ++r) {
-        wq[slot][h][r] = LoadStream(reinterpret_cast<const uint8_t*>(src + r * kBlockVectors));
+      for (int q = 0; q < kGroups; ++q) {
+        const int group = min(set * kGroups + q, p.row_groups - 1);
+        const uint4* src = p.codes + (int64_t{group} * p.k_blocks + kb) * kUnitVectors + lane;
+#pragma unroll
+        for (int r = 0; r < kBlocksPerGroup; ++r) {
+          wq[slot][h][q * kBlocksPerGroup + r] =
+              LoadStream(reinterpret_cast<const uint8_t*>(src + r * kBlockVectors));
+        }
       }
     }
   };
 
   int unit = ws.first_unit;
   WarpSpan span = ws.Span(unit);
-  if (unit < units && ws.SetOf(unit) < p.row_groups) {
+  if (unit < units && ws.SetOf(unit) < sets) {
 #pragma unroll
     for (int slot = 0; slot < kSlots; ++slot) {
       if (slot < span.count) load(slot, ws.SetOf(unit), span.begin + slot);
@@ -110,9 +130,9 @@ __global__ void __launch_bounds__(kDecodeThreads, W2A8DecodeTile<T, kUnits>::kMi
   WaitForPrerequisiteGrid();
   if (p.early_trigger) AllowDependentLaunch();
 
-  // Element e of a unit's outputs: row group q = e / kWarpInts of the unit, f = e %
-  // kWarpInts = ((r * T + tt) * 32 + lane) * 4 + i; element i of lane (g, t) is row g
-  // (+8 for i >= 2), token 2t + (i & 1).
+  // Element e of a unit's outputs: row set q = e / kWarpInts of the unit, f = e % kWarpInts
+  // = ((r * T + tt) * 32 + lane) * 4 + i for its 16-row block r; element i of lane (g, t)
+  // is row g (+8 for i >= 2), token 2t + (i & 1).
   auto token_of = [&](int e) {
     const int f = e % kWarpInts;
     return f / (4 * 32) % T * 8 + f / 4 % 4 * 2 + (f & 1);
@@ -120,7 +140,8 @@ __global__ void __launch_bounds__(kDecodeThreads, W2A8DecodeTile<T, kUnits>::kMi
   auto row_of = [&](int unit, int e) {
     const int set = unit * ws.sets_per_cta + e / kWarpInts;
     const int f = e % kWarpInts;
-    return set * kRowsPerGroup + f / (4 * 32 * T) * kRowsPerBlock + f / 16 % 8 + (f % 4 >> 1) * 8;
+    return set * kGroups * kRowsPerGroup + f / (4 * 32 * T) * kRowsPerBlock + f / 16 % 8 +
+           (f % 4 >> 1) * 8;
   };
   // The elements a thread stores step by the CTA's threads from its first, so they all
   // have one token (the step is a multiple of 128 T): its activation scale and sum, read
@@ -149,11 +170,12 @@ __global__ void __launch_bounds__(kDecodeThreads, W2A8DecodeTile<T, kUnits>::kMi
 
   int buf = 0;
   for (; unit < units; unit += ws.unit_stride) {
-    const bool live = ws.SetOf(unit) < p.row_groups;
+    const bool live = ws.SetOf(unit) < sets;
     const WarpSpan following = ws.Span(unit + ws.unit_stride);
     const int rounds = (span.per_warp + kSlots - 1) / kSlots;  // the same for every warp
-    // acc[r][tt][j]: MMA j's sums over field j of the codes, scaled by 4^j.
-    int32_t acc[kBlocksPerGroup][T][4][4] = {};
+    // acc[r][tt][f]: the sums over field f of the codes, scaled by 4^f (with two groups a set,
+    // over fields f and f + 2, both scaled by 4^f).
+    int32_t acc[kSetBlocks][T][kFields][4] = {};
     // The stream-K grid's other part of a shared last set, read as its last round starts,
     // where that measured faster: one token tile, one unit a slot (decode_stream.cuh,
     // Prefetch).
@@ -166,7 +188,7 @@ __global__ void __launch_bounds__(kDecodeThreads, W2A8DecodeTile<T, kUnits>::kMi
       }
       const int next_unit = last ? unit + ws.unit_stride : unit;
       const int next_round = last ? 0 : round + 1;
-      const bool next_live = next_unit < units && ws.SetOf(next_unit) < p.row_groups;
+      const bool next_live = next_unit < units && ws.SetOf(next_unit) < sets;
       const WarpSpan next_span = last ? following : span;
       // This CTA's loads are all issued: the next kernel may take its place as it drains.
       if (last && next_unit >= units) AllowDependentLaunch();
@@ -189,16 +211,19 @@ __global__ void __launch_bounds__(kDecodeThreads, W2A8DecodeTile<T, kUnits>::kMi
 #pragma unroll
           for (int tt = 0; tt < T; ++tt) load_b(tt, kb, b_lo[tt], b_hi[tt]);
 #pragma unroll
-          for (int r = 0; r < kBlocksPerGroup; ++r) {
+          for (int r = 0; r < kSetBlocks; ++r) {
             const uint4 w = wq[slot][h][r];
             const uint32_t words[4] = {w.x, w.y, w.z, w.w};
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
-              const uint32_t mask = 0x03030303u << (2 * j);
-              const uint32_t a[4] = {words[0] & mask, words[1] & mask, words[2] & mask,
-                                     words[3] & mask};
+              // Field j of the codes, in place (scaled by 4^j) or shifted onto field j - 2.
+              const int f = j % kFields;
+              const int shift = 2 * (j - f);
+              const uint32_t mask = 0x03030303u << (2 * f);
+              const uint32_t a[4] = {(words[0] >> shift) & mask, (words[1] >> shift) & mask,
+                                     (words[2] >> shift) & mask, (words[3] >> shift) & mask};
 #pragma unroll
-              for (int tt = 0; tt < T; ++tt) MmaU8S8(acc[r][tt][j], a, b_lo[tt][j], b_hi[tt][j]);
+              for (int tt = 0; tt < T; ++tt) MmaU8S8(acc[r][tt][f], a, b_lo[tt][j], b_hi[tt][j]);
               // The first use of this slot's weights is behind us, so is its wait.
               if (h == 0 && r == 0 && j == 0) refill_previous();
             }
@@ -209,16 +234,20 @@ __global__ void __launch_bounds__(kDecodeThreads, W2A8DecodeTile<T, kUnits>::kMi
 
     // Sum the S partial tiles of each row set; each thread finishes one output element.
 #pragma unroll
-    for (int r = 0; r < kBlocksPerGroup; ++r) {
+    for (int r = 0; r < kSetBlocks; ++r) {
 #pragma unroll
       for (int tt = 0; tt < T; ++tt) {
         int32_t s[4];
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          s[i] = acc[r][tt][0][i] + (acc[r][tt][1][i] >> 2) + (acc[r][tt][2][i] >> 4) +
-                 (acc[r][tt][3][i] >> 6);
+          if constexpr (kFields == 4) {
+            s[i] = acc[r][tt][0][i] + (acc[r][tt][1][i] >> 2) + (acc[r][tt][2][i] >> 4) +
+                   (acc[r][tt][3][i] >> 6);
+          } else {
+            s[i] = acc[r][tt][0][i] + (acc[r][tt][1][i] >> 2);
+          }
         }
-        red[buf][((warp * kBlocksPerGroup + r) * T + tt) * 32 + lane] =
+        red[buf][((warp * kSetBlocks + r) * T + tt) * 32 + lane] =
             make_int4(s[0], s[1], s[2], s[3]);
       }
     }
@@ -243,7 +272,7 @@ __global__ void __launch_bounds__(kDecodeThreads, W2A8DecodeTile<T, kUnits>::kMi
       const int total = ws.sets_per_cta * kWarpInts;
       for (int e = ws.First(total); e < ws.End(total); e += kDecodeThreads) {
         const int row = row_of(unit, e);
-        if (unit * ws.sets_per_cta + e / kWarpInts >= p.row_groups || row >= p.n || token >= p.m) {
+        if (unit * ws.sets_per_cta + e / kWarpInts >= sets || row >= p.n || token >= p.m) {
           continue;
         }
         store(row, ws.SumPartials(rs, e / kWarpInts, e % kWarpInts, kWarpInts));

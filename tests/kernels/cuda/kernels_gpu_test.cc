@@ -498,26 +498,30 @@ TEST_F(W8A16Test, EverySplitMatchesCpu) {
 }
 
 // A W2A8 launch with the wgmma GEMM forced (kGroups 1 or 2), or with a forced k split
-// (the mma.sync kernels the default launch leaves on sm_90a beyond 16 tokens).
-template <int kGroups, int kSplits, int kDecodeUnits = 0>
+// (the mma.sync kernels the default launch leaves on sm_90a beyond 16 tokens), or with the
+// decode kernel's units a slot or row groups a set forced.
+template <int kGroups, int kSplits, int kDecodeUnits = 0, int kDecodeGroups = 0>
 cudaError_t LaunchW2A8With(const GemmArgs& args) {
   W2A8Options options;
   options.wgmma_groups = kGroups;
   options.k_splits = kSplits;
   options.decode_units = kDecodeUnits;
+  options.decode_groups = kDecodeGroups;
   return LaunchW2A8(args, options);
 }
 
 // Every W2A8 path: the default launch, the decode kernel's slots of one and two units
-// (K = 1152: an odd count of k blocks, so the last two-unit slot is half empty), the
-// mma.sync GEMM at every M, and the wgmma GEMM, also at the M the default gives the
-// others.
+// (K = 1152: an odd count of k blocks, so the last two-unit slot is half empty) and its
+// row sets of one and two row groups (N = 300: 10 groups, the last partial), the mma.sync
+// GEMM at every M, and the wgmma GEMM, also at the M the default gives the others.
 TEST_F(W2A8Test, EveryPathMatchesCpu) {
   CheckVariants(Scheme::kW2A8, {{1000, 2048, 0}, {300, 1152, 0}},
                 {1, 5, 8, 9, 16, 17, 40, 64, 100, 129, 300},
                 {{"default", &LaunchW2A8With<0, 0>},
                  {"decode 1 unit", &LaunchW2A8With<0, 0, 1>},
                  {"decode 2 units", &LaunchW2A8With<0, 0, 2>},
+                 {"decode 1 group", &LaunchW2A8With<0, 0, 0, 1>},
+                 {"decode 2 groups", &LaunchW2A8With<0, 0, 0, 2>},
                  {"k splits 2", &LaunchW2A8With<0, 2>},
                  {"wgmma 1 group", &LaunchW2A8With<1, 0>},
                  {"wgmma 2 groups", &LaunchW2A8With<2, 0>}},
@@ -525,14 +529,16 @@ TEST_F(W2A8Test, EveryPathMatchesCpu) {
 }
 
 // The decode kernel's persistent grid over several turns (N = 20000: 625 row groups, more
-// than twice the CTAs that fit at once on a GPU of up to 150 SMs, so the default takes
-// two units a slot) and a K whose 2049 k blocks need two warps per row group to keep the
-// int32 sums in range.
+// than twice the CTAs that fit at once on a GPU of up to 150 SMs, so one group a set takes
+// two units a slot; an odd count, so the last set of two groups has one) and a K whose 2049
+// k blocks need two warps per row set to keep the int32 sums in range.
 TEST_F(W2A8Test, DecodeGridsMatchCpu) {
   CheckVariants(Scheme::kW2A8, {{20000, 2048, 0}, {40, 2049 * 128, 0}}, {1, 3, 8, 16},
                 {{"default", &LaunchW2A8With<0, 0>},
                  {"decode 1 unit", &LaunchW2A8With<0, 0, 1>},
-                 {"decode 2 units", &LaunchW2A8With<0, 0, 2>}},
+                 {"decode 2 units", &LaunchW2A8With<0, 0, 2>},
+                 {"decode 1 group", &LaunchW2A8With<0, 0, 0, 1>},
+                 {"decode 2 groups", &LaunchW2A8With<0, 0, 0, 2>}},
                 rng_);
 }
 
@@ -606,13 +612,26 @@ TEST_F(W4A16Test, DecodeStreamMatchesCpu) {
                 {1, 5, 8, 9, 16}, StreamVariants<W4A16Options, &LaunchW4A16>(), rng_);
 }
 
+// A W2A8 launch with the decode kernel's row groups a set and stream-K grid forced.
+template <int kDecodeGroups, int kStream>
+cudaError_t LaunchW2A8Decode(const GemmArgs& args) {
+  W2A8Options options;
+  options.decode_groups = kDecodeGroups;
+  options.decode_stream = kStream;
+  return LaunchW2A8(args, options);
+}
+
 // The same for W2A8 (282, 625 and 157 row groups; 625 take two units a slot at M <= 8,
-// K = 640 an odd count of blocks). The default launch takes it on the first four at 9-16
-// tokens (their K is too short for it at M <= 8).
+// K = 640 an odd count of blocks), also with row sets of two groups (up to 8 tokens; 625
+// and 157 leave the last set one group). The default launch takes it on the first four at
+// 9-16 tokens (their K is too short for it at M <= 8).
 TEST_F(W2A8Test, DecodeStreamMatchesCpu) {
+  Variants variants = StreamVariants<W2A8Options, &LaunchW2A8>();
+  variants.push_back({"2 groups, stream", &LaunchW2A8Decode<2, 2>});
+  variants.push_back({"2 groups, no stream", &LaunchW2A8Decode<2, 1>});
   CheckVariants(Scheme::kW2A8,
                 {{9000, 1024, 0}, {9000, 384, 0}, {8704, 256, 0}, {20000, 640, 0}, {5000, 1152, 0}},
-                {1, 5, 8, 9, 16}, StreamVariants<W2A8Options, &LaunchW2A8>(), rng_);
+                {1, 5, 8, 9, 16}, variants, rng_);
 }
 
 // The default launch and, where the device has clusters, clusters of 2 and 4 CTAs forced
@@ -1070,6 +1089,17 @@ TEST_F(W2A8Test, RejectsBadOptions) {
   options.decode_units = 3;
   EXPECT_EQ(LaunchW2A8(args, options), cudaErrorInvalidValue);
   options.decode_units = -1;
+  EXPECT_EQ(LaunchW2A8(args, options), cudaErrorInvalidValue);
+  options = {};
+  options.decode_groups = 3;
+  EXPECT_EQ(LaunchW2A8(args, options), cudaErrorInvalidValue);
+  options.decode_groups = -1;
+  EXPECT_EQ(LaunchW2A8(args, options), cudaErrorInvalidValue);
+  options.decode_groups = 2;  // two groups a set take one-unit slots and no clusters
+  options.decode_units = 2;
+  EXPECT_EQ(LaunchW2A8(args, options), cudaErrorInvalidValue);
+  options.decode_units = 0;
+  options.decode_cluster = 2;
   EXPECT_EQ(LaunchW2A8(args, options), cudaErrorInvalidValue);
   options = {};
   options.decode_cluster = 3;
