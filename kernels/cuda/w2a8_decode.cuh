@@ -7,15 +7,15 @@
 // of the k blocks (decode_split.cuh); the S partial int32 tiles are summed through shared
 // memory, and the scales applied, once per set. A set's end waits for its slowest warp, so
 // two groups a set, which halve the ends per byte, measured up to 13% faster wherever their
-// grid keeps enough CTAs (W2A8TwoGroupsPay, decode_plan.h); their tile's registers hold
-// two accumulator sets instead of four (the codes' fields 2 and 3 shifted down onto 0 and
-// 1). Where the row groups are fewer than the SMs, a cluster of
-// C CTAs shares each set, and the sum takes in the C S tiles (decode_split.cuh). Each warp
-// keeps 4 KB of weights in flight (slots of kUnits units) and refills a slot once the next
-// slot's weights are in use (RefillPrevious, decode_split.cuh). The activations are the int8
-// rows, scales and sums the prologue kernel wrote (w2a8_prologue.cuh). Where whole row
-// groups per CTA would leave many of the CTAs that fit idle, the stream-K grid (kStream,
-// decode_stream.cuh) gives every CTA an equal range of the groups' chunks instead.
+// grid keeps enough CTAs (W2A8TwoGroupsPay, decode_plan.h); their tile's registers hold two
+// accumulator sets instead of four (the codes' fields 2 and 3 shifted down onto 0 and 1).
+// Where the row groups are fewer than the SMs, a cluster of C CTAs shares each set, and the
+// sum takes in the C S tiles (decode_split.cuh). Each warp keeps 4 KB of weights in flight
+// (slots of kUnits units) and refills a slot once the next slot's weights are in use
+// (RefillPrevious, decode_split.cuh). The activations are the int8 rows, scales and sums
+// the prologue kernel wrote (w2a8_prologue.cuh). Where whole row sets per CTA would leave
+// many of the CTAs that fit idle, the stream-K grid (kStream, decode_stream.cuh) gives
+// every CTA an equal range of the sets' chunks instead.
 #ifndef QMM_KERNELS_CUDA_W2A8_DECODE_CUH_
 #define QMM_KERNELS_CUDA_W2A8_DECODE_CUH_
 

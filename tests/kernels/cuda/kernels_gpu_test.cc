@@ -499,14 +499,16 @@ TEST_F(W8A16Test, EverySplitMatchesCpu) {
 
 // A W2A8 launch with the wgmma GEMM forced (kGroups 1 or 2), or with a forced k split
 // (the mma.sync kernels the default launch leaves on sm_90a beyond 16 tokens), or with the
-// decode kernel's units a slot or row groups a set forced.
-template <int kGroups, int kSplits, int kDecodeUnits = 0, int kDecodeGroups = 0>
+// decode kernel's units a slot, row groups a set or stream-K grid forced.
+template <int kGroups, int kSplits, int kDecodeUnits = 0, int kDecodeGroups = 0,
+          int kDecodeStream = 0>
 cudaError_t LaunchW2A8With(const GemmArgs& args) {
   W2A8Options options;
   options.wgmma_groups = kGroups;
   options.k_splits = kSplits;
   options.decode_units = kDecodeUnits;
   options.decode_groups = kDecodeGroups;
+  options.decode_stream = kDecodeStream;
   return LaunchW2A8(args, options);
 }
 
@@ -612,23 +614,14 @@ TEST_F(W4A16Test, DecodeStreamMatchesCpu) {
                 {1, 5, 8, 9, 16}, StreamVariants<W4A16Options, &LaunchW4A16>(), rng_);
 }
 
-// A W2A8 launch with the decode kernel's row groups a set and stream-K grid forced.
-template <int kDecodeGroups, int kStream>
-cudaError_t LaunchW2A8Decode(const GemmArgs& args) {
-  W2A8Options options;
-  options.decode_groups = kDecodeGroups;
-  options.decode_stream = kStream;
-  return LaunchW2A8(args, options);
-}
-
 // The same for W2A8 (282, 625 and 157 row groups; 625 take two units a slot at M <= 8,
 // K = 640 an odd count of blocks), also with row sets of two groups (up to 8 tokens; 625
 // and 157 leave the last set one group). The default launch takes it on the first four at
 // 9-16 tokens (their K is too short for it at M <= 8).
 TEST_F(W2A8Test, DecodeStreamMatchesCpu) {
   Variants variants = StreamVariants<W2A8Options, &LaunchW2A8>();
-  variants.push_back({"2 groups, stream", &LaunchW2A8Decode<2, 2>});
-  variants.push_back({"2 groups, no stream", &LaunchW2A8Decode<2, 1>});
+  variants.push_back({"2 groups, stream", &LaunchW2A8With<0, 0, 0, 2, 2>});
+  variants.push_back({"2 groups, no stream", &LaunchW2A8With<0, 0, 0, 2, 1>});
   CheckVariants(Scheme::kW2A8,
                 {{9000, 1024, 0}, {9000, 384, 0}, {8704, 256, 0}, {20000, 640, 0}, {5000, 1152, 0}},
                 {1, 5, 8, 9, 16}, variants, rng_);
