@@ -12,16 +12,15 @@
 // of two up to 8 that divides them), so that each part of a set splits evenly over the
 // warps: with single chunks a CTA's two or three parts could each leave warps a round
 // short, and the busiest warp of 4096 x 14336's grid ran 8 rounds where 6.8 were its
-// share. With no more CTAs than sets, every range
-// spans at least one set's chunks, so a set is shared by at most two CTAs, b - 1 and b
-// across boundary b. CTA b works on its part first (its first unit) and publishes its sum
-// in GemmArgs::sync, each sum in a 64-bit word with a nonzero tag in its high half (one
-// store, so the word is either still zero or complete: no fence, which would stall the
-// weight loads in flight); CTA b - 1 reaches its part last, reads those words, waiting
-// for any still zero, adds them and stores y, and zeroes them, so that the sync words are
-// zero again when the grid completes. A CTA waits only for the next one, which waits for
-// nothing before it publishes, so the grid always completes. y is the same whichever CTA
-// is first.
+// share. With no more CTAs than sets, every range spans at least one set's chunks, so a
+// set is shared by at most two CTAs, b - 1 and b across boundary b. CTA b works on its
+// part first (its first unit) and publishes its sum in GemmArgs::sync, each sum in a
+// 64-bit word with a nonzero tag in its high half (one store, so the word is either still
+// zero or complete: no fence, which would stall the weight loads in flight); CTA b - 1
+// reaches its part last, reads those words, waiting for any still zero, adds them and
+// stores y, and zeroes them, so that the sync words are zero again when the grid
+// completes. A CTA waits only for the next one, which waits for nothing before it
+// publishes, so the grid always completes. y is the same whichever CTA is first.
 #ifndef QMM_KERNELS_CUDA_DECODE_STREAM_CUH_
 #define QMM_KERNELS_CUDA_DECODE_STREAM_CUH_
 
