@@ -68,6 +68,30 @@ class DeviceBuffer {
   size_t bytes_;
 };
 
+// GemmArgs::sync words for one stream, zeroed as a server worker's are.
+class SyncWords {
+ public:
+  SyncWords() { ok_ = buffer_.ok() && cudaMemset(buffer_.get(), 0, kSyncBytes) == cudaSuccess; }
+  bool ok() const { return ok_; }
+  void* get() const { return buffer_.get(); }
+  // Whether the launches since (synchronized) left them zero, as the next launch needs.
+  ::testing::AssertionResult LeftZero() const {
+    std::vector<uint8_t> bytes(kSyncBytes, 1);
+    if (cudaMemcpy(bytes.data(), buffer_.get(), bytes.size(), cudaMemcpyDeviceToHost) !=
+        cudaSuccess) {
+      return ::testing::AssertionFailure() << "sync words not read back";
+    }
+    const auto nonzero =
+        std::count_if(bytes.begin(), bytes.end(), [](uint8_t b) { return b != 0; });
+    if (nonzero == 0) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << nonzero << " sync bytes left nonzero";
+  }
+
+ private:
+  DeviceBuffer buffer_{kSyncBytes};
+  bool ok_ = false;
+};
+
 // A fresh seed per test (printed in every failure's trace); QMM_TEST_SEED=<n> repeats one.
 uint64_t FreshSeed() {
   if (const char* fixed = std::getenv("QMM_TEST_SEED")) return std::strtoull(fixed, nullptr, 10);
@@ -212,8 +236,7 @@ class GpuWeight {
     buffer_ = std::make_unique<DeviceBuffer>(layout.size());
     if (buffer_->ok() && sync_.ok()) {
       ok_ = cudaMemcpy(buffer_->get(), layout.data(), layout.size(), cudaMemcpyHostToDevice) ==
-                cudaSuccess &&
-            cudaMemset(sync_.get(), 0, kSyncBytes) == cudaSuccess;
+            cudaSuccess;
     }
     ok_ = ok_ && cudaStreamCreate(&stream_) == cudaSuccess &&
           cublasCreate(&cublas_) == CUBLAS_STATUS_SUCCESS &&
@@ -272,9 +295,7 @@ class GpuWeight {
     ASSERT_CUDA(cudaStreamSynchronize(stream_));
     const std::vector<float> got = Download(dy, y_dtype, m * shape.n);
     // The next launch on the stream finds them zero again.
-    std::vector<uint8_t> sync(kSyncBytes, 1);
-    ASSERT_CUDA(cudaMemcpy(sync.data(), sync_.get(), sync.size(), cudaMemcpyDeviceToHost));
-    EXPECT_EQ(std::count(sync.begin(), sync.end(), 0), kSyncBytes) << "sync bytes left nonzero";
+    EXPECT_TRUE(sync_.LeftZero());
 
     const double c = x_dtype == DType::kF16 ? 2e-3 : 1.5e-2;
     ExpectWithin(
@@ -289,7 +310,7 @@ class GpuWeight {
   const KernelOps& ops_;
   const Weight& weight_;
   std::unique_ptr<DeviceBuffer> buffer_;
-  DeviceBuffer sync_{kSyncBytes};
+  SyncWords sync_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   bool ok_ = false;
@@ -795,9 +816,9 @@ TEST_F(W4A16Test, AddsTheResidual) {
 
 // W2A8 with a DyT on its input (GemmArgs::dyt) gives exactly the bytes of the DyT kernel's
 // fp32 output fed to W2A8: the prologue computes the same fp32 DyT values, so it quantizes
-// them to the same int8 values, and the integer matmul is exact. Decode (stream-K) and
-// row-group paths, every input dtype, with and without beta; and a DyT that is all zeros
-// (gamma = 0, no beta) quantizes to zero rows: y = 0.
+// them to the same int8 values, and the integer matmul is exact. Decode (stream-K: the
+// launches have GemmArgs::sync) and row-group paths, every input dtype, with and without
+// beta; and a DyT that is all zeros (gamma = 0, no beta) quantizes to zero rows: y = 0.
 TEST_F(W2A8Test, DyTInputIsBitIdenticalToDyTThenMatMul) {
   const KernelOps& ops = *FindKernel(Scheme::kW2A8);
   ASSERT_TRUE(ops.takes_dyt);
@@ -805,6 +826,8 @@ TEST_F(W2A8Test, DyTInputIsBitIdenticalToDyTThenMatMul) {
   const Weight w = RandomWeight(Scheme::kW2A8, shape, rng_);
   const std::unique_ptr<DeviceBuffer> dw = UploadLayout(ops, w);
   ASSERT_TRUE(dw != nullptr);
+  SyncWords sync;
+  ASSERT_TRUE(sync.ok());
   for (int64_t m : {1, 9, 40}) {
     for (DType x_dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
       for (int variant = 0; variant < 3; ++variant) {  // beta, no beta, gamma = 0 and no beta
@@ -829,6 +852,7 @@ TEST_F(W2A8Test, DyTInputIsBitIdenticalToDyTThenMatMul) {
 
         GemmArgs args = LaunchArgs(dw->get(), shape, x_dtype, dx.get(), m, DType::kF32, dy.get(),
                                    dws.get(), stream_);
+        args.sync = sync.get();
         args.dyt = {alpha, d_gamma, d_beta};
         ASSERT_CUDA(ops.launch(args));
         ASSERT_CUDA(LaunchDyT(x_dtype, dx.get(), m, shape.k, alpha, d_gamma, d_beta, DType::kF32,
@@ -839,6 +863,7 @@ TEST_F(W2A8Test, DyTInputIsBitIdenticalToDyTThenMatMul) {
         args.dyt = {};
         ASSERT_CUDA(ops.launch(args));
         ASSERT_CUDA(cudaStreamSynchronize(stream_));
+        EXPECT_TRUE(sync.LeftZero());
         const std::vector<float> fused = Download(dy, DType::kF32, m * shape.n);
         const std::vector<float> unfused = Download(dy2, DType::kF32, m * shape.n);
         ASSERT_EQ(0, std::memcmp(fused.data(), unfused.data(), fused.size() * 4));
@@ -856,11 +881,11 @@ TEST_F(W2A8Test, DyTInputIsBitIdenticalToDyTThenMatMul) {
   }
 }
 
-// The W2A8 prologue's int8 rows and scales (read back from the launch's workspace,
-// w2a8_layout.h) are QuantizeRowsInt8's bit for bit: for random rows, for rows whose
-// quotients x / s lie on or an ulp beside half-integers (where the prologue's multiply by
-// 1 / s defers to the division), for a row of subnormals (an infinite 1 / s) and a zero
-// row; fp32 input as it is, fp16 and bf16 after rounding.
+// The W2A8 prologue's int8 rows, scales and row sums (read back from the launch's
+// workspace, w2a8_layout.h) are QuantizeRowsInt8's bit for bit: for random rows, for rows
+// whose quotients x / s lie on or an ulp beside half-integers (where the prologue's
+// multiply by 1 / s defers to the division), for a row of subnormals (an infinite 1 / s)
+// and a zero row; fp32 input as it is, fp16 and bf16 after rounding.
 TEST_F(W2A8Test, PrologueQuantizesBitForBitLikeTheCpu) {
   const KernelOps& ops = *FindKernel(Scheme::kW2A8);
   const WeightShape shape = {64, 1024, 0};
@@ -900,11 +925,15 @@ TEST_F(W2A8Test, PrologueQuantizesBitForBitLikeTheCpu) {
     ASSERT_CUDA(cudaStreamSynchronize(stream_));
     std::vector<int8_t> got_q(m * k);
     std::vector<float> got_s(m);
+    std::vector<int32_t> got_sum(m), want_sum(m, 0);
     const auto* base = static_cast<const uint8_t*>(dws.get());
     ASSERT_CUDA(cudaMemcpy(got_q.data(), base + layout.xq, got_q.size(), cudaMemcpyDeviceToHost));
     ASSERT_CUDA(cudaMemcpy(got_s.data(), base + layout.x_scale, m * 4, cudaMemcpyDeviceToHost));
+    ASSERT_CUDA(cudaMemcpy(got_sum.data(), base + layout.x_sum, m * 4, cudaMemcpyDeviceToHost));
+    for (int64_t i = 0; i < m * k; ++i) want_sum[i / k] += want_q[i];
     EXPECT_EQ(std::memcmp(got_s.data(), want_s.data(), m * 4), 0);
     EXPECT_EQ(got_q, want_q);
+    EXPECT_EQ(got_sum, want_sum);
     if (x_dtype == DType::kF32) {  // the subnormal row's scale: not zero, 1 / s infinite
       EXPECT_GT(want_s[m - 2], 0.0f);
       EXPECT_TRUE(std::isinf(1.0f / want_s[m - 2]));
@@ -917,7 +946,8 @@ TEST_F(W2A8Test, PrologueQuantizesBitForBitLikeTheCpu) {
 // what the one before it read, two W2A8 launches in a row sharing one workspace, and a
 // residual epilogue between them, must give, launched back to back, exactly the bytes it
 // gives with a synchronization after every launch (every kernel here is deterministic).
-// Shapes and M cover the decode, staged, cluster and wgmma paths of each scheme.
+// Shapes and M cover the decode, stream-K, staged, cluster and wgmma paths of each scheme;
+// the launches share one GemmArgs::sync, as a server worker's do, and leave it zero.
 TEST_F(DependentLaunchTest, BackToBackChainsMatchSerializedRuns) {
   constexpr int64_t kNarrow = 2048;
   constexpr int64_t kWide = 10240;  // more row tiles than the decode kernels cover at once
@@ -949,7 +979,8 @@ TEST_F(DependentLaunchTest, BackToBackChainsMatchSerializedRuns) {
   }
   DeviceBuffer a(kMaxM * kWide * 2), b(kMaxM * kWide * 2), x0(kMaxM * kNarrow * 2),
       ws(workspace_bytes);
-  ASSERT_TRUE(a.ok() && b.ok() && x0.ok() && ws.ok());
+  SyncWords sync_words;  // the stream-K grids'
+  ASSERT_TRUE(a.ok() && b.ok() && x0.ok() && ws.ok() && sync_words.ok());
 
   for (int64_t m : {1, 5, 16, 64}) {
     SCOPED_TRACE(::testing::Message() << "m=" << m);
@@ -962,9 +993,11 @@ TEST_F(DependentLaunchTest, BackToBackChainsMatchSerializedRuns) {
       ASSERT_CUDA(b.Poison());
       for (int step = 0; step < 12; ++step) {
         const Layer& layer = layers[step % 6 / 2 * 2 + step % 2];
-        ASSERT_CUDA(layer.ops->launch(LaunchArgs(
-            layer.weight->get(), layer.shape, DType::kF16, step % 2 == 0 ? a.get() : b.get(), m,
-            DType::kF16, step % 2 == 0 ? b.get() : a.get(), ws.get(), stream_)));
+        GemmArgs args = LaunchArgs(layer.weight->get(), layer.shape, DType::kF16,
+                                   step % 2 == 0 ? a.get() : b.get(), m, DType::kF16,
+                                   step % 2 == 0 ? b.get() : a.get(), ws.get(), stream_);
+        args.sync = sync_words.get();
+        ASSERT_CUDA(layer.ops->launch(args));
         if (step % 2 == 1) {
           EpilogueArgs e;
           e.x_dtype = DType::kF16;
@@ -982,6 +1015,7 @@ TEST_F(DependentLaunchTest, BackToBackChainsMatchSerializedRuns) {
         }
       }
       ASSERT_CUDA(cudaStreamSynchronize(stream_));
+      EXPECT_TRUE(sync_words.LeftZero());
       out->resize(m * kNarrow * 2);
       ASSERT_CUDA(cudaMemcpy(out->data(), a.get(), out->size(), cudaMemcpyDeviceToHost));
     };
