@@ -8,14 +8,15 @@
 // memory, and the scales applied, once per set. A set's end waits for its slowest warp, so
 // two groups a set, which halve the ends per byte, measured up to 13% faster wherever their
 // grid keeps enough CTAs (W2A8TwoGroupsPay, decode_plan.h); their tile's registers hold two
-// accumulator sets instead of four (the codes' fields 2 and 3 shifted down onto 0 and 1).
-// Where the row groups are fewer than the SMs, a cluster of C CTAs shares each set, and the
-// sum takes in the C S tiles (decode_split.cuh). Each warp keeps 4 KB of weights in flight
-// (slots of kUnits units) and refills a slot once the next slot's weights are in use
-// (RefillPrevious, decode_split.cuh). The activations are the int8 rows, scales and sums
-// the prologue kernel wrote (w2a8_prologue.cuh). Where whole row sets per CTA would leave
-// many of the CTAs that fit idle, the stream-K grid (kStream, decode_stream.cuh) gives
-// every CTA an equal range of the sets' chunks instead.
+// accumulator sets instead of four (the codes' fields 2 and 3 shifted down onto 0 and 1),
+// as do the two-token-tile tiles without clusters (kFields). Where the row groups are
+// fewer than the SMs, a cluster of C CTAs shares each set, and the sum takes in the C S
+// tiles (decode_split.cuh). Each warp keeps 4 KB of weights in flight (slots of kUnits
+// units) and refills a slot once the next slot's weights are in use (RefillPrevious,
+// decode_split.cuh). The activations are the int8 rows, scales and sums the prologue
+// kernel wrote (w2a8_prologue.cuh). Where whole row sets per CTA would leave many of the
+// CTAs that fit idle, the stream-K grid (kStream, decode_stream.cuh) gives every CTA an
+// equal range of the sets' chunks instead.
 #ifndef QMM_KERNELS_CUDA_W2A8_DECODE_CUH_
 #define QMM_KERNELS_CUDA_W2A8_DECODE_CUH_
 
@@ -37,7 +38,7 @@ namespace qmm::cuda::w2a8 {
 inline constexpr int kDecodeWarps = 1 << DecodeSplit::kWarpsLog2;
 inline constexpr int kDecodeThreads = kDecodeWarps * 32;
 // The k blocks one warp may sum before its field accumulators (codes scaled by up to 64)
-// could leave int32; the launch splits K over enough warps to stay within it. (Two groups'
+// could leave int32; the launch splits K over enough warps to stay within it. (Two fields'
 // shared accumulators, codes scaled by up to 4 in twice the k, stay further within it.)
 inline constexpr int kDecodeMaxBlocksPerWarp = 2048;
 // The int32 elements of one warp's partial tile, a set's outputs for T token tiles of
@@ -70,9 +71,13 @@ __global__ void __launch_bounds__(kDecodeThreads, W2A8DecodeTile<T, kUnits, kGro
   constexpr int kSlots = W2A8DecodeTile<T, kUnits, kGroups>::kSlots;
   static_assert(kSlots >= 2 && (kGroups == 1 || (kGroups == 2 && T == 1 && !kCluster)));
   constexpr int kSetBlocks = kGroups * kBlocksPerGroup;  // 16-row blocks a set
-  // Accumulators per block and token tile: one per field of the codes, or with two groups
-  // a set one per two fields (fields 2 and 3 shifted down onto 0 and 1).
-  constexpr int kFields = kGroups == 1 ? 4 : 2;
+  // Accumulators per block and token tile: one per field of the codes, or one per two
+  // fields (fields 2 and 3 shifted down onto 0 and 1, one shift more per word) with two
+  // groups a set, whose registers need it, and with two token tiles, where it measured 2-10%
+  // faster on the H200 (one accumulator set less to keep live: 121 registers instead of
+  // 128; M = 16: 8192 x 28672 28.4 -> 26.7 us, 4096 x 11008 11.05 -> 10.14), though not
+  // with clusters (session 21: 14336 x 4096 at M = 16 13.9 -> 14.4 us).
+  constexpr int kFields = (kGroups == 2 || (T == 2 && !kCluster)) ? 2 : 4;
   const int sets = (p.row_groups + kGroups - 1) / kGroups;
   constexpr int kUnitVectors = kUnitBytes / 16;          // 64 16-byte vectors a unit
   constexpr int kBlockVectors = kBytesPerRowBlock / 16;  // 32, one a lane
@@ -173,7 +178,7 @@ __global__ void __launch_bounds__(kDecodeThreads, W2A8DecodeTile<T, kUnits, kGro
     const bool live = ws.SetOf(unit) < sets;
     const WarpSpan following = ws.Span(unit + ws.unit_stride);
     const int rounds = (span.per_warp + kSlots - 1) / kSlots;  // the same for every warp
-    // acc[r][tt][f]: the sums over field f of the codes, scaled by 4^f (with two groups a set,
+    // acc[r][tt][f]: the sums over field f of the codes, scaled by 4^f (with two fields,
     // over fields f and f + 2, both scaled by 4^f).
     int32_t acc[kSetBlocks][T][kFields][4] = {};
     // The stream-K grid's other part of a shared last set, read as its last round starts,
