@@ -9,10 +9,10 @@
 // two groups a set, which halve the ends per byte, measured up to 13% faster wherever their
 // grid keeps enough CTAs (W2A8TwoGroupsPay, decode_plan.h); their tile's registers hold two
 // accumulator sets instead of four (the codes' fields 2 and 3 shifted down onto 0 and 1),
-// as do the two-token-tile tiles without clusters (kFields). Where the row groups are
-// fewer than the SMs, a cluster of C CTAs shares each set, and the sum takes in the C S
-// tiles (decode_split.cuh). Each warp keeps 4 KB of weights in flight (slots of kUnits
-// units) and refills a slot once the next slot's weights are in use (RefillPrevious,
+// as do the two-token-tile tiles (kFields). Where the row groups are fewer than the SMs,
+// a cluster of C CTAs shares each set, and the sum takes in the C S tiles
+// (decode_split.cuh). Each warp keeps 4 KB of weights in flight (slots of kUnits units)
+// and refills a slot once the next slot's weights are in use (RefillPrevious,
 // decode_split.cuh). The activations are the int8 rows, scales and sums the prologue
 // kernel wrote (w2a8_prologue.cuh). Where whole row sets per CTA would leave many of the
 // CTAs that fit idle, the stream-K grid (kStream, decode_stream.cuh) gives every CTA an
@@ -74,10 +74,9 @@ __global__ void __launch_bounds__(kDecodeThreads, W2A8DecodeTile<T, kUnits, kGro
   // Accumulators per block and token tile: one per field of the codes, or one per two
   // fields (fields 2 and 3 shifted down onto 0 and 1, one shift more per word) with two
   // groups a set, whose registers need it, and with two token tiles, where it measured 2-10%
-  // faster on the H200 (one accumulator set less to keep live: 121 registers instead of
-  // 128; M = 16: 8192 x 28672 28.4 -> 26.7 us, 4096 x 11008 11.05 -> 10.14), though not
-  // with clusters (session 21: 14336 x 4096 at M = 16 13.9 -> 14.4 us).
-  constexpr int kFields = (kGroups == 2 || (T == 2 && !kCluster)) ? 2 : 4;
+  // faster on the H200 (121-122 registers instead of 128; M = 16: 8192 x 28672 28.4 -> 26.7
+  // us, 4096 x 11008 11.05 -> 10.14, with clusters 14336 x 4096 13.74 -> 13.33).
+  constexpr int kFields = (kGroups == 2 || T == 2) ? 2 : 4;
   const int sets = (p.row_groups + kGroups - 1) / kGroups;
   constexpr int kUnitVectors = kUnitBytes / 16;          // 64 16-byte vectors a unit
   constexpr int kBlockVectors = kBytesPerRowBlock / 16;  // 32, one a lane
