@@ -41,22 +41,28 @@ struct UploadOptions {
 
 absl::Status RunUpload(Client& client, const UploadOptions& options);
 
-struct MatMulOptions {
-  std::string weight;
-  // Activations: random [m, K] (K from the weight) or a 2-D .npy file.
+// What matmul and forward (model_commands.h) share: their activations, how often they are
+// sent, where the result goes and how closely it is verified.
+struct CallOptions {
+  // Activations: a 2-D .npy file, or m random rows (of the width the command says).
   std::optional<std::string> npy_path;
   int64_t m = 1;
   uint64_t seed = 1;
   // Wire dtype of the activations; nullopt: fp32 for random ones, the file's f4/f2 as is
   // (anything else converted to fp32).
   std::optional<DType> dtype;
-  std::optional<DType> output_dtype;  // nullopt: the input's dtype
+  std::optional<DType> output_dtype;  // nullopt: the input's dtype (fp32 for token ids)
   int repeat = 1;
-  bool stream = false;      // send the repeats over one MatMulStream
+  bool stream = false;      // send the repeats over one stream (MatMulStream, ForwardStream)
   std::string output_path;  // write the result as .npy
+  double tolerance = 0;     // 0: the command's default (DefaultTolerance, ForwardTolerance)
+};
+
+// Random activations are [m, K], K from the weight.
+struct MatMulOptions : CallOptions {
+  std::string weight;
   // Verification against the random weight of this seed.
   std::optional<uint64_t> verify_seed;
-  double tolerance = 0;  // 0: DefaultTolerance()
   // What the weight was uploaded as; each one given is checked against the server.
   std::optional<Scheme> scheme;
   std::optional<int64_t> n;

@@ -185,13 +185,9 @@ absl::StatusOr<UploadOptions> UploadFlags() {
   return o;
 }
 
-absl::StatusOr<MatMulOptions> MatMulFlags() {
-  MatMulOptions o;
-  o.weight = absl::GetFlag(FLAGS_weight);
+// The flags of CallOptions (the caller has checked --npy against the other inputs).
+absl::Status CallFlags(CallOptions& o) {
   const std::string npy = absl::GetFlag(FLAGS_npy);
-  if (!npy.empty() && absl::GetFlag(FLAGS_random)) {
-    return absl::InvalidArgumentError("matmul takes --random or --npy, not both");
-  }
   if (!npy.empty()) o.npy_path = npy;
   o.m = absl::GetFlag(FLAGS_m);
   o.seed = absl::GetFlag(FLAGS_seed);
@@ -204,9 +200,19 @@ absl::StatusOr<MatMulOptions> MatMulFlags() {
   o.repeat = absl::GetFlag(FLAGS_repeat);
   o.stream = absl::GetFlag(FLAGS_stream);
   o.output_path = absl::GetFlag(FLAGS_output);
+  o.tolerance = absl::GetFlag(FLAGS_tolerance);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<MatMulOptions> MatMulFlags() {
+  MatMulOptions o;
+  o.weight = absl::GetFlag(FLAGS_weight);
+  if (!absl::GetFlag(FLAGS_npy).empty() && absl::GetFlag(FLAGS_random)) {
+    return absl::InvalidArgumentError("matmul takes --random or --npy, not both");
+  }
+  if (absl::Status s = CallFlags(o); !s.ok()) return s;
   const int64_t verify_seed = absl::GetFlag(FLAGS_verify_seed);
   if (verify_seed >= 0) o.verify_seed = static_cast<uint64_t>(verify_seed);
-  o.tolerance = absl::GetFlag(FLAGS_tolerance);
   absl::StatusOr<std::optional<Scheme>> scheme = SchemeFlag();
   if (!scheme.ok()) return scheme.status();
   o.scheme = *scheme;
@@ -268,7 +274,7 @@ absl::StatusOr<ForwardOptions> ForwardFlags() {
       1) {
     return absl::InvalidArgumentError("forward takes one of --random, --npy, --tokens");
   }
-  if (!npy.empty()) o.npy_path = npy;
+  if (absl::Status s = CallFlags(o); !s.ok()) return s;
   for (absl::string_view id : absl::StrSplit(tokens, ',', absl::SkipEmpty())) {
     int32_t value = 0;
     if (!absl::SimpleAtoi(id, &value)) {
@@ -276,17 +282,6 @@ absl::StatusOr<ForwardOptions> ForwardFlags() {
     }
     o.token_ids.push_back(value);
   }
-  o.m = absl::GetFlag(FLAGS_m);
-  o.seed = absl::GetFlag(FLAGS_seed);
-  absl::StatusOr<std::optional<DType>> dtype = DTypeFlag(absl::GetFlag(FLAGS_dtype));
-  if (!dtype.ok()) return dtype.status();
-  o.dtype = *dtype;
-  absl::StatusOr<std::optional<DType>> out_dtype = DTypeFlag(absl::GetFlag(FLAGS_out_dtype));
-  if (!out_dtype.ok()) return out_dtype.status();
-  o.output_dtype = *out_dtype;
-  o.repeat = absl::GetFlag(FLAGS_repeat);
-  o.stream = absl::GetFlag(FLAGS_stream);
-  o.output_path = absl::GetFlag(FLAGS_output);
   for (absl::string_view pair :
        absl::StrSplit(absl::GetFlag(FLAGS_verify_seeds), ',', absl::SkipEmpty())) {
     const std::vector<absl::string_view> parts = absl::StrSplit(pair, absl::MaxSplits('=', 1));
@@ -297,7 +292,6 @@ absl::StatusOr<ForwardOptions> ForwardFlags() {
     }
     o.verify_seeds[std::string(parts[0])] = seed;
   }
-  o.tolerance = absl::GetFlag(FLAGS_tolerance);
   return o;
 }
 

@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "client/client.h"
+#include "client/qmmctl/commands.h"
 #include "kernels/dtype.h"
 
 namespace qmm::ctl {
@@ -22,23 +23,13 @@ absl::Status RunCreateModel(Client& client, const std::string& spec_path);
 absl::Status RunListModels(Client& client);
 absl::Status RunDeleteModel(Client& client, const std::string& name);
 
-struct ForwardOptions {
+// The input of a model without an embedding: the .npy file or random [m, in_features] of
+// CallOptions; of a model with one: token_ids, or m random ones.
+struct ForwardOptions : CallOptions {
   std::string model;
-  // Input of a model without an embedding: a 2-D .npy file, or random [m, in_features].
-  std::optional<std::string> npy_path;
-  // Input of a model with one: these token ids, or m random ones.
   std::vector<int32_t> token_ids;
-  int64_t m = 1;
-  uint64_t seed = 1;
-  // Wire dtype of the activations; nullopt: fp32 for random ones, the file's f4/f2 as is.
-  std::optional<DType> dtype;
-  std::optional<DType> output_dtype;  // nullopt: the input's dtype (fp32 for tokens)
-  int repeat = 1;
-  bool stream = false;      // send the repeats over one ForwardStream
-  std::string output_path;  // write the result as .npy
   // Verification: weight name -> the seed it was uploaded with (qmmctl upload --random).
   std::map<std::string, uint64_t> verify_seeds;
-  double tolerance = 0;  // 0: ForwardTolerance()
 };
 
 // OK with false when the verification failed (it printed FAIL).
