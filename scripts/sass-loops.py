@@ -8,7 +8,7 @@ e.g.   nvcc -O3 -DNDEBUG -cubin -arch=sm_90a -std=c++20 --expt-relaxed-constexpr
        scripts/sass-loops.py w4a16.cubin GemmKernel 100
 
 Where a kernel is bound by the instructions it issues (the wgmma GEMM at 64 tokens:
-docs/PERFORMANCE.md), the count of its main loop predicts a change before the GPU runs
+docs/performance-log.md), the count of its main loop predicts a change before the GPU runs
 it: session 22's descriptor change took the one-group loop from 231 to 194 instructions
 here, as cuobjdump on the GPU machine showed. Loops of fewer than MIN-INSTRUCTIONS
 (default 20) are left out; the mnemonics come from cubin.py, unknown opcodes as hex.

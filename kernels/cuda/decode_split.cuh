@@ -6,7 +6,7 @@
 // instead: its C * S warps each take 1/(C S) of the chunks, and each CTA finishes 1/C of
 // the set's outputs from every CTA's partial tiles (distributed shared memory). S and C
 // are powers of two, so the per-warp set-up uses shifts: runtime integer divisions there
-// measured up to 4% of a short launch on the H200 (docs/PERFORMANCE.md, session 17). Also
+// measured up to 4% of a short launch on the H200 (docs/performance-log.md, session 17). Also
 // the order of a warp's late refills (RefillPrevious), which the tiles of two strips use.
 // A CTA of another number of warps (W8A16's 12-warp tile, w8a16_decode.cuh) has them all on
 // one row set (S = its warps) and no cluster.

@@ -28,7 +28,7 @@ inline double WaveEfficiency(int64_t ctas, int64_t slots) {
 //
 // One token tile (M <= 8) streams and nothing else, so CTAs started as others finish keep
 // the HBM busy across waves. Measured at M = 1 and 8 with each split forced, on 16 shapes
-// of 8-448 row blocks and 128-896 chunks (docs/PERFORMANCE.md, session 23): beyond one
+// of 8-448 row blocks and 128-896 chunks (docs/performance-log.md, session 23): beyond one
 // wave, CTAs of fewer than 64 chunks and clusters of 8 never won; a split beyond one wave
 // won where it filled its waves far better (8192 x 22016: 4 splits, 688 CTAs in 2.8 waves
 // filling 92% of them, 51.4 us against 58.1 for one wave of 172 filling 65%), hence 15%
@@ -87,7 +87,7 @@ inline int TileSplits(int64_t ctas, int sms, const KernelFit& fit, int chunks, i
 // Whether the tile kernel streams a launch of up to 16 tokens faster than the decode
 // kernel's grid `decode` (decode_plan.h) would, for a K of `chunks` chunks on `sms` SMs;
 // `wide`: the decode grid runs 12-warp CTAs (TakesWideCtas). Both measured on the H200 at
-// M = 1 and 16 over K = 4096, 8192, 14336 and N = 2048 to 12288 (docs/PERFORMANCE.md,
+// M = 1 and 16 over K = 4096, 8192, 14336 and N = 2048 to 12288 (docs/performance-log.md,
 // sessions 24 and 25): where the decode grid gives the SMs fewer than 1.8 row sets each (a
 // cluster's CTAs counted apart), its 8-warp CTAs stream too slowly on their own (8192 x
 // 6144, 192 sets: 19.9 us against the tile kernel's 16.7), unless K is short: the tile

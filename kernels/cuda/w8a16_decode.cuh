@@ -9,7 +9,7 @@
 // (decode_split.cuh). CTAs (clusters) stride over the row sets, so the grid is exactly
 // what fits on the GPU at once. Where each CTA has one set and at most two share an SM,
 // the CTA has 12 warps on its set instead (kWideWarps): the streaming rate followed the
-// warps an SM, not the bytes in flight per warp (docs/PERFORMANCE.md, session 24).
+// warps an SM, not the bytes in flight per warp (docs/performance-log.md, session 24).
 //
 // Registers are the pipeline: each warp keeps kSlots chunks of R row tiles (3-4 KB per
 // warp) in flight, all loads issued before any use, and refills a slot as soon as the

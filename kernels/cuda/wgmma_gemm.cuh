@@ -29,7 +29,7 @@
 // batch is dequantized while the tensor cores run the one before it, and its bytes are
 // read from the stage before that one's wait. Nothing but the stage barriers couples the
 // warpgroups.
-// Measured on the H200: docs/PERFORMANCE.md.
+// Measured on the H200: docs/PERFORMANCE.md; how it got there: docs/performance-log.md.
 #ifndef QMM_KERNELS_CUDA_WGMMA_GEMM_CUH_
 #define QMM_KERNELS_CUDA_WGMMA_GEMM_CUH_
 

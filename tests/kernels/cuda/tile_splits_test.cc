@@ -3,7 +3,7 @@
 // and 30 at once (cudaOccupancyMaxActiveClusters, printed on the H200 in session 24). Each
 // shape's expected split is the fastest of the forced splits measured on the H200 in
 // sessions 23 and 24 (qmm-kernel-bench --w8a16_splits=1/2/3/4/8, us in the comments,
-// docs/PERFORMANCE.md), so a change to the rule that moves a choice fails here.
+// docs/performance-log.md), so a change to the rule that moves a choice fails here.
 #include "kernels/cuda/tile_splits.h"
 
 #include <gtest/gtest.h>
