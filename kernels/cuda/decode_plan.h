@@ -100,20 +100,25 @@ inline bool StreamPays(const DecodeGrid& grid, int64_t slots, int64_t sets, bool
   return grid.ctas * 10 < slots * 9 || (one_tile && sets <= slots);
 }
 
-// The same for a W2A8 decode launch (`sets` row groups of `chunks` chunks of `chunk_k` k), whose
-// stream-K grid pays less: only where the row groups outnumber the CTAs that fit, and the grid of
-// whole groups leaves a fifth of them idle, or an eighth with runs of at least kStreamMinRunK a
-// CTA; with one token tile (`one_tile`) only on such runs. On the H200, forced on against off (us):
-// 8192 x 8704 at M = 1 / 16 10.15 / 13.01 against 12.59 / 17.31, 8192 x 28672 21.05 / 27.84 against
-// 22.31 / 30.98; not taken, 4096 x 14336 (224 CTAs of two groups, 8192 k a CTA) 9.66 / 11.80
-// against 8.73 / 10.89, 4096 x 11008 at M = 1 8.87 against 8.48 (but at M = 16 10.83 against 11.77,
-// taken); one row group a CTA, 8192 x 8192 at M = 1 8.99 against 8.73 (session 26).
+// The same for a W2A8 decode launch (`sets` row sets of `chunks` chunks of `chunk_k` k), whose
+// stream-K grid pays less: only where the row sets outnumber the CTAs that fit, and the grid of
+// whole sets leaves a fifth of them idle, or an eighth with runs of at least kStreamMinRunK a
+// CTA; with one token tile (`one_tile`) only on such runs, and with sets of two row groups
+// (`two_groups`, one token tile) only where a fifth is idle. On the H200, forced on against off
+// (us): 8192 x 8704 at M = 1 / 16 10.15 / 13.01 against 12.59 / 17.31, 8192 x 28672 (one group a
+// set) 21.05 / 27.84 against 22.31 / 30.98; not taken, 4096 x 14336 (224 CTAs of two groups, 8192
+// k a CTA) 9.66 / 11.80 against 8.73 / 10.89, 4096 x 11008 at M = 1 8.87 against 8.48 (but at M =
+// 16 10.83 against 11.77, taken); one row group a CTA, 8192 x 8192 at M = 1 8.99 against 8.73
+// (session 26). Two groups a set, M = 1 / 4 / 8 (session 30): 8192 x 28672 (two turns of 224 CTAs,
+// an eighth idle) 20.80 / 21.17 / 21.67 against 20.17 / 20.64 / 20.93, not taken; 8192 x 24576
+// (192, 0.73) 18.66 / 18.92 / 19.39 against 19.39 / 19.94 / 20.23 and 8192 x 22016 (172) 17.28 /
+// 17.61 / 18.16 against 18.91 / 19.32 / 19.67, taken.
 inline bool W2A8StreamPays(const DecodeGrid& grid, int64_t slots, int64_t sets, int64_t chunks,
-                           int chunk_k, bool one_tile) {
+                           int chunk_k, bool one_tile, bool two_groups = false) {
   if (grid.cluster != 1 || sets <= slots) return false;
   const bool long_runs = DecodeRunK(grid, chunks, chunk_k) >= kStreamMinRunK;
   if (one_tile && !long_runs) return false;
-  return grid.ctas * 5 < slots * 4 || (grid.ctas * 8 < slots * 7 && long_runs);
+  return grid.ctas * 5 < slots * 4 || (grid.ctas * 8 < slots * 7 && long_runs && !two_groups);
 }
 
 // Whether a W2A8 decode launch of one token tile takes row sets of two row groups rather than

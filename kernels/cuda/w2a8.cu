@@ -133,7 +133,7 @@ cudaError_t PlanDecode(const GemmArgs& args, const DeviceInfo& info, const Geome
                      info.sms, plan->slots, fit.clusters, min_split, 8, cluster);
   // The stream-K grid where it pays (W2A8StreamPays, decode_plan.h).
   const bool pays = W2A8StreamPays(plan->grid, plan->slots, plan->sets, chunks,
-                                   kUnits * w2a8::kKPerBlock, T == 1);
+                                   kUnits * w2a8::kKPerBlock, T == 1, kGroups == 2);
   plan->stream = (stream == 2 || (stream == 0 && pays)) && args.sync != nullptr;
   plan->ctas = plan->stream ? StreamCtas(plan->slots, plan->sets, w2a8::DecodeTileInts(T, kGroups))
                             : plan->grid.ctas;

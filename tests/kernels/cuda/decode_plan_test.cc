@@ -112,6 +112,15 @@ TEST(DecodePlanTest, W2A8StreamKOnlyWithManyGroupsOrLongRuns) {
   EXPECT_FALSE(W2A8StreamPaysFor(448, 32, false));  // 4096 x 14336 (0.85, 8192 k a CTA)
   EXPECT_TRUE(W2A8StreamPaysFor(896, 64, true));    // 8192 x 28672 (0.85, 32768 k)
   EXPECT_FALSE(W2A8StreamPaysFor(256, 64, true));   // 8192 x 8192: one group a CTA
+  // Sets of two row groups: only where a fifth of the CTAs that fit would idle.
+  const auto two_groups = [](int64_t sets, int chunks) {
+    const DecodeGrid grid = MakeDecodeGrid(sets, chunks, 2048, kSms, kSlots, kClusterSlots);
+    return W2A8StreamPays(grid, kSlots, sets, chunks, 128, true, true);
+  };
+  EXPECT_FALSE(two_groups(448, 64));  // 8192 x 28672: two turns of 224 (0.85)
+  EXPECT_TRUE(two_groups(384, 64));   // 8192 x 24576: two turns of 192 (0.73)
+  EXPECT_TRUE(two_groups(344, 64));   // 8192 x 22016: two turns of 172
+  EXPECT_FALSE(two_groups(224, 64));  // 8192 x 14336: every set at once
   // The k a CTA streams: turns x sets a unit x chunks x 128 (S = 4 on 4096 x 14336).
   EXPECT_EQ(DecodeRunK(MakeDecodeGrid(896, 64, 1024, kSms, kSlots, kClusterSlots), 64, 128),
             4 * 64 * 128);
