@@ -98,9 +98,11 @@ TEST(DecodePlanTest, StreamKWhereWholeSetsLeaveCtasIdle) {
 // W2A8StreamPays on one-unit row groups (128 k a chunk, 1 KB): only where the row groups
 // outnumber the CTAs that fit and the grid of whole groups leaves a fifth idle, or an
 // eighth with runs of at least 12288 k; one token tile only on such runs.
-bool W2A8StreamPaysFor(int64_t groups, int chunks, bool one_tile) {
-  const DecodeGrid grid = MakeDecodeGrid(groups, chunks, 1024, kSms, kSlots, kClusterSlots);
-  return W2A8StreamPays(grid, kSlots, groups, chunks, 128, one_tile);
+// `two_groups`: sets of two row groups (2 KB a chunk, one token tile).
+bool W2A8StreamPaysFor(int64_t sets, int chunks, bool one_tile, bool two_groups = false) {
+  const DecodeGrid grid =
+      MakeDecodeGrid(sets, chunks, two_groups ? 2048 : 1024, kSms, kSlots, kClusterSlots);
+  return W2A8StreamPays(grid, kSlots, sets, chunks, 128, one_tile, two_groups);
 }
 
 TEST(DecodePlanTest, W2A8StreamKOnlyWithManyGroupsOrLongRuns) {
@@ -113,14 +115,10 @@ TEST(DecodePlanTest, W2A8StreamKOnlyWithManyGroupsOrLongRuns) {
   EXPECT_TRUE(W2A8StreamPaysFor(896, 64, true));    // 8192 x 28672 (0.85, 32768 k)
   EXPECT_FALSE(W2A8StreamPaysFor(256, 64, true));   // 8192 x 8192: one group a CTA
   // Sets of two row groups: only where a fifth of the CTAs that fit would idle.
-  const auto two_groups = [](int64_t sets, int chunks) {
-    const DecodeGrid grid = MakeDecodeGrid(sets, chunks, 2048, kSms, kSlots, kClusterSlots);
-    return W2A8StreamPays(grid, kSlots, sets, chunks, 128, true, true);
-  };
-  EXPECT_FALSE(two_groups(448, 64));  // 8192 x 28672: two turns of 224 (0.85)
-  EXPECT_TRUE(two_groups(384, 64));   // 8192 x 24576: two turns of 192 (0.73)
-  EXPECT_TRUE(two_groups(344, 64));   // 8192 x 22016: two turns of 172
-  EXPECT_FALSE(two_groups(224, 64));  // 8192 x 14336: every set at once
+  EXPECT_FALSE(W2A8StreamPaysFor(448, 64, true, true));  // 8192 x 28672: two turns of 224
+  EXPECT_TRUE(W2A8StreamPaysFor(384, 64, true, true));   // 8192 x 24576: two of 192 (0.73)
+  EXPECT_TRUE(W2A8StreamPaysFor(344, 64, true, true));   // 8192 x 22016: two turns of 172
+  EXPECT_FALSE(W2A8StreamPaysFor(224, 64, true, true));  // 8192 x 14336: every set at once
   // The k a CTA streams: turns x sets a unit x chunks x 128 (S = 4 on 4096 x 14336).
   EXPECT_EQ(DecodeRunK(MakeDecodeGrid(896, 64, 1024, kSms, kSlots, kClusterSlots), 64, 128),
             4 * 64 * 128);
