@@ -115,15 +115,20 @@ struct DecodeSplitOf {
   }
   __device__ int End(int total) const { return (rank + 1) * (total >> cluster_shift); }
   // Element f of set q (of this unit) summed over the S partial tiles of every CTA of the
-  // cluster; `red` holds each warp's tile of `warp_elems` elements, in warp order. Across a
-  // cluster the loops run to their largest counts, so that all the loads (remote ones take
-  // a round trip) are issued before the first add waits; within a CTA the plain loop
-  // (unrolled, it cost the four-token-tile W4A16 decode kernel a 24-byte spill).
+  // cluster; `red` holds each warp's tile of `warp_elems` elements, in warp order. The
+  // loops run to their largest counts, so that all the loads (remote ones take a round
+  // trip) are issued before the first add waits: within a CTA too, where a loop of S
+  // dependent loads and adds made every set's end wait S shared-memory round trips.
   template <typename V>
   __device__ V SumPartials(const V* red, int q, int f, int warp_elems) const {
     V sum = 0;
     if (cluster_shift == 0) {
-      for (int s = 0; s < split; ++s) sum += red[(q * split + s) * warp_elems + f];
+      V part[kWarps];
+#pragma unroll
+      for (int s = 0; s < kWarps; ++s)
+        part[s] = s < split ? red[(q * split + s) * warp_elems + f] : 0;
+#pragma unroll
+      for (int s = 0; s < kWarps; ++s) sum += part[s];
       return sum;
     }
 #if __CUDA_ARCH__ >= 900
