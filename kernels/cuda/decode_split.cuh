@@ -118,7 +118,9 @@ struct DecodeSplitOf {
   // cluster; `red` holds each warp's tile of `warp_elems` elements, in warp order. The
   // loops run to their largest counts, so that all the loads (remote ones take a round
   // trip) are issued before the first add waits: within a CTA too, where a loop of S
-  // dependent loads and adds made every set's end wait S shared-memory round trips.
+  // dependent loads and adds made every set's end wait S shared-memory round trips (on the
+  // H200, W2A8 8192 x 28672 at M = 1 20.22 -> 19.74 us, 4096 x 4096 at M = 16 6.84 ->
+  // 6.38; W4A16 4096 x 4096 at M = 1 4.51 -> 4.37).
   template <typename V>
   __device__ V SumPartials(const V* red, int q, int f, int warp_elems) const {
     V sum = 0;
