@@ -210,20 +210,35 @@ cudaError_t LaunchOneTileDecode(const GemmArgs& args, const DeviceInfo& info, co
                    : LaunchDecode<1, 1, 1>(args, info, geo, pro, one_group);
 }
 
-// The prologue for x_dtype, with or without a DyT on its input.
-template <bool kDyT>
-cudaError_t LaunchPrologue(const cudaLaunchConfig_t& config, const w2a8::PrologueParams& pro,
-                           DType x_dtype) {
+// The prologue for x_dtype, with or without a DyT on its input, writing xq or the wgmma
+// GEMM's permuted activations.
+template <bool kDyT, bool kPermuted>
+cudaError_t LaunchPrologueOf(const cudaLaunchConfig_t& config, const w2a8::PrologueParams& pro,
+                             DType x_dtype) {
   using w2a8::XKind;
   switch (x_dtype) {
     case DType::kBF16:
-      return cudaLaunchKernelEx(&config, w2a8::W2A8PrologueKernel<XKind::kBF16, kDyT>, pro);
+      return cudaLaunchKernelEx(&config, w2a8::W2A8PrologueKernel<XKind::kBF16, kDyT, kPermuted>,
+                                pro);
     case DType::kF32:
-      return cudaLaunchKernelEx(&config, w2a8::W2A8PrologueKernel<XKind::kF32, kDyT>, pro);
+      return cudaLaunchKernelEx(&config, w2a8::W2A8PrologueKernel<XKind::kF32, kDyT, kPermuted>,
+                                pro);
     case DType::kF16:
-      return cudaLaunchKernelEx(&config, w2a8::W2A8PrologueKernel<XKind::kF16, kDyT>, pro);
+      return cudaLaunchKernelEx(&config, w2a8::W2A8PrologueKernel<XKind::kF16, kDyT, kPermuted>,
+                                pro);
   }
   return cudaErrorInvalidValue;
+}
+
+cudaError_t LaunchPrologue(const cudaLaunchConfig_t& config, const w2a8::PrologueParams& pro,
+                           DType x_dtype) {
+  const bool dyt = pro.dyt_gamma != nullptr;
+  if (pro.permuted != nullptr) {
+    return dyt ? LaunchPrologueOf<true, true>(config, pro, x_dtype)
+               : LaunchPrologueOf<false, true>(config, pro, x_dtype);
+  }
+  return dyt ? LaunchPrologueOf<true, false>(config, pro, x_dtype)
+             : LaunchPrologueOf<false, false>(config, pro, x_dtype);
 }
 
 }  // namespace
@@ -281,6 +296,17 @@ cudaError_t LaunchW2A8(const GemmArgs& args, const W2A8Options& options) {
   pro.x_sum = reinterpret_cast<int32_t*>(base + ws.x_sum);
   pro.zero = reinterpret_cast<uint4*>(base + ws.acc);
   pro.zero_vectors = gemm && plan.atomics ? (ws.zero_end - ws.acc) / 16 : 0;
+  wgmma_gemm::Options wgmma_options;
+  wgmma_options.groups = options.wgmma_groups;
+  if (wgmma) {
+    pro.permuted = w2a8::WgmmaFormat::PermutedX(args);
+    pro.permuted_nt = wgmma_gemm::TokenTile(args.m, args.shape.n, wgmma_options);
+    if (cudaError_t err = wgmma_gemm::Resolve<w2a8::WgmmaFormat, false>(args, &wgmma_options);
+        err != cudaSuccess) {
+      return err;
+    }
+    pro.trigger_at_exit = pro.permuted_nt > 32 || wgmma_options.groups == 2;
+  }
   pro.dyt_alpha = args.dyt.alpha;
   pro.dyt_gamma = args.dyt.gamma;
   pro.dyt_beta = args.dyt.beta;
@@ -300,15 +326,10 @@ cudaError_t LaunchW2A8(const GemmArgs& args, const W2A8Options& options) {
   pro_config.stream = args.stream;
   pro_config.attrs = pdl;
   pro_config.numAttrs = args.m <= 16 ? pdl_count : 0;
-  if (const cudaError_t err = pro.dyt_gamma != nullptr
-                                  ? LaunchPrologue<true>(pro_config, pro, args.x_dtype)
-                                  : LaunchPrologue<false>(pro_config, pro, args.x_dtype);
-      err != cudaSuccess) {
+  if (const cudaError_t err = LaunchPrologue(pro_config, pro, args.x_dtype); err != cudaSuccess) {
     return err;
   }
   if (wgmma) {
-    wgmma_gemm::Options wgmma_options;
-    wgmma_options.groups = options.wgmma_groups;
     bool launched = false;
     return wgmma_gemm::Launch<w2a8::WgmmaFormat, false>(args, wgmma_options, &launched);
   }

@@ -11,7 +11,8 @@
 // weight units through registers, the warps of a CTA sharing each row group's K and
 // summing their partial sums in shared memory. Beyond, on sm_90a, the wgmma GEMM of the
 // 16-bit schemes (wgmma_gemm.cuh) with the W2A8 format (w2a8_wgmma.cuh: u8 x s8 wgmma,
-// int32 sums, the int8 activations permuted for wgmma's B operand by a third kernel). On
+// int32 sums, the prologue writing the int8 activations in the order of wgmma's B
+// operand, so that no permute kernel runs as for the 16-bit schemes). On
 // other devices, or with a forced k split, the mma.sync GEMM (w2a8_gemm.cuh): each warp
 // takes 64 tokens and the four warps of a CTA four neighbouring row groups, so that
 // activations loaded once serve four warps from L1, and CTAs split K only as far as it

@@ -10,6 +10,7 @@
 
 #include "kernels/cuda/dyt_value.cuh"
 #include "kernels/cuda/w2a8_ptx.cuh"
+#include "kernels/cuda/w2a8_wgmma.cuh"
 
 namespace qmm::cuda::w2a8 {
 
@@ -22,11 +23,24 @@ struct PrologueParams {
   const void* x;  // [m, k] fp16, bf16 or fp32
   int64_t m;
   int64_t k;       // a multiple of 128
-  int8_t* xq;      // [m, k]
+  int8_t* xq;      // [m, k]; not written where `permuted` is set
   float* x_scale;  // [m]
   int32_t* x_sum;  // [m]
   uint4* zero;     // zero_vectors 16-byte words to clear
   int64_t zero_vectors;
+  // The wgmma GEMM's activations (beyond 16 tokens on sm_90a): the int8 rows go straight
+  // into the order its B operand reads, for token tiles of permuted_nt
+  // (WgmmaFormat::PermutedWordOffset), instead of into xq; a permute kernel reading xq
+  // would be one more launch on the critical path.
+  uint8_t* permuted;
+  int permuted_nt;
+  // The matmul launches only as this kernel's CTAs exit, not as they start. Launched as
+  // they start, the wgmma GEMM fetches its first weights during this kernel, but its CTAs
+  // then share the SMs with these: on the H200 that paid only for one-group tiles of 32
+  // tokens (4096 x 4096 at M = 17: 11.9 -> 10.0 us, 8192 x 28672 41.2 -> 39.3) and cost
+  // up to 27% elsewhere (8192 x 8192 at M = 64: 22.7 -> 28.7 us; 4096 x 14336 at M = 17,
+  // two-group tiles: 18.0 -> 20.6).
+  bool trigger_at_exit;
   // DyT applied to x before it is quantized (GemmArgs::dyt; off while gamma is nullptr).
   float dyt_alpha;
   const float* dyt_gamma;
@@ -72,11 +86,11 @@ __device__ __forceinline__ int QuantizeInt8(float f, float s, float r) {
 // (which may write x, or still read the workspace) runs, so it waits before anything else,
 // and lets the matmul launch only then (one kernel ahead at most: dependent_launch.h).
 // kDyT: p.dyt_gamma is set (a compile-time choice: the DyT code in the loops made the plain
-// prologue 2-4 us slower on the H200).
-template <XKind kKind, bool kDyT>
+// prologue 2-4 us slower on the H200). kPermuted: p.permuted is set.
+template <XKind kKind, bool kDyT, bool kPermuted>
 __global__ void __launch_bounds__(kPrologueThreads) W2A8PrologueKernel(const PrologueParams p) {
   WaitForPrerequisiteGrid();
-  AllowDependentLaunch();
+  if (!p.trigger_at_exit) AllowDependentLaunch();
   if (blockIdx.x >= p.m) {
     const int64_t stride = static_cast<int64_t>(gridDim.x - p.m) * kPrologueThreads;
     for (int64_t i = (blockIdx.x - p.m) * kPrologueThreads + threadIdx.x; i < p.zero_vectors;
@@ -133,6 +147,8 @@ __global__ void __launch_bounds__(kPrologueThreads) W2A8PrologueKernel(const Pro
   const float r = __frcp_rn(s);
   int32_t sum = 0;
   int8_t* qr = p.xq + row * p.k;
+  constexpr int kChunkWords = wgmma_gemm::kChunkK / 4;  // of int8 activations
+  const int64_t chunks = p.k / wgmma_gemm::kChunkK;
   for (int64_t base = 0; base < vectors; base += kStep) {
     // A row longer than one step was not kept; read it again (from L2).
     if (vectors > kStep) {
@@ -150,7 +166,17 @@ __global__ void __launch_bounds__(kPrologueThreads) W2A8PrologueKernel(const Pro
         sum += q;
         packed[e / 4] |= (static_cast<uint32_t>(q) & 0xff) << (8 * (e % 4));
       }
-      if constexpr (kPer == 8) {
+      if constexpr (kPermuted) {
+        // Words v kPer / 4 .. of the row.
+#pragma unroll
+        for (int j = 0; j < kPer / 4; ++j) {
+          const int64_t word = v * (kPer / 4) + j;
+          *reinterpret_cast<uint32_t*>(
+              p.permuted +
+              WgmmaFormat::PermutedWordOffset(row, p.permuted_nt, chunks, word / kChunkWords,
+                                              static_cast<int>(word % kChunkWords))) = packed[j];
+        }
+      } else if constexpr (kPer == 8) {
         reinterpret_cast<uint2*>(qr)[v] = make_uint2(packed[0], packed[1]);
       } else {
         reinterpret_cast<uint32_t*>(qr)[v] = packed[0];

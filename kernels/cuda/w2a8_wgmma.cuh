@@ -1,6 +1,6 @@
 // The W2A8 weight format of the wgmma GEMM (wgmma_gemm.cuh), for many tokens on sm_90a.
-// The prologue (w2a8_prologue.cuh) has quantized the activations to int8 in the
-// workspace; the GEMM's PermuteKernel orders them for wgmma's B operand. A 128-row
+// The prologue (w2a8_prologue.cuh) has quantized the activations to int8 straight into
+// the order of wgmma's B operand (PermuteKernel's), so no permute kernel runs. A 128-row
 // group's 128-k chunk is four consecutive row groups' units (w2a8_layout.h): 1 KB each,
 // one bulk copy each. Field j of a lane's four words is the A fragment of k32 step j
 // (codes c = t + 1 in 0..2, unsigned), so dequantizing is one shift and one AND per
@@ -13,6 +13,7 @@
 #include "kernels/cuda/w2a8_layout.h"
 #include "kernels/cuda/w4a16_common.cuh"
 #include "kernels/cuda/wgmma.cuh"
+#include "kernels/cuda/wgmma_gemm.cuh"
 #include "kernels/cuda/wgmma_layout.h"
 
 namespace qmm::cuda::w2a8 {
@@ -32,6 +33,7 @@ struct WgmmaFormat {
   };
   using Acc = int;
   static constexpr int kXBytes = 1;
+  static constexpr bool kXPermuted = true;
   static constexpr int kSteps = 4;
   static constexpr int kGroupStageBytes = 4 * kUnitBytes;
   // What a one-group CTA's chunk costs against a two-group one's (wgmma_gemm_launch.cuh
@@ -48,6 +50,16 @@ struct WgmmaFormat {
 
   // Logical core c (16 k) of step c / 2 holds the physical words 16 (c % 2) + 4t + c / 2.
   __device__ static int CoreWord(int c, int t) { return c % 2 * 16 + 4 * t + c / 2; }
+  // Where physical word w (0..31) of token tok's chunk `chunk` goes in the permuted
+  // activations of nt-token tiles: position w % 16 / 4 of core 2 (w % 4) + w / 16, the
+  // inverse of CoreWord. The prologue writes the words there itself
+  // (kXPermuted), which spares the launch the permute kernel.
+  __device__ static int64_t PermutedWordOffset(int64_t tok, int nt, int64_t chunks, int64_t chunk,
+                                               int w) {
+    return wgmma_gemm::PermutedPieceOffset(tok, nt, wgmma_gemm::kChunkK, chunks, chunk, 0,
+                                           2 * (w % 4) + w / 16) +
+           w % 16 / 4 * 4;
+  }
 
   // p.w_group_stride is the layout's row-group stride (K / 128 units); row groups past
   // the last read the last again (never stored).
@@ -112,10 +124,6 @@ struct WgmmaFormat {
 
   // args.workspace is the launch workspace of w2a8_layout.h followed by the permuted
   // activations.
-  static const void* PermuteSource(const GemmArgs& args) {
-    const Geometry g(args.shape.n, args.shape.k);
-    return static_cast<const uint8_t*>(args.workspace) + Workspace(g, args.m).xq;
-  }
   static uint8_t* PermutedX(const GemmArgs& args) {
     const Geometry g(args.shape.n, args.shape.k);
     return static_cast<uint8_t*>(args.workspace) + WgmmaXOffset(g, args.m);

@@ -17,6 +17,7 @@ struct A16Format {
   using Params = w4a16::Params;
   using Acc = float;
   static constexpr int kXBytes = 2;
+  static constexpr bool kXPermuted = false;
   static constexpr int kSteps = 8;
 
   // What a one-group CTA's chunk costs against a two-group one's (wgmma_gemm_launch.cuh

@@ -123,11 +123,24 @@ __global__ void __launch_bounds__(w4a16::kThreads)
   for (int i = 0; i < kPerThread; ++i) dst[i * w4a16::kThreads + threadIdx.x] = v[i];
 }
 
+// The byte offset, in PermuteKernel's output for NT-token tiles of `chunks` chunks of
+// row_bytes bytes a token, of the 16-byte piece that holds logical core `core` of 64-k
+// block `blk` of token tok's chunk `chunk`: where PermuteKernel stores it (piece q).
+__device__ inline int64_t PermutedPieceOffset(int64_t tok, int nt, int row_bytes, int64_t chunks,
+                                              int64_t chunk, int blk, int core) {
+  const int row = static_cast<int>(tok % 8);
+  const int atom = blk * (nt / 8) + static_cast<int>(tok % nt) / 8;
+  return (tok / nt * chunks + chunk) * (nt * row_bytes) + atom * 1024 + row * 128 +
+         (core ^ row) * 16;
+}
+
 // A weight format F provides, for a 128-row group's 128-k chunk:
 //   Params, Acc                     its launch parameters (a w4a16::Params) and the
 //                                   accumulator type;
 //   kXBytes, kSteps                 bytes per activation value (2, or 1 for int8) and
 //                                   wgmma k steps per chunk (8 of k16, or 4 of k32);
+//   kXPermuted                      whether the activations come in PermuteKernel's
+//                                   order already (the launch then skips it);
 //   kGroupStageBytes                its weight bytes in a stage;
 //   OneGroupChunkCost(NT, splits, paired)  (host) a one-group CTA's cost per chunk
 //                                   against a two-group one's, for the launch's plan;
@@ -143,8 +156,9 @@ __global__ void __launch_bounds__(w4a16::kThreads)
 //   Finish(p, group, warp, lane, tok, split, d)  the fp32 partial sums of one
 //                                   accumulator quad (rows g, g + 8 of the warp's strip,
 //                                   tokens tok, tok + 1), scaled;
-//   PermuteSource(args), PermutedX(args), MakeParams(args)  (host) the activations to
-//                                   permute, where to, and the launch parameters.
+//   PermuteSource(args) (unless kXPermuted), PermutedX(args), MakeParams(args)  (host)
+//                                   the activations to permute, where they are
+//                                   permuted to, and the launch parameters.
 //
 // Grid: x = token tiles of NT, y = sets of G 128-row groups, z = K splits (one cluster).
 template <typename F, int NT, int G, bool kBf16>

@@ -23,6 +23,17 @@ struct Options {
   int splits = 0;
 };
 
+// The token tile of a launch of m rows on N = n: 32 up to 32 tokens, 64 up to 64, then
+// 128 (a forced options.groups of 2 keeps 64). 128-token tiles (one group per CTA) halve
+// the dequantization per product against 64; on the H200 (W4A16) they won at M = 256 on
+// every benchmark shape (8192 x 28672: 237 us against 280), at M = 128 only from N = 8192
+// on (4096 x 4096: 27.9 against 17.5).
+inline int TokenTile(int64_t m, int64_t n, const Options& options) {
+  if (m <= 32) return 32;
+  const bool wide = m > 128 || (m > 64 && n >= 8192);
+  return !wide || options.groups == 2 ? 64 : 128;
+}
+
 template <typename F, int NT>
 cudaError_t LaunchPermute(const GemmArgs& args, const DeviceInfo& device) {
   cudaLaunchConfig_t config = {};
@@ -116,12 +127,32 @@ cudaError_t LaunchGemm(const GemmArgs& args, const DeviceInfo& device, int split
 template <typename F, int NT, bool kBf16>
 cudaError_t LaunchTile(const GemmArgs& args, const DeviceInfo& device, Options options) {
   cudaError_t err = Plan<F, NT, kBf16>(args, device, &options);
-  if (err == cudaSuccess) err = LaunchPermute<F, NT>(args, device);
   if (err != cudaSuccess) return err;
+  // A format whose activations come permuted (F::kXPermuted: W2A8's prologue writes them
+  // in this order) needs no permute kernel.
+  if constexpr (!F::kXPermuted) {
+    if ((err = LaunchPermute<F, NT>(args, device)) != cudaSuccess) return err;
+  }
   if constexpr (NT < 128) {
     if (options.groups == 2) return LaunchGemm<F, NT, 2, kBf16>(args, device, options.splits);
   }
   return LaunchGemm<F, NT, 1, kBf16>(args, device, options.splits);
+}
+
+// The row groups per CTA and the K split that Launch takes for args (nonzero fields of
+// *options are kept; the rest are filled in).
+template <typename F, bool kBf16>
+cudaError_t Resolve(const GemmArgs& args, Options* options) {
+  DeviceInfo device;
+  if (const cudaError_t err = CurrentDeviceInfo(&device); err != cudaSuccess) return err;
+  switch (TokenTile(args.m, args.shape.n, *options)) {
+    case 32:
+      return Plan<F, 32, kBf16>(args, device, options);
+    case 64:
+      return Plan<F, 64, kBf16>(args, device, options);
+    default:
+      return Plan<F, 128, kBf16>(args, device, options);
+  }
 }
 
 // Whether `device` runs the GEMM's sm_90a code.
@@ -143,9 +174,8 @@ cudaError_t Runs(const DeviceInfo& device, bool* runs) {
 
 // y = x * W^T through the wgmma GEMM where the device runs its sm_90a code (sets
 // *launched; nothing is enqueued otherwise). Needs K % 128 == 0 and the format's
-// workspace (for A16 formats PermutedXBytes(m, k), wgmma_layout.h). Tiles of 32 tokens up to 32, of
-// 64 up to 64, then of 128 (a forced options.groups of 2 keeps 64); several token tiles read each
-// weight tile together (mostly once from HBM, then from L2).
+// workspace (for A16 formats PermutedXBytes(m, k), wgmma_layout.h), on TokenTile's tiles;
+// several token tiles read each weight tile together (mostly once from HBM, then from L2).
 template <typename F, bool kBf16>
 cudaError_t Launch(const GemmArgs& args, const Options& options, bool* launched) {
   *launched = false;
@@ -156,13 +186,14 @@ cudaError_t Launch(const GemmArgs& args, const Options& options, bool* launched)
   if ((err = Runs<F, kBf16>(device, &runs)) != cudaSuccess || !runs) return err;
   if (args.workspace == nullptr || args.shape.k % kChunkK != 0) return cudaErrorInvalidValue;
   *launched = true;
-  if (args.m <= 32) return LaunchTile<F, 32, kBf16>(args, device, options);
-  // 128-token tiles (one group per CTA) halve the dequantization per product against 64;
-  // on the H200 (W4A16) they won at M = 256 on every benchmark shape (8192 x 28672: 237
-  // us against 280), at M = 128 only from N = 8192 on (4096 x 4096: 27.9 against 17.5).
-  const bool wide = args.m > 128 || (args.m > 64 && args.shape.n >= 8192);
-  if (!wide || options.groups == 2) return LaunchTile<F, 64, kBf16>(args, device, options);
-  return LaunchTile<F, 128, kBf16>(args, device, options);
+  switch (TokenTile(args.m, args.shape.n, options)) {
+    case 32:
+      return LaunchTile<F, 32, kBf16>(args, device, options);
+    case 64:
+      return LaunchTile<F, 64, kBf16>(args, device, options);
+    default:
+      return LaunchTile<F, 128, kBf16>(args, device, options);
+  }
 }
 
 }  // namespace qmm::cuda::wgmma_gemm
