@@ -36,10 +36,10 @@ struct PrologueParams {
   int permuted_nt;
   // The matmul launches only as this kernel's CTAs exit, not as they start. Launched as
   // they start, the wgmma GEMM fetches its first weights during this kernel, but its CTAs
-  // then share the SMs with these: on the H200 that paid only for one-group tiles of 32
-  // tokens (4096 x 4096 at M = 17: 11.9 -> 10.0 us, 8192 x 28672 41.2 -> 39.3) and cost
-  // up to 27% elsewhere (8192 x 8192 at M = 64: 22.7 -> 28.7 us; 4096 x 14336 at M = 17,
-  // two-group tiles: 18.0 -> 20.6).
+  // share the SMs with these: on the H200 that measured from 16% faster to 27% slower by
+  // shape and token count (8192 x 8192 at M = 64: 22.7 -> 28.7 us), and it is kept only
+  // for one-group tiles of 32 tokens, which measured faster or within 1% in every run
+  // (4096 x 4096 at M = 17: 11.9 -> 10.0 us; 8192 x 28672 41.2 -> 39.3).
   bool trigger_at_exit;
   // DyT applied to x before it is quantized (GemmArgs::dyt; off while gamma is nullptr).
   float dyt_alpha;

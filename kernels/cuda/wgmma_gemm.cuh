@@ -4,7 +4,8 @@
 // tensor cores busy). A weight format F (w4a16_wgmma.cuh, w8a16_wgmma.cuh on
 // wgmma_a16_format.cuh; w2a8_wgmma.cuh) says how a 128-row group's 128-k chunk is copied
 // into a stage, dequantized into the A registers of one warp's 16 rows, and scaled; the
-// rest is here. Two kernels per launch:
+// rest is here. Two kernels per launch (one where the format's activations come in the
+// stage order already, F::kXPermuted: W2A8's prologue writes them so):
 //
 // PermuteKernel writes the activations into the workspace in exactly the bytes a stage
 // holds: per NT-token tile and 128-k chunk, per 64-k block and 8 tokens a
