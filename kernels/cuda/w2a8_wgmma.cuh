@@ -35,6 +35,11 @@ struct WgmmaFormat {
   static constexpr int kXBytes = 1;
   static constexpr bool kXPermuted = true;
   static constexpr int kSteps = 4;
+  // Up to twelve stages: with six, its consumers spent 28% of their samples waiting for a
+  // full stage (ncu, 8192 x 8192, 64 tokens); twelve took 8192 x 8192 and 14336 x 4096
+  // 5-9% faster at 17-32 tokens, the other cells 0-2% (H200, docs/performance-log.md,
+  // session 33).
+  static constexpr int kMaxStages = 12;
   static constexpr int kGroupStageBytes = 4 * kUnitBytes;
   // What a one-group CTA's chunk costs against a two-group one's (wgmma_gemm_launch.cuh
   // Plan). One-group tiles run two CTAs an SM (`paired` where the plan puts two on an SM

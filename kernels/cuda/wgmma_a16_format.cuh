@@ -19,6 +19,9 @@ struct A16Format {
   static constexpr int kXBytes = 2;
   static constexpr bool kXPermuted = false;
   static constexpr int kSteps = 8;
+  // Twelve stages instead of six measured from 1.7% faster to 3.7% slower by shape
+  // (H200, docs/performance-log.md, session 33), so these formats keep six.
+  static constexpr int kMaxStages = 6;
 
   // What a one-group CTA's chunk costs against a two-group one's (wgmma_gemm_launch.cuh
   // Plan) at NT tokens, where the one-group plan splits K `splits` ways (`paired`: its

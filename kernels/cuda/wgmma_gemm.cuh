@@ -67,7 +67,8 @@ struct Tile {
   static constexpr int kHalfRing = 111 * 1024;
   static constexpr int kCtasPerSm = G == 1 && NT <= 64 && 6 * kStageBytes <= kHalfRing ? 2 : 1;
   static constexpr int kRingBudget = kCtasPerSm == 2 ? kHalfRing : 200 * 1024;
-  static constexpr int kStages = kRingBudget / kStageBytes < 6 ? kRingBudget / kStageBytes : 6;
+  static constexpr int kStages =
+      kRingBudget / kStageBytes < F::kMaxStages ? kRingBudget / kStageBytes : F::kMaxStages;
   static constexpr int kStagesOffset = 1024;  // after the mbarriers, atom-aligned
   static constexpr int kJ = NT / 8;           // n8 tiles per wgmma
   static constexpr int kHalfSteps = F::kSteps / 2;
@@ -143,6 +144,7 @@ __device__ inline int64_t PermutedPieceOffset(int64_t tok, int nt, int row_bytes
 //   kXPermuted                      whether the activations come in PermuteKernel's
 //                                   order already (the launch then skips it);
 //   kGroupStageBytes                its weight bytes in a stage;
+//   kMaxStages                      the most stages a ring holds where they fit;
 //   OneGroupChunkCost(NT, splits, paired)  (host) a one-group CTA's cost per chunk
 //                                   against a two-group one's, for the launch's plan;
 //   Load(dst, p, group, chunk, bar) bulk copies of them (the producer lane; bar counts

@@ -1,12 +1,13 @@
 // Host side of the wgmma GEMM (wgmma_gemm.cuh): the token tile, groups per CTA and K
 // split for a launch, the permutation of the activations into the workspace, and the
-// cluster launch. Included by the schemes' launchers (w4a16.cu, w8a16.cu).
+// cluster launch. Included by the schemes' launchers (w4a16.cu, w8a16.cu, w2a8.cu).
 #ifndef QMM_KERNELS_CUDA_WGMMA_GEMM_LAUNCH_CUH_
 #define QMM_KERNELS_CUDA_WGMMA_GEMM_LAUNCH_CUH_
 
 #include <atomic>
 #include <climits>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/cluster_fit.h"
 #include "kernels/cuda/dependent_launch.h"
@@ -139,20 +140,28 @@ cudaError_t LaunchTile(const GemmArgs& args, const DeviceInfo& device, Options o
   return LaunchGemm<F, NT, 1, kBf16>(args, device, options.splits);
 }
 
+// fn(std::integral_constant<int, NT>{}) for TokenTile's tile NT of args.
+template <typename Fn>
+cudaError_t ForTokenTile(const GemmArgs& args, const Options& options, Fn&& fn) {
+  switch (TokenTile(args.m, args.shape.n, options)) {
+    case 32:
+      return fn(std::integral_constant<int, 32>{});
+    case 64:
+      return fn(std::integral_constant<int, 64>{});
+    default:
+      return fn(std::integral_constant<int, 128>{});
+  }
+}
+
 // The row groups per CTA and the K split that Launch takes for args (nonzero fields of
 // *options are kept; the rest are filled in).
 template <typename F, bool kBf16>
 cudaError_t Resolve(const GemmArgs& args, Options* options) {
   DeviceInfo device;
   if (const cudaError_t err = CurrentDeviceInfo(&device); err != cudaSuccess) return err;
-  switch (TokenTile(args.m, args.shape.n, *options)) {
-    case 32:
-      return Plan<F, 32, kBf16>(args, device, options);
-    case 64:
-      return Plan<F, 64, kBf16>(args, device, options);
-    default:
-      return Plan<F, 128, kBf16>(args, device, options);
-  }
+  return ForTokenTile(args, *options, [&](auto nt) {
+    return Plan<F, decltype(nt)::value, kBf16>(args, device, options);
+  });
 }
 
 // Whether `device` runs the GEMM's sm_90a code.
@@ -186,14 +195,9 @@ cudaError_t Launch(const GemmArgs& args, const Options& options, bool* launched)
   if ((err = Runs<F, kBf16>(device, &runs)) != cudaSuccess || !runs) return err;
   if (args.workspace == nullptr || args.shape.k % kChunkK != 0) return cudaErrorInvalidValue;
   *launched = true;
-  switch (TokenTile(args.m, args.shape.n, options)) {
-    case 32:
-      return LaunchTile<F, 32, kBf16>(args, device, options);
-    case 64:
-      return LaunchTile<F, 64, kBf16>(args, device, options);
-    default:
-      return LaunchTile<F, 128, kBf16>(args, device, options);
-  }
+  return ForTokenTile(args, options, [&](auto nt) {
+    return LaunchTile<F, decltype(nt)::value, kBf16>(args, device, options);
+  });
 }
 
 }  // namespace qmm::cuda::wgmma_gemm
