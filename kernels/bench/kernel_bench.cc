@@ -282,14 +282,15 @@ absl::Status RunKernelBench(const BenchOptions& o) {
                              w4.decode_cluster != 0 || w4.decode_stream != 0);
         cuda::W2A8Options w2;
         w2.wgmma_groups = o.w2a8_wgmma_groups;
+        w2.wgmma_splits = o.w2a8_wgmma_splits;
         w2.decode_units = o.w2a8_decode_units;
         w2.decode_groups = o.w2a8_decode_groups;
         w2.decode_cluster = o.decode_cluster;
         w2.decode_stream = o.decode_stream;
         const bool tuned2 =
             scheme == Scheme::kW2A8 &&
-            (w2.wgmma_groups != 0 || w2.decode_units != 0 || w2.decode_groups != 0 ||
-             w2.decode_cluster != 0 || w2.decode_stream != 0);
+            (w2.wgmma_groups != 0 || w2.wgmma_splits != 0 || w2.decode_units != 0 ||
+             w2.decode_groups != 0 || w2.decode_cluster != 0 || w2.decode_stream != 0);
         const int n_copies = static_cast<int>(copies->buffers.size());
         auto launch = [&](int i) {
           args.weight = copies->buffers[i % n_copies].get();

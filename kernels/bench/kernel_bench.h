@@ -54,6 +54,7 @@ struct BenchOptions {
   int w4a16_wgmma_groups = 0;
   int w4a16_decode_strips = 0;
   int w2a8_wgmma_groups = 0;
+  int w2a8_wgmma_splits = 0;
   int w2a8_decode_units = 0;
   int w2a8_decode_groups = 0;
   int decode_cluster = 0;  // every scheme's decode_cluster

@@ -62,6 +62,8 @@ ABSL_FLAG(int, decode_cluster, 0,
           "kernels (1, 2 or 4; 0 = auto)");
 ABSL_FLAG(int, w2a8_wgmma_groups, 0,
           "W2A8 tuning: force the wgmma kernel at every M with 1 or 2 row groups per CTA");
+ABSL_FLAG(int, w2a8_wgmma_splits, 0,
+          "W2A8 tuning: the wgmma kernel's K split (1, 2, 4 or 8; 0 = auto)");
 
 namespace {
 
@@ -148,6 +150,7 @@ int main(int argc, char** argv) {
   o.w4a16_wgmma_groups = absl::GetFlag(FLAGS_w4a16_wgmma_groups);
   o.w4a16_decode_strips = absl::GetFlag(FLAGS_w4a16_decode_strips);
   o.w2a8_wgmma_groups = absl::GetFlag(FLAGS_w2a8_wgmma_groups);
+  o.w2a8_wgmma_splits = absl::GetFlag(FLAGS_w2a8_wgmma_splits);
   o.w2a8_decode_units = absl::GetFlag(FLAGS_w2a8_decode_units);
   o.w2a8_decode_groups = absl::GetFlag(FLAGS_w2a8_decode_groups);
   o.decode_cluster = absl::GetFlag(FLAGS_decode_cluster);

@@ -72,6 +72,9 @@ struct W2A8Options {
   // where it runs (sm_90a); 0 lets the launch choose. A nonzero k_splits alone keeps
   // the kernels above beyond 16 tokens.
   int wgmma_groups = 0;
+  // The wgmma GEMM's K split (1, 2, 4 or 8; clamped to the chunks); 0 lets the launch
+  // choose.
+  int wgmma_splits = 0;
 };
 cudaError_t LaunchW2A8(const GemmArgs& args, const W2A8Options& options);
 

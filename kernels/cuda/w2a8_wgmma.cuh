@@ -40,6 +40,10 @@ struct WgmmaFormat {
   // 5-9% faster at 17-32 tokens, the other cells 0-2% (H200, docs/performance-log.md,
   // session 33).
   static constexpr int kMaxStages = 12;
+  // A one-group CTA's batch is a whole chunk (its A registers are 16 a chunk): twice the
+  // wgmmas in flight at each wait took W2A8 beyond 16 tokens 1-2.6% faster on the H200
+  // (8192 x 28672 at M = 64: 49.2 -> 47.9 us), 4096 x 4096 at M = 17 1.6% slower.
+  static constexpr bool kWholeChunks = true;
   static constexpr int kGroupStageBytes = 4 * kUnitBytes;
   // What a one-group CTA's chunk costs against a two-group one's (wgmma_gemm_launch.cuh
   // Plan). One-group tiles run two CTAs an SM (`paired` where the plan puts two on an SM

@@ -22,6 +22,8 @@ struct A16Format {
   // Twelve stages instead of six measured from 1.7% faster to 3.7% slower by shape
   // (H200, docs/performance-log.md, session 33), so these formats keep six.
   static constexpr int kMaxStages = 6;
+  // Half a chunk a batch: a whole chunk's A registers (32) twice would not fit.
+  static constexpr bool kWholeChunks = false;
 
   // What a one-group CTA's chunk costs against a two-group one's (wgmma_gemm_launch.cuh
   // Plan) at NT tokens, where the one-group plan splits K `splits` ways (`paired`: its

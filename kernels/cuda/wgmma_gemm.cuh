@@ -24,12 +24,12 @@
 // The producer's one lane fills a ring of stages by bulk copies on each stage's full
 // mbarrier, a stage again once every consumer warp arrived on its empty mbarrier; the
 // first weights before the kernel waits for its prerequisite grid. A chunk's work is two
-// batches (G = 2: one group each; G = 1: one 64-k block each): each consumer warp
-// dequantizes its rows of a batch into A registers and its warpgroup issues the batch's
-// wgmmas, accumulating straight into the results; two register sets take turns, so a
-// batch is dequantized while the tensor cores run the one before it, and its bytes are
-// read from the stage before that one's wait. Nothing but the stage barriers couples the
-// warpgroups.
+// batches (G = 2: one group each; G = 1: one 64-k block each, or the whole chunk one batch
+// where the format asks, F::kWholeChunks): each consumer warp dequantizes its rows of a
+// batch into A registers and its warpgroup issues the batch's wgmmas, accumulating
+// straight into the results; two register sets take turns, so a batch is dequantized
+// while the tensor cores run the one before it, and its bytes are read from the stage
+// before that one's wait. Nothing but the stage barriers couples the warpgroups.
 // Measured on the H200: docs/PERFORMANCE.md; how it got there: docs/performance-log.md.
 #ifndef QMM_KERNELS_CUDA_WGMMA_GEMM_CUH_
 #define QMM_KERNELS_CUDA_WGMMA_GEMM_CUH_
@@ -72,7 +72,10 @@ struct Tile {
   static constexpr int kStagesOffset = 1024;  // after the mbarriers, atom-aligned
   static constexpr int kJ = NT / 8;           // n8 tiles per wgmma
   static constexpr int kHalfSteps = F::kSteps / 2;
-  static constexpr int kBatchSteps = G * kHalfSteps;  // wgmma k steps of one batch
+  // One-group CTAs of a format that asks for it (F::kWholeChunks) take a whole chunk a
+  // batch, not half of one.
+  static constexpr bool kWhole = G == 1 && F::kWholeChunks;
+  static constexpr int kBatchSteps = G == 2 || kWhole ? F::kSteps : kHalfSteps;
   static constexpr int kStrips = G * kGroupStrips;
   static constexpr int kReduceBytes = kStrips * kJ * 32 * 16;
   static constexpr int kRingBytes =
@@ -145,6 +148,8 @@ __device__ inline int64_t PermutedPieceOffset(int64_t tok, int nt, int row_bytes
 //                                   order already (the launch then skips it);
 //   kGroupStageBytes                its weight bytes in a stage;
 //   kMaxStages                      the most stages a ring holds where they fit;
+//   kWholeChunks                    whether a one-group CTA takes a chunk a batch (its
+//                                   A registers twice over must fit);
 //   OneGroupChunkCost(NT, splits, paired)  (host) a one-group CTA's cost per chunk
 //                                   against a two-group one's, for the launch's plan;
 //   Load(dst, p, group, chunk, bar) bulk copies of them (the producer lane; bar counts
@@ -249,21 +254,22 @@ __global__ void __launch_bounds__(kThreads, (Tile<F, NT, G>::kCtasPerSm))
   typename F::Raw raw[G][2];
   // Reads batch b's bytes: a batch's reads are issued before the previous batch's wait,
   // so that they complete while it runs (read after the wait, they were a quarter of
-  // W8A16's stalls at M = 256: ncu, H200).
+  // W8A16's stalls at M = 256: ncu, H200). Tl::kWhole: the whole chunk, b = 0.
   auto fetch = [&](const uint8_t* stage, int b) {
     const uint8_t* ws = stage + Tl::kXBytes;
-    if constexpr (G == 2) {
+    if constexpr (G == 2 || Tl::kWhole) {
       raw[b][0] = F::Fetch(p, ws + b * F::kGroupStageBytes, warp, lane, 0);
       raw[b][1] = F::Fetch(p, ws + b * F::kGroupStageBytes, warp, lane, 1);
     } else {
       raw[0][b] = F::Fetch(p, ws, warp, lane, b);
     }
   };
-  // Dequantizes batch b of the chunk into a[b].
+  // Dequantizes batch b of the chunk into a[b] (Tl::kWhole: the whole chunk into set b).
   auto dequant = [&](int b) {
-    if constexpr (G == 2) {
-      F::template Dequant<kBf16>(raw[b][0], 0, &a[b][0]);
-      F::template Dequant<kBf16>(raw[b][1], 1, &a[b][Tl::kHalfSteps]);
+    if constexpr (G == 2 || Tl::kWhole) {
+      const int r = G == 2 ? b : 0;
+      F::template Dequant<kBf16>(raw[r][0], 0, &a[b][0]);
+      F::template Dequant<kBf16>(raw[r][1], 1, &a[b][Tl::kHalfSteps]);
     } else {
       F::template Dequant<kBf16>(raw[0][b], b, &a[b][0]);
     }
@@ -280,11 +286,11 @@ __global__ void __launch_bounds__(kThreads, (Tile<F, NT, G>::kCtasPerSm))
     for (int i = 0; i < Tl::kBatchSteps; ++i) {
       // Step st = 4 blk + s covers cores 2s and 2s + 1 of block blk: bytes 32s of the
       // rows of atoms (blk, *).
-      const int st = G == 2 ? i : Tl::kHalfSteps * b + i;
+      const int st = Tl::kBatchSteps == F::kSteps ? i : Tl::kHalfSteps * b + i;
       const uint64_t desc =
           wgmma::DescAdvance(stage_desc, (st / 4 * NT / 8 * Tl::kAtomBytes + st % 4 * 32) / 16);
       F::template Mma<Tl::kJ, kBf16>(acc[G == 2 ? b : 0], a[b][i], desc,
-                                     !(first && i == 0 && (G == 2 || b == 0)));
+                                     !(first && i == 0 && (G == 2 || Tl::kWhole || b == 0)));
     }
     wgmma::Commit();
   };
@@ -295,23 +301,53 @@ __global__ void __launch_bounds__(kThreads, (Tile<F, NT, G>::kCtasPerSm))
   int s = 0;
   int prev = kStages - 1;
   uint32_t phase = 0;
-  for (int c = 0; c < count; ++c) {
-    const uint8_t* stage = stages + s * Tl::kStageBytes;
-    w4a16::MbarWait(&full[s], phase);
-    fetch(stage, 0);
-    dequant(0);  // a[0] is free: batch 0 of chunk c - 1 completed below
-    fetch(stage, 1);
-    const uint64_t stage_desc = wgmma::DescAdvance(ring_desc, s * (Tl::kStageBytes / 16));
-    issue(stage_desc, 0, c == 0);
-    wgmma::Wait<1>();  // batch 1 of chunk c - 1: a[1] and its stage are free
-    if (c > 0 && lane == 0) w4a16::MbarArrive(&empty[prev]);
-    dequant(1);
-    issue(stage_desc, 1, c == 0);
-    wgmma::Wait<1>();  // batch 0 of chunk c
-    prev = s;
-    if (++s == kStages) {
-      s = 0;
-      phase ^= 1;
+  if constexpr (Tl::kWhole) {
+    // A chunk a batch, in register set c % 2: chunk c's wgmmas run while chunk c + 1's
+    // bytes are read and dequantized. Two chunks a turn keep the sets static; with the
+    // second one conditional instead (an odd count), ptxas serialized the wgmmas (C7513).
+    w4a16::MbarWait(&full[0], 0);
+    fetch(stages, 0);
+    auto whole = [&](int c, int b) {
+      dequant(b);
+      issue(wgmma::DescAdvance(ring_desc, s * (Tl::kStageBytes / 16)), b, c == 0);
+      const int cur = s;
+      if (++s == kStages) {
+        s = 0;
+        phase ^= 1;
+      }
+      if (c + 1 < count) {  // the next chunk's bytes, read while this one's wgmmas run
+        w4a16::MbarWait(&full[s], phase);
+        fetch(stages + s * Tl::kStageBytes, 0);
+      }
+      wgmma::Wait<1>();  // chunk c - 1: its register set and its stage are free
+      if (c > 0 && lane == 0) w4a16::MbarArrive(&empty[prev]);
+      prev = cur;
+    };
+    int c = 0;
+    for (; c + 1 < count; c += 2) {
+      whole(c, 0);
+      whole(c + 1, 1);
+    }
+    if (c < count) whole(c, 0);
+  } else {
+    for (int c = 0; c < count; ++c) {
+      const uint8_t* stage = stages + s * Tl::kStageBytes;
+      w4a16::MbarWait(&full[s], phase);
+      fetch(stage, 0);
+      dequant(0);  // a[0] is free: batch 0 of chunk c - 1 completed below
+      fetch(stage, 1);
+      const uint64_t stage_desc = wgmma::DescAdvance(ring_desc, s * (Tl::kStageBytes / 16));
+      issue(stage_desc, 0, c == 0);
+      wgmma::Wait<1>();  // batch 1 of chunk c - 1: a[1] and its stage are free
+      if (c > 0 && lane == 0) w4a16::MbarArrive(&empty[prev]);
+      dequant(1);
+      issue(stage_desc, 1, c == 0);
+      wgmma::Wait<1>();  // batch 0 of chunk c
+      prev = s;
+      if (++s == kStages) {
+        s = 0;
+        phase ^= 1;
+      }
     }
   }
   wgmma::Wait<0>();

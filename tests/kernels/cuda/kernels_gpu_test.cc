@@ -518,14 +518,16 @@ TEST_F(W8A16Test, EverySplitMatchesCpu) {
                 {1, 5, 9, 17, 40, 65, 100, 129, 300}, variants, rng_);
 }
 
-// A W2A8 launch with the wgmma GEMM forced (kGroups 1 or 2), or with a forced k split
-// (the mma.sync kernels the default launch leaves on sm_90a beyond 16 tokens), or with the
-// decode kernel's units a slot, row groups a set or stream-K grid forced.
+// A W2A8 launch with the wgmma GEMM forced (kGroups 1 or 2, its K split kWgmmaSplits), or
+// with a forced k split (the mma.sync kernels the default launch leaves on sm_90a beyond
+// 16 tokens), or with the decode kernel's units a slot, row groups a set or stream-K grid
+// forced.
 template <int kGroups, int kSplits, int kDecodeUnits = 0, int kDecodeGroups = 0,
-          int kDecodeStream = 0>
+          int kDecodeStream = 0, int kWgmmaSplits = 0>
 cudaError_t LaunchW2A8With(const GemmArgs& args) {
   W2A8Options options;
   options.wgmma_groups = kGroups;
+  options.wgmma_splits = kWgmmaSplits;
   options.k_splits = kSplits;
   options.decode_units = kDecodeUnits;
   options.decode_groups = kDecodeGroups;
@@ -536,7 +538,9 @@ cudaError_t LaunchW2A8With(const GemmArgs& args) {
 // Every W2A8 path: the default launch, the decode kernel's slots of one and two units
 // (K = 1152: an odd count of k blocks, so the last two-unit slot is half empty) and its
 // row sets of one and two row groups (N = 300: 10 groups, the last partial), the mma.sync
-// GEMM at every M, and the wgmma GEMM, also at the M the default gives the others.
+// GEMM at every M, and the wgmma GEMM, also at the M the default gives the others, also
+// split along K (one group, 4 ways: K = 1152's 9 chunks leave a CTA an odd count, the
+// whole-chunk loop's tail).
 TEST_F(W2A8Test, EveryPathMatchesCpu) {
   CheckVariants(Scheme::kW2A8, {{1000, 2048, 0}, {300, 1152, 0}},
                 {1, 5, 8, 9, 16, 17, 40, 64, 100, 129, 300},
@@ -547,7 +551,9 @@ TEST_F(W2A8Test, EveryPathMatchesCpu) {
                  {"decode 2 groups", &LaunchW2A8With<0, 0, 0, 2>},
                  {"k splits 2", &LaunchW2A8With<0, 2>},
                  {"wgmma 1 group", &LaunchW2A8With<1, 0>},
-                 {"wgmma 2 groups", &LaunchW2A8With<2, 0>}},
+                 {"wgmma 2 groups", &LaunchW2A8With<2, 0>},
+                 {"wgmma 1 group, splits 4", &LaunchW2A8With<1, 0, 0, 0, 0, 4>},
+                 {"wgmma 2 groups, splits 2", &LaunchW2A8With<2, 0, 0, 0, 0, 2>}},
                 rng_);
 }
 
@@ -1132,6 +1138,13 @@ TEST_F(W2A8Test, RejectsBadOptions) {
   options.decode_cluster = 3;
   EXPECT_EQ(LaunchW2A8(args, options), cudaErrorInvalidValue);
   options.decode_cluster = -1;
+  EXPECT_EQ(LaunchW2A8(args, options), cudaErrorInvalidValue);
+  options = {};
+  options.wgmma_splits = 3;
+  EXPECT_EQ(LaunchW2A8(args, options), cudaErrorInvalidValue);
+  options.wgmma_splits = 16;
+  EXPECT_EQ(LaunchW2A8(args, options), cudaErrorInvalidValue);
+  options.wgmma_splits = -1;
   EXPECT_EQ(LaunchW2A8(args, options), cudaErrorInvalidValue);
   options = {};
   options.decode_stream = 3;
