@@ -42,7 +42,8 @@ ABSL_FLAG(bool, w8a16_tile, false,
           "the decode kernel");
 ABSL_FLAG(int, w8a16_decode_warps, 0,
           "W8A16 tuning: warps per CTA of the decode kernel's two-row-tile tiles where each CTA "
-          "has one row set and at most two share an SM (8 or 12; 0 = auto)");
+          "has one row set and at most two share an SM (8, or 12 or 16 for the wide CTAs; 0 = "
+          "auto)");
 ABSL_FLAG(int, w4a16_splits, 0,
           "W4A16 tuning: force the split-K count (1, 2, 4, 8; 0 = auto; alone it forces the "
           "mma.sync cluster kernels)");

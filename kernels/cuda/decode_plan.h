@@ -137,8 +137,9 @@ inline bool W2A8TwoGroupsPay(int64_t one_group_ctas, int64_t two_group_ctas) {
   return two_group_ctas * 8 >= one_group_ctas * 5;
 }
 
-// Whether `grid` can run CTAs of more warps, all on one row set (W8A16's 12-warp CTAs,
-// w8a16_decode.cuh), of which `wide_slots` fit at once: one set a CTA, no cluster.
+// Whether `grid` can run CTAs of more warps, all on one row set (W8A16's 12- and 16-warp
+// CTAs, w8a16_decode.cuh kWideWarps), of which `wide_slots` fit at once: one set a CTA,
+// no cluster.
 inline bool TakesWideCtas(const DecodeGrid& grid, int64_t wide_slots) {
   return grid.cluster == 1 && grid.split == 8 && grid.ctas <= wide_slots;
 }

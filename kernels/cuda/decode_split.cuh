@@ -8,7 +8,7 @@
 // are powers of two, so the per-warp set-up uses shifts: runtime integer divisions there
 // measured up to 4% of a short launch on the H200 (docs/performance-log.md, session 17). Also
 // the order of a warp's late refills (RefillPrevious), which the tiles of two strips use.
-// A CTA of another number of warps (W8A16's 12-warp tile, w8a16_decode.cuh) has them all on
+// A CTA of another number of warps (W8A16's wide tiles, w8a16_decode.cuh) has them all on
 // one row set (S = its warps) and no cluster.
 #ifndef QMM_KERNELS_CUDA_DECODE_SPLIT_CUH_
 #define QMM_KERNELS_CUDA_DECODE_SPLIT_CUH_

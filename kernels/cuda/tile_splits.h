@@ -86,14 +86,15 @@ inline int TileSplits(int64_t ctas, int sms, const KernelFit& fit, int chunks, i
 
 // Whether the tile kernel streams a launch of up to 16 tokens faster than the decode
 // kernel's grid `decode` (decode_plan.h) would, for a K of `chunks` chunks on `sms` SMs;
-// `wide`: the decode grid runs 12-warp CTAs (TakesWideCtas). Both measured on the H200 at
-// M = 1 and 16 over K = 4096, 8192, 14336 and N = 2048 to 12288 (docs/performance-log.md,
-// sessions 24 and 25): where the decode grid gives the SMs fewer than 1.8 row sets each (a
-// cluster's CTAs counted apart), its 8-warp CTAs stream too slowly on their own (8192 x
-// 6144, 192 sets: 19.9 us against the tile kernel's 16.7), unless K is short: the tile
+// `wide`: the decode grid runs its wide CTAs (TakesWideCtas, w8a16_decode.cuh kWideWarps). Both
+// measured on the H200 at M = 1 and 16 over K = 4096, 8192, 14336 and N = 2048 to 12288
+// (docs/performance-log.md, sessions 24 and 25): where the decode grid gives the SMs fewer than 1.8
+// row sets each (a cluster's CTAs counted apart), its 8-warp CTAs stream too slowly on their own
+// (8192 x 6144, 192 sets: 19.9 us against the tile kernel's 16.7), unless K is short: the tile
 // kernel's CTAs then hold too few chunks (4096 x 3072: 6.8 against 7.8). 12-warp CTAs
 // stream as fast as the tile kernel at M = 1 and faster at 9-16 tokens (8192 x 6144:
-// 16.5 against 16.7 us, 18.6 against 20.8).
+// 16.5 against 16.7 us, 18.6 against 20.8); the 16-warp CTAs of one token tile (session
+// 34) faster still (14.96 us at M = 1).
 inline bool TileBeatsDecode(const DecodeGrid& decode, int chunks, int sms, bool wide) {
   constexpr int kMinChunks = 256;  // K of 8192
   return !wide && chunks >= kMinChunks && decode.units * decode.cluster * 5 < int64_t{sms} * 9;

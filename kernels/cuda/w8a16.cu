@@ -423,7 +423,8 @@ cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& device, int clu
     }
   }
   if constexpr (R == 2) {
-    if (cudaError_t err = DecodeFit<T, NT, R, false, false, w8a16::kWideWarps>(device, &wide_slots);
+    if (cudaError_t err =
+            DecodeFit<T, NT, R, false, false, w8a16::kWideWarps<NT>>(device, &wide_slots);
         err != cudaSuccess) {
       return err;
     }
@@ -433,7 +434,8 @@ cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& device, int clu
   p.chunks = static_cast<int32_t>(args.shape.k / kChunkK);
   const int64_t sets = (p.row_tiles + R - 1) / R;
   if (sets > slots || args.shape.k > kDecodeMaxK * grid.cluster) return cudaSuccess;
-  // One row set a CTA on at most two CTAs an SM: 12 warps on each set (w8a16_decode.cuh).
+  // One row set a CTA on at most two CTAs an SM: 16 or 12 warps on each set (kWideWarps,
+  // w8a16_decode.cuh).
   const bool wide = warps != w8a16::kDecodeWarps && TakesWideCtas(grid, wide_slots);
   if (may_defer && TileBeatsDecode(grid, p.chunks, device.sms, wide)) return cudaSuccess;
   p.w = static_cast<const uint8_t*>(args.weight);
@@ -448,12 +450,12 @@ cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& device, int clu
   p.cluster_shift = grid.cluster_shift();
   const bool deep = grid.cluster == 1 && grid.ctas <= deep_slots;
   p.early_trigger = EarlyTrigger(grid.ctas, wide ? wide_slots : deep ? deep_slots : slots);
-  const DecodeLaunch launch(grid, (wide ? w8a16::kWideWarps : w8a16::kDecodeWarps) * 32,
+  const DecodeLaunch launch(grid, (wide ? w8a16::kWideWarps<NT> : w8a16::kDecodeWarps) * 32,
                             args.stream, device.cc_major);
   *launched = true;
   if constexpr (R == 2) {
     if (grid.cluster > 1) return launch(w8a16::DecodeKernel<T, NT, R, false, true>, p);
-    if (wide) return launch(w8a16::DecodeKernel<T, NT, R, false, false, w8a16::kWideWarps>, p);
+    if (wide) return launch(w8a16::DecodeKernel<T, NT, R, false, false, w8a16::kWideWarps<NT>>, p);
   }
   if constexpr (NT == 1) {
     if (deep) return launch(w8a16::DecodeKernel<T, NT, R, true>, p);
@@ -524,7 +526,8 @@ cudaError_t LaunchW8A16(const GemmArgs& args, const W8A16Options& options) {
       options.wgmma_groups > 2 || options.decode_rows < 0 || options.decode_rows > 2 ||
       options.decode_cluster < 0 || options.decode_cluster > 4 || options.decode_cluster == 3 ||
       (options.decode_warps != 0 && options.decode_warps != w8a16::kDecodeWarps &&
-       options.decode_warps != w8a16::kWideWarps) ||
+       options.decode_warps != w8a16::kWideWarps<1> &&
+       options.decode_warps != w8a16::kWideWarps<2>) ||
       options.splits < 0 || options.splits > kMaxClusterCtas ||
       // The wgmma GEMM's reduction divides its tile by the split.
       (options.wgmma_groups != 0 && (options.splits & (options.splits - 1)) != 0)) {

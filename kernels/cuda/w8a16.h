@@ -21,7 +21,7 @@
 //
 // Up to 16 tokens the decode kernel (w8a16_decode.cuh) runs where it is faster (its CTAs
 // cover all rows at once, K <= 8192 a CTA, and, for K >= 8192, at least 1.8 row sets an SM
-// or 12-warp CTAs: TileBeatsDecode, tile_splits.h): a persistent one-wave grid whose
+// or wide CTAs: TileBeatsDecode, tile_splits.h): a persistent one-wave grid whose
 // warps stream the weights straight into registers, split K inside each CTA and reduce
 // through shared memory, on any sm_80+ device. Beyond 16 tokens on sm_90a with K % 128 ==
 // 0, the wgmma GEMM shared with W4A16 (wgmma_gemm.cuh, format in w8a16_wgmma.cuh), after
@@ -82,10 +82,12 @@ struct W8A16Options {
   // SMs), where those run; tests and tuning. More than 1 needs sm_90
   // (cudaErrorInvalidValue before).
   int decode_cluster = 0;
-  // Warps per CTA of the decode kernel's two-row-tile tiles (8 or 12; 0 lets the launch
-  // choose: 12 wherever they can), where those have one row set a CTA and at most two CTAs
-  // share an SM; tests and tuning. Either value keeps the decode kernel where the launch
-  // would give the tile kernel the shape (TileBeatsDecode, tile_splits.h).
+  // Warps per CTA of the decode kernel's two-row-tile tiles, where those have one row set a
+  // CTA and at most two CTAs share an SM: 8, or 12 or 16 for the wide CTAs, whose warps
+  // the token tiles set (w8a16_decode.cuh kWideWarps: 16 up to 8 tokens, 12 beyond); 0
+  // lets the launch choose (the wide CTAs wherever they can); tests and tuning. Any value
+  // keeps the decode kernel where the launch would give the tile kernel the shape
+  // (TileBeatsDecode, tile_splits.h).
   int decode_warps = 0;
   // The split-K tile kernel up to 16 tokens, with the launch's split (or `splits`), where
   // the launch would take the decode kernel; tests and tuning.

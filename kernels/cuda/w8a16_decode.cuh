@@ -8,8 +8,9 @@
 // SMs, a cluster of C CTAs shares each set, and the sum takes in the C S tiles
 // (decode_split.cuh). CTAs (clusters) stride over the row sets, so the grid is exactly
 // what fits on the GPU at once. Where each CTA has one set and at most two share an SM,
-// the CTA has 12 warps on its set instead (kWideWarps): the streaming rate followed the
-// warps an SM, not the bytes in flight per warp (docs/performance-log.md, session 24).
+// the CTA has more warps on its set instead (kWideWarps: 16 for one token tile, 12 for
+// two): the streaming rate follows the warps an SM, not the bytes in flight per warp
+// (docs/performance-log.md, sessions 24 and 34).
 //
 // Registers are the pipeline: each warp keeps kSlots chunks of R row tiles (3-4 KB per
 // warp) in flight, all loads issued before any use, and refills a slot as soon as the
@@ -35,11 +36,16 @@
 namespace qmm::cuda::w8a16 {
 
 inline constexpr int kDecodeWarps = 8;
-// Warps of the wide CTA: where each CTA has one row set and at most two CTAs share an SM
-// (8192 x 8192: 256 sets), the tiles of two row tiles with 12 warps a CTA keep 24 warps an
-// SM streaming, where 8 warps a CTA keep 16 even with twice the slots (one token tile: 72
-// registers; two: 80, within the 85 that two 12-warp CTAs an SM leave).
-inline constexpr int kWideWarps = 12;
+// Warps of the wide CTA of NT token tiles: where each CTA has one row set and at most two
+// CTAs share an SM (8192 x 8192: 256 sets), the tiles of two row tiles with more warps a
+// CTA keep more warps an SM streaming, and the rate follows them, not the bytes in flight
+// a warp. One token tile: 16 warps (32 an SM) of three slots, 58-61 registers within the
+// 64 that two 16-warp CTAs leave; on the H200 at M = 1 they took 8192 x 8192 from 19.12
+// to 17.67 us and 8192 x 6144 from 16.49 to 14.96 against 12 warps of four slots (24 an
+// SM; docs/performance-log.md, sessions 24 and 34). Two token tiles: 12 warps (80 registers, within
+// 85); 16 would need 64 KB of reduction buffer, past the 48 KB of static shared memory.
+template <int NT>
+inline constexpr int kWideWarps = NT == 1 ? 16 : 12;
 
 struct DecodeParams {
   const uint8_t* w;     // [row tiles][chunks][32 lanes][16 bytes]
@@ -61,12 +67,14 @@ struct DecodeParams {
 
 // NT tiles of 8 tokens, R row tiles per warp. kDeep: twice the chunks in flight per
 // warp, for grids of at most two CTAs per SM (as the W4A16 decode kernel's deep tiles).
-template <int NT, int R, bool kDeep = false>
+// kWarps: a CTA's warps.
+template <int NT, int R, bool kDeep = false, int kWarps = kDecodeWarps>
 struct DecodeTile {
   static constexpr int kChunkBytes = 512;  // one 32-k chunk of one row tile
   // Row-tile chunks of weights in flight per warp: 3 KB for one row tile, within the 64
-  // registers that let 4 CTAs (32 warps, 96 KB in flight) share an SM; 4 KB for two.
-  static constexpr int kSlots = (R == 1 ? 6 : 8 / R) * (kDeep ? 2 : 1);
+  // registers that let 4 CTAs (32 warps, 96 KB in flight) share an SM; 4 KB for two, 3
+  // KB in the 16-warp CTAs (kWideWarps), whose registers are 64 too.
+  static constexpr int kSlots = kWarps == 16 ? 3 : (R == 1 ? 6 : 8 / R) * (kDeep ? 2 : 1);
   // CTAs per SM the registers are capped for (8 warps each).
   static constexpr int kMinBlocks = NT * R == 1 && !kDeep ? 4 : 2;
   // Late refills for one token tile and two row tiles, as the W4A16 decode kernel's
@@ -83,7 +91,7 @@ template <typename T, int NT, int R, bool kDeep = false, bool kCluster = false,
           int kWarps = kDecodeWarps>
 __global__ void __launch_bounds__(kWarps * 32, DecodeTile<NT, R, kDeep>::kMinBlocks)
     DecodeKernel(const __grid_constant__ DecodeParams p) {
-  using Tl = DecodeTile<NT, R, kDeep>;
+  using Tl = DecodeTile<NT, R, kDeep, kWarps>;
   constexpr int kSlots = Tl::kSlots;
   constexpr int kThreads = kWarps * 32;
   // Floats of one warp's partial tile: [r][tile][lane][4].

@@ -689,7 +689,8 @@ TEST_F(W8A16Test, TileOverDecodeMatchesCpu) {
                 {{"default", &LaunchWithSplits<W8A16Options, &LaunchW8A16, 0>}}, rng_);
 }
 
-// The W8A16 decode kernel with its warps a CTA forced (8 or 12; 0: the launch's choice).
+// The W8A16 decode kernel with its warps a CTA forced (8, or 12 for the wide CTAs; 0: the
+// launch's choice).
 template <int kWarps>
 cudaError_t LaunchW8A16DecodeWarps(const GemmArgs& args) {
   W8A16Options options;
@@ -697,16 +698,17 @@ cudaError_t LaunchW8A16DecodeWarps(const GemmArgs& args) {
   return LaunchW8A16(args, options);
 }
 
-// The decode kernel's two-row-tile tiles with 12 warps a CTA on one row set (kWideWarps: at
-// most two CTAs an SM, one set a CTA), by default and forced, and with 8 forced, over both
-// token tiles: 256 and 188 sets (the last of N = 6000's 375 row tiles alone in its set),
-// K = 2048 (64 chunks, so the last of the 12 warps has none) and K = 1088 (34 chunks, 3 a
-// warp, the last warp 1).
+// The decode kernel's two-row-tile tiles with all their warps on one row set (kWideWarps:
+// 16 for one token tile, 12 for two; at most two CTAs an SM, one set a CTA), by default and
+// forced, and with 8 forced, over both token tiles: 256 and 188 sets (the last of N =
+// 6000's 375 row tiles alone in its set), K = 2048 (64 chunks: 4 a warp of 16; 6 a warp of
+// 12, the last warp none) and K = 1088 (34 chunks: 3 a warp, so the last 4 of 16 warps have
+// none, and the last of 12 one).
 TEST_F(W8A16Test, WideDecodeMatchesCpu) {
   CheckVariants(Scheme::kW8A16, {{8192, 2048, 0}, {6000, 1088, 0}}, {1, 3, 8, 9, 16},
                 {{"default", &LaunchW8A16DecodeWarps<0>},
                  {"8 warps", &LaunchW8A16DecodeWarps<8>},
-                 {"12 warps", &LaunchW8A16DecodeWarps<12>}},
+                 {"wide", &LaunchW8A16DecodeWarps<12>}},
                 rng_);
 }
 
