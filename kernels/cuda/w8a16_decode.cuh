@@ -75,7 +75,7 @@ struct DecodeTile {
   // registers that let 4 CTAs (32 warps, 96 KB in flight) share an SM; 4 KB for two, 3
   // KB in the 16-warp CTAs (kWideWarps), whose registers are 64 too.
   static constexpr int kSlots = kWarps == 16 ? 3 : (R == 1 ? 6 : 8 / R) * (kDeep ? 2 : 1);
-  // CTAs per SM the registers are capped for (8 warps each).
+  // CTAs per SM the registers are capped for (8 warps each; the wide CTAs two).
   static constexpr int kMinBlocks = NT * R == 1 && !kDeep ? 4 : 2;
   // Late refills for one token tile and two row tiles, as the W4A16 decode kernel's
   // (RefillPrevious, decode_split.cuh, says when): at M = 1 on the H200, that deep tile took
