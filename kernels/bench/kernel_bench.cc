@@ -268,15 +268,17 @@ absl::Status RunKernelBench(const BenchOptions& o) {
         w8.tile = o.w8a16_tile;
         w8.decode_cluster = o.decode_cluster;
         w8.decode_warps = o.w8a16_decode_warps;
+        w8.decode_stream = o.decode_stream;
         cuda::W4A16Options w4;
         w4.splits = o.w4a16_splits;
         w4.wgmma_groups = o.w4a16_wgmma_groups;
         w4.decode_strips = o.w4a16_decode_strips;
         w4.decode_cluster = o.decode_cluster;
         w4.decode_stream = o.decode_stream;
-        const bool tuned8 = scheme == Scheme::kW8A16 &&
-                            (w8.splits != 0 || w8.wgmma_groups != 0 || w8.decode_rows != 0 ||
-                             w8.decode_cluster != 0 || w8.decode_warps != 0 || w8.tile);
+        const bool tuned8 =
+            scheme == Scheme::kW8A16 &&
+            (w8.splits != 0 || w8.wgmma_groups != 0 || w8.decode_rows != 0 ||
+             w8.decode_cluster != 0 || w8.decode_warps != 0 || w8.decode_stream != 0 || w8.tile);
         const bool tuned4 = scheme == Scheme::kW4A16 &&
                             (w4.splits != 0 || w4.wgmma_groups != 0 || w4.decode_strips != 0 ||
                              w4.decode_cluster != 0 || w4.decode_stream != 0);

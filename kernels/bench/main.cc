@@ -41,9 +41,9 @@ ABSL_FLAG(bool, w8a16_tile, false,
           "W8A16 tuning: the split-K tile kernel up to 16 tokens, where the launch would take "
           "the decode kernel");
 ABSL_FLAG(int, w8a16_decode_warps, 0,
-          "W8A16 tuning: warps per CTA of the decode kernel's two-row-tile tiles where each CTA "
-          "has one row set and at most two share an SM (8, or 12 or 16 for the wide CTAs; 0 = "
-          "auto)");
+          "W8A16 tuning: warps per CTA of the decode kernel where each CTA has one row set (8, "
+          "or 16 for the wide CTAs; 0 = auto; 8 also keeps its stream-K grid and 16-warp "
+          "clusters off)");
 ABSL_FLAG(int, w4a16_splits, 0,
           "W4A16 tuning: force the split-K count (1, 2, 4, 8; 0 = auto; alone it forces the "
           "mma.sync cluster kernels)");
@@ -56,8 +56,8 @@ ABSL_FLAG(int, w2a8_decode_units, 0,
 ABSL_FLAG(int, w2a8_decode_groups, 0,
           "W2A8 tuning: row groups per row set of the decode kernel at M <= 8 (1 or 2; 0 = auto)");
 ABSL_FLAG(int, decode_stream, 0,
-          "Tuning: the stream-K grid of the W4A16 and W2A8 decode kernels up to 16 tokens (1 "
-          "never, 2 wherever they run; 0 = auto)");
+          "Tuning: the stream-K grid of the W4A16, W2A8 and W8A16 decode kernels up to 16 tokens "
+          "(1 never, 2 wherever they run; 0 = auto)");
 ABSL_FLAG(int, decode_cluster, 0,
           "Tuning: CTAs (a cluster) sharing each row set of the W8A16, W4A16 and W2A8 decode "
           "kernels (1, 2 or 4; 0 = auto)");

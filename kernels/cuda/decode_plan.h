@@ -83,6 +83,18 @@ inline int64_t DecodeRunK(const DecodeGrid& grid, int64_t chunks, int chunk_k) {
 // to spread over (W2A8StreamPays).
 inline constexpr int64_t kStreamMinRunK = 12288;
 
+// The same for a W8A16 decode launch of two-row-tile sets on 16-warp CTAs (w8a16_decode.cuh
+// kWideWarps), of which `wide_slots` fit at once: where the sets outnumber those CTAs (the
+// grid of whole sets would run in turns) and no cluster shares them; with two token tiles
+// (not `one_tile`) only up to twice as many, beyond which the tile kernel streams faster
+// (on the H200 at M = 16, 8192 x 28672: 66.17 us against 72.70; session 35). With 8-warp
+// CTAs (session 34) it was 45-50% slower than the tile kernel: this kernel streams at the
+// rate of its warps an SM.
+inline bool W8A16StreamPays(const DecodeGrid& grid, int64_t wide_slots, int64_t sets,
+                            bool one_tile) {
+  return grid.cluster == 1 && sets > wide_slots && (one_tile || sets < 2 * wide_slots);
+}
+
 // Whether a W4A16 decode launch takes the stream-K grid (decode_stream.cuh) rather than `grid`, the
 // grid of whole row sets (`sets` of them), of which `slots` CTAs fit at once. Not where clusters
 // share the sets; where the grid of whole sets leaves a tenth of the CTAs that fit or more idle
@@ -137,9 +149,9 @@ inline bool W2A8TwoGroupsPay(int64_t one_group_ctas, int64_t two_group_ctas) {
   return two_group_ctas * 8 >= one_group_ctas * 5;
 }
 
-// Whether `grid` can run CTAs of more warps, all on one row set (W8A16's 12- and 16-warp
-// CTAs, w8a16_decode.cuh kWideWarps), of which `wide_slots` fit at once: one set a CTA,
-// no cluster.
+// Whether `grid` can run CTAs of more warps, all on one row set (W8A16's 16-warp CTAs,
+// w8a16_decode.cuh kWideWarps), of which `wide_slots` fit at once: one set a CTA, no
+// cluster.
 inline bool TakesWideCtas(const DecodeGrid& grid, int64_t wide_slots) {
   return grid.cluster == 1 && grid.split == 8 && grid.ctas <= wide_slots;
 }

@@ -9,7 +9,7 @@
 // measured up to 4% of a short launch on the H200 (docs/performance-log.md, session 17). Also
 // the order of a warp's late refills (RefillPrevious), which the tiles of two strips use.
 // A CTA of another number of warps (W8A16's wide tiles, w8a16_decode.cuh) has them all on
-// one row set (S = its warps) and no cluster.
+// one row set (S = its warps), alone or in a cluster.
 #ifndef QMM_KERNELS_CUDA_DECODE_SPLIT_CUH_
 #define QMM_KERNELS_CUDA_DECODE_SPLIT_CUH_
 
@@ -52,7 +52,7 @@ __device__ void RefillPrevious(const Split& split, int slot, int round, int unit
 template <int kWarps>
 struct DecodeSplitOf {
   static constexpr int kWarpsLog2 = 3;                        // 8 warps a CTA, S a power of two
-  static constexpr bool kOneSet = kWarps != 1 << kWarpsLog2;  // S = kWarps, C = 1
+  static constexpr bool kOneSet = kWarps != 1 << kWarpsLog2;  // S = kWarps
   int shift;                                                  // log2(S)
   int split;                                                  // S
   int cluster_shift;  // log2(C); the launch's cluster is C x 1 x 1
@@ -66,20 +66,22 @@ struct DecodeSplitOf {
   int count;          // this warp's chunks
 
   // `shift` comes from the host: deriving it here (__ffs) made the 128-register tiles spill.
-  // kOneSet ignores `shift` and `cluster_shift`.
+  // kOneSet ignores `shift`.
   __device__ DecodeSplitOf(int shift, int cluster_shift, int chunks, int warp)
       : shift(shift),
         split(kOneSet ? kWarps : 1 << shift),
-        cluster_shift(kOneSet ? 0 : cluster_shift),
+        cluster_shift(cluster_shift),
         rank(static_cast<int>(blockIdx.x) & ((1 << this->cluster_shift) - 1)),
         sets_per_cta(kOneSet ? 1 : (1 << kWarpsLog2) >> shift),
         sub(kOneSet ? 0 : warp >> shift),
         first_unit(static_cast<int>(blockIdx.x) >> this->cluster_shift),
         unit_stride(static_cast<int>(gridDim.x) >> this->cluster_shift),
         per_warp(kOneSet
-                     ? (chunks + kWarps - 1) / kWarps
+                     ? (chunks + (kWarps << cluster_shift) - 1) / (kWarps << cluster_shift)
                      : (chunks + (1 << (shift + cluster_shift)) - 1) >> (shift + cluster_shift)),
-        c_begin(min((kOneSet ? warp : (rank << shift) | (warp & (split - 1))) * per_warp, chunks)),
+        c_begin(min(
+            (kOneSet ? rank * kWarps + warp : (rank << shift) | (warp & (split - 1))) * per_warp,
+            chunks)),
         count(min(per_warp, chunks - c_begin)) {}
 
   // Units (groups of sets_per_cta sets, one per cluster at a time) covering `sets`.

@@ -1,24 +1,25 @@
-// Stream-K for a persistent decode grid (w4a16_decode.cuh, w2a8_decode.cuh): the row sets
-// split by work, not by set, over every CTA that fits at once.
+// Stream-K for a persistent decode grid (w4a16_decode.cuh, w2a8_decode.cuh, and
+// w8a16_decode.cuh's 16-warp CTAs): the row sets split by work, not by set, over every CTA
+// that fits at once.
 //
 // Where a decode grid's row sets just outnumber the CTAs that fit (W4A16 8192 x 8704 at M
 // = 1: 272 two-strip sets for 264 CTAs), whole sets per CTA take a second turn on about
 // one CTA an SM, and the weights stream at half the rate (17.4 us against 10.2 for 8192 x
 // 8192 on the H200). Here CTA b of B takes the chunks [b W / B, (b + 1) W / B) of the W =
 // sets x chunks, in set-major order, so every CTA streams as many bytes. Each set of that
-// range is a unit, its chunks split over the 8 warps as DecodeSplit's S = 8 split them,
-// and summed through shared memory the same way. The ranges are cut in granules of 8
-// chunks where a set's chunks are a multiple of 8 (4, 2 or 1 otherwise: the largest power
-// of two up to 8 that divides them), so that each part of a set splits evenly over the
-// warps: with single chunks a CTA's two or three parts could each leave warps a round
-// short, and the busiest warp of 4096 x 14336's grid ran 8 rounds where 6.8 were its
-// share. With no more CTAs than sets, every range spans at least one set's chunks, so a
-// set is shared by at most two CTAs, b - 1 and b across boundary b. CTA b works on its
-// part first (its first unit) and publishes its sum in GemmArgs::sync, each sum in a
-// 64-bit word with a nonzero tag in its high half (one store, so the word is either still
-// zero or complete: no fence, which would stall the weight loads in flight); CTA b - 1
-// reaches its part last, reads those words, waiting for any still zero, adds them and
-// stores y, and zeroes them, so that the sync words are zero again when the grid
+// range is a unit, its chunks split over the CTA's W warps (8, or W8A16's 16) as
+// DecodeSplit's S = 8 split them, and summed through shared memory the same way. The
+// ranges are cut in granules of W chunks where a set's chunks are a multiple of W (else
+// the largest power of two below W that divides them), so that each part of a set splits
+// evenly over the warps: with single chunks a CTA's two or three parts could each leave
+// warps a round short, and the busiest warp of 4096 x 14336's grid ran 8 rounds where 6.8
+// were its share. With no more CTAs than sets, every range spans at least one set's
+// chunks, so a set is shared by at most two CTAs, b - 1 and b across boundary b. CTA b
+// works on its part first (its first unit) and publishes its sum in GemmArgs::sync, each
+// sum in a 64-bit word with a nonzero tag in its high half (one store, so the word is
+// either still zero or complete: no fence, which would stall the weight loads in flight);
+// CTA b - 1 reaches its part last, reads those words, waiting for any still zero, adds
+// them and stores y, and zeroes them, so that the sync words are zero again when the grid
 // completes. A CTA waits only for the next one, which waits for nothing before it
 // publishes, so the grid always completes. y is the same whichever CTA is first.
 #ifndef QMM_KERNELS_CUDA_DECODE_STREAM_CUH_
@@ -66,9 +67,12 @@ cudaError_t LaunchStreamGrid(void (*kernel)(Params), Params p, const GemmArgs& a
   return launch(kernel, p);
 }
 
-// The kernel-side split, with DecodeSplit's interface (one set per unit, S = 8, no cluster).
-struct DecodeStream {
-  static constexpr int kWarpsLog2 = DecodeSplit::kWarpsLog2;
+// The kernel-side split, with DecodeSplit's interface (one set per unit, all kWarps warps
+// of the CTA on it, no cluster).
+template <int kWarps>
+struct DecodeStreamOf {
+  static_assert(kWarps == 8 || kWarps == 16);
+  static constexpr int kWarpsLog2 = kWarps == 8 ? 3 : 4;
   static constexpr int sets_per_cta = 1;
   static constexpr int unit_stride = 1;
   using Word = ::cuda::atomic_ref<uint64_t, ::cuda::thread_scope_device>;
@@ -80,7 +84,7 @@ struct DecodeStream {
   int end_unit;    // one past the set of range_end - 1
 
   // The host launches at most `sets` CTAs, so the range is never empty.
-  __device__ DecodeStream(int sets, int chunks, int warp)
+  __device__ DecodeStreamOf(int sets, int chunks, int warp)
       : chunks(chunks),
         warp(warp),
         range_begin(Cut(sets, chunks, blockIdx.x)),
@@ -89,7 +93,7 @@ struct DecodeStream {
         end_unit(static_cast<int>((range_end - 1) / chunks) + 1) {}
 
   // The first chunk of CTA b's range: granule b G / B of the G granules (granules of
-  // min(8, the lowest set bit of chunks) chunks, a power of two, so shifts).
+  // min(kWarps, the lowest set bit of chunks) chunks, a power of two, so shifts).
   static __device__ int64_t Cut(int sets, int chunks, unsigned b) {
     const int shift = min(__ffs(chunks) - 1, kWarpsLog2);
     return (int64_t{sets} * chunks >> shift) * b / gridDim.x << shift;
@@ -98,7 +102,8 @@ struct DecodeStream {
   __device__ int Units(int /*sets*/) const { return end_unit; }
   __device__ int SetOf(int unit) const { return unit; }
 
-  // This warp's chunks of set `unit`: its 1/8 of the part of the set in this CTA's range.
+  // This warp's chunks of set `unit`: its 1/kWarps of the part of the set in this CTA's
+  // range.
   __device__ WarpSpan Span(int unit) const {
     const int64_t base = int64_t{unit} * chunks;
     const int lo = static_cast<int>(max(range_begin, base) - base);
@@ -186,10 +191,11 @@ struct DecodeStream {
   }
 
   // The end of unit `unit`: this thread's elements e = threadIdx.x + i * kThreads of the
-  // set's tile (kTile elements) summed over the 8 warps' partial tiles in `red`, combined
-  // with the other CTA's sums where two CTAs share the set (Combine; `words` from
-  // Prefetch), and store(e, sum) for each where this CTA stores the set. Every thread of
-  // the CTA calls it.
+  // set's tile (kTile elements) summed over the kWarps warps' partial tiles in `red`,
+  // combined with the other CTA's sums where two CTAs share the set (Combine; `words` from
+  // Prefetch), and store(e, sum) for each where this CTA stores the set. Every thread
+  // below kThreads calls it (all of the CTA's, or, where the tile has fewer elements than
+  // the CTA threads, one thread an element).
   template <int kTile, int kThreads, typename V, typename Store>
   __device__ void Reduce(int unit, const V* red, uint64_t* sums,
                          uint64_t (&words)[kTile / kThreads], Store&& store) const {
@@ -218,6 +224,8 @@ struct DecodeStream {
     for (int i = 0; i < kPer; ++i) store(static_cast<int>(threadIdx.x) + i * kThreads, v[i]);
   }
 };
+
+using DecodeStream = DecodeStreamOf<8>;
 
 }  // namespace qmm::cuda
 

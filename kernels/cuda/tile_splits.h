@@ -93,8 +93,8 @@ inline int TileSplits(int64_t ctas, int sms, const KernelFit& fit, int chunks, i
 // (8192 x 6144, 192 sets: 19.9 us against the tile kernel's 16.7), unless K is short: the tile
 // kernel's CTAs then hold too few chunks (4096 x 3072: 6.8 against 7.8). 12-warp CTAs
 // stream as fast as the tile kernel at M = 1 and faster at 9-16 tokens (8192 x 6144:
-// 16.5 against 16.7 us, 18.6 against 20.8); the 16-warp CTAs of one token tile (session
-// 34) faster still (14.96 us at M = 1).
+// 16.5 against 16.7 us, 18.6 against 20.8); the 16-warp CTAs (sessions 34 and 35) faster
+// still (14.96 us at M = 1).
 inline bool TileBeatsDecode(const DecodeGrid& decode, int chunks, int sms, bool wide) {
   constexpr int kMinChunks = 256;  // K of 8192
   return !wide && chunks >= kMinChunks && decode.units * decode.cluster * 5 < int64_t{sms} * 9;

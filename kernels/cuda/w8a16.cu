@@ -400,14 +400,15 @@ cudaError_t PlanDecode(const WeightShape& shape, const DeviceInfo& device, int c
 // 8.7 to 7.7 (M = 16: 11.7 -> 8.5).
 // Deep tiles (one token tile: twice the bytes in flight per warp, w8a16_decode.cuh) where
 // the grid is no larger than they fit at once and no cluster shares a set: 4096 x 4096 at
-// M = 1, 10.2 -> 8.8 us.
+// M = 1, 10.2 -> 8.8 us. The 16-warp CTAs (kWideWarps) split a set's K over twice the
+// warps, so they take twice the K.
 constexpr int64_t kDecodeMaxK = 8192;
 // `may_defer`: leave the launch to the tile kernel where that streams faster
-// (TileBeatsDecode, tile_splits.h). `cluster`, `warps`: W8A16Options::decode_cluster,
-// decode_warps.
+// (TileBeatsDecode, tile_splits.h). `cluster`, `warps`, `stream`:
+// W8A16Options::decode_cluster, decode_warps, decode_stream.
 template <typename T, int NT, int R>
 cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& device, int cluster, int warps,
-                         bool may_defer, bool* launched) {
+                         int stream, bool may_defer, bool* launched) {
   *launched = false;
   DecodeGrid grid;
   int64_t slots = 0;
@@ -422,22 +423,13 @@ cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& device, int clu
       return err;
     }
   }
-  if constexpr (R == 2) {
-    if (cudaError_t err =
-            DecodeFit<T, NT, R, false, false, w8a16::kWideWarps<NT>>(device, &wide_slots);
-        err != cudaSuccess) {
-      return err;
-    }
+  if (cudaError_t err = DecodeFit<T, NT, R, false, false, w8a16::kWideWarps>(device, &wide_slots);
+      err != cudaSuccess) {
+    return err;
   }
   w8a16::DecodeParams p{};
   p.row_tiles = static_cast<int32_t>((args.shape.n + 15) / 16);
   p.chunks = static_cast<int32_t>(args.shape.k / kChunkK);
-  const int64_t sets = (p.row_tiles + R - 1) / R;
-  if (sets > slots || args.shape.k > kDecodeMaxK * grid.cluster) return cudaSuccess;
-  // One row set a CTA on at most two CTAs an SM: 16 or 12 warps on each set (kWideWarps,
-  // w8a16_decode.cuh).
-  const bool wide = warps != w8a16::kDecodeWarps && TakesWideCtas(grid, wide_slots);
-  if (may_defer && TileBeatsDecode(grid, p.chunks, device.sms, wide)) return cudaSuccess;
   p.w = static_cast<const uint8_t*>(args.weight);
   p.scales = reinterpret_cast<const float*>(p.w + int64_t{p.row_tiles} * 16 * args.shape.k);
   p.x = args.x;
@@ -446,17 +438,69 @@ cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& device, int clu
   p.n = args.shape.n;
   p.k = args.shape.k;
   p.y_dtype = args.y_dtype;
+  const int64_t sets = (p.row_tiles + R - 1) / R;
+  // Where the two-row-tile sets outnumber the 16-warp CTAs that fit, the stream-K grid of
+  // those CTAs (W8A16StreamPays, decode_plan.h). On the H200 against the tile kernel
+  // (session 35), M = 1 / 8 / 16: 4096 x 14336 17.59 / 18.23 / 22.25 -> 16.83 / 17.28 /
+  // 20.67 us, 8192 x 10240 23.95 / 24.22 / 36.74 -> 22.31 / 22.80 / 26.63, 8192 x 28672
+  // 61.84 / 62.84 (-> 57.34 / 59.45) / 66.17 (-> 72.70, not taken).
+  if constexpr (R == 2) {
+    constexpr auto* kStreamKernel =
+        w8a16::DecodeKernel<T, NT, R, false, false, w8a16::kWideWarps, true>;
+    const bool on =
+        stream == 2 || (stream == 0 && W8A16StreamPays(grid, wide_slots, sets, NT == 1));
+    if (on && args.sync != nullptr && grid.cluster == 1 && warps != w8a16::kDecodeWarps) {
+      *launched = true;
+      return LaunchStreamGrid(kStreamKernel, p, args, wide_slots, sets, R * NT * 32 * 4,
+                              w8a16::kWideWarps * 32, device.cc_major);
+    }
+  }
+  // Where clusters of two 8-warp CTAs would share the two-row-tile sets, clusters of two
+  // 16-warp CTAs if those all fit at once, up to twice the K (14336 x 4096: 128 sets, 14
+  // chunks a warp). On the H200 against the 8-warp clusters (session 35), M = 1 / 8 / 16:
+  // 14336 x 4096 20.36 / 20.67 / 22.55 -> 17.47 / 17.72 / 18.33 us, 14336 x 2048 13.62
+  // -> 12.54 at M = 1.
+  if constexpr (R == 2) {
+    if (grid.cluster == 2 && warps != w8a16::kDecodeWarps &&
+        args.shape.k <= 2 * kDecodeMaxK * grid.cluster) {
+      constexpr auto* kWideCluster = w8a16::DecodeKernel<T, NT, R, false, true, w8a16::kWideWarps>;
+      KernelFit fit;
+      int64_t unused = 0;
+      if (cudaError_t err =
+              DecodeFit<T, NT, R, false, true, w8a16::kWideWarps>(device, &unused, &fit);
+          err != cudaSuccess) {
+        return err;
+      }
+      if (sets <= fit.clusters[2]) {
+        DecodeGrid pairs;
+        pairs.cluster = 2;
+        pairs.units = sets;
+        pairs.ctas = sets * 2;
+        p.cluster_shift = pairs.cluster_shift();
+        p.early_trigger = EarlyTrigger(pairs.ctas, int64_t{fit.clusters[2]} * 2);
+        *launched = true;
+        return DecodeLaunch(pairs, w8a16::kWideWarps * 32, args.stream, device.cc_major)(
+            kWideCluster, p);
+      }
+    }
+  }
+  // One row set a CTA on at most two CTAs an SM: 16 warps on each set (kWideWarps,
+  // w8a16_decode.cuh).
+  const bool wide = warps != w8a16::kDecodeWarps && TakesWideCtas(grid, wide_slots);
+  const int64_t max_k = kDecodeMaxK * grid.cluster * (wide ? 2 : 1);
+  if (sets > slots || args.shape.k > max_k) return cudaSuccess;
+  if (may_defer && TileBeatsDecode(grid, p.chunks, device.sms, wide)) return cudaSuccess;
   p.split_shift = grid.split_shift();
   p.cluster_shift = grid.cluster_shift();
   const bool deep = grid.cluster == 1 && grid.ctas <= deep_slots;
   p.early_trigger = EarlyTrigger(grid.ctas, wide ? wide_slots : deep ? deep_slots : slots);
-  const DecodeLaunch launch(grid, (wide ? w8a16::kWideWarps<NT> : w8a16::kDecodeWarps) * 32,
+  const DecodeLaunch launch(grid, (wide ? w8a16::kWideWarps : w8a16::kDecodeWarps) * 32,
                             args.stream, device.cc_major);
   *launched = true;
   if constexpr (R == 2) {
     if (grid.cluster > 1) return launch(w8a16::DecodeKernel<T, NT, R, false, true>, p);
-    if (wide) return launch(w8a16::DecodeKernel<T, NT, R, false, false, w8a16::kWideWarps<NT>>, p);
   }
+  if (wide) return launch(w8a16::DecodeKernel<T, NT, R, false, false, w8a16::kWideWarps>, p);
   if constexpr (NT == 1) {
     if (deep) return launch(w8a16::DecodeKernel<T, NT, R, true>, p);
   }
@@ -494,6 +538,8 @@ cudaError_t LaunchFor(const GemmArgs& args, const W8A16Options& options, const D
     // 29.6; 4096 x 4096 (128 sets for 132 SMs) took 10.2 against 8.8 before clusters.
     const int cluster = options.decode_cluster;
     const int64_t pairs = ((args.shape.n + 15) / 16 + 1) / 2;
+    const int warps = options.decode_warps;
+    bool wide_one = false;
     bool two = options.decode_rows == 2 || (options.decode_rows == 0 && pairs >= device.sms);
     if (options.decode_rows == 0 && !two && args.m <= 8) {
       DecodeGrid grid;
@@ -503,13 +549,33 @@ cudaError_t LaunchFor(const GemmArgs& args, const W8A16Options& options, const D
         return err;
       }
       two = grid.cluster > 1;
+      // Where the two-row-tile sets need clusters and K is short, the one-row-tile sets on
+      // 16-warp CTAs if those all fit at once. On the H200 at M = 1 (session 35), against
+      // the 16-warp clusters of two-row-tile sets (LaunchDecode): 4096 x 4096 6.53 against
+      // 7.16 us, 4096 x 2048 5.48 against 5.69; from K = 8192 no faster (8192 x 4096
+      // 11.32 against 11.21) or slower (14336 x 4096 18.61 against 17.47, 14336 x 2048
+      // 15.90 against 12.54).
+      if (two && cluster == 0 && warps == 0 && args.shape.k < kDecodeMaxK) {
+        int64_t wide_slots = 0;
+        if (cudaError_t err =
+                DecodeFit<T, 1, 1, false, false, w8a16::kWideWarps>(device, &wide_slots);
+            err != cudaSuccess) {
+          return err;
+        }
+        wide_one = (args.shape.n + 15) / 16 <= wide_slots;
+        two = !wide_one;
+      }
     }
-    const int warps = options.decode_warps;
+    const int stream = options.decode_stream;
     const bool may_defer = options.decode_rows == 0 && cluster == 0 && warps == 0;
+    // The one-row-tile tile's 16-warp CTAs only where chosen above or forced.
+    const int one_warps = wide_one ? w8a16::kWideWarps : warps == 0 ? w8a16::kDecodeWarps : warps;
     const cudaError_t err =
-        args.m > 8 ? LaunchDecode<T, 2, 2>(args, device, cluster, warps, may_defer, &launched)
-        : two      ? LaunchDecode<T, 1, 2>(args, device, cluster, warps, may_defer, &launched)
-                   : LaunchDecode<T, 1, 1>(args, device, cluster, warps, may_defer, &launched);
+        args.m > 8
+            ? LaunchDecode<T, 2, 2>(args, device, cluster, warps, stream, may_defer, &launched)
+        : two
+            ? LaunchDecode<T, 1, 2>(args, device, cluster, warps, stream, may_defer, &launched)
+            : LaunchDecode<T, 1, 1>(args, device, cluster, one_warps, stream, may_defer, &launched);
     if (err != cudaSuccess || launched) return err;
   }
   if (args.m <= 8) return LaunchTile<T, Tile<1, 2, 4, 4, 4>>(args, options, device);
@@ -525,9 +591,9 @@ cudaError_t LaunchW8A16(const GemmArgs& args, const W8A16Options& options) {
       args.x == nullptr || args.y == nullptr || options.wgmma_groups < 0 ||
       options.wgmma_groups > 2 || options.decode_rows < 0 || options.decode_rows > 2 ||
       options.decode_cluster < 0 || options.decode_cluster > 4 || options.decode_cluster == 3 ||
+      options.decode_stream < 0 || options.decode_stream > 2 ||
       (options.decode_warps != 0 && options.decode_warps != w8a16::kDecodeWarps &&
-       options.decode_warps != w8a16::kWideWarps<1> &&
-       options.decode_warps != w8a16::kWideWarps<2>) ||
+       options.decode_warps != w8a16::kWideWarps) ||
       options.splits < 0 || options.splits > kMaxClusterCtas ||
       // The wgmma GEMM's reduction divides its tile by the split.
       (options.wgmma_groups != 0 && (options.splits & (options.splits - 1)) != 0)) {

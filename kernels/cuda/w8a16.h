@@ -19,18 +19,19 @@
 //           k is unchanged.
 //   scales: RT * 16 fp32 (0 for rows >= N).
 //
-// Up to 16 tokens the decode kernel (w8a16_decode.cuh) runs where it is faster (its CTAs
-// cover all rows at once, K <= 8192 a CTA, and, for K >= 8192, at least 1.8 row sets an SM
-// or wide CTAs: TileBeatsDecode, tile_splits.h): a persistent one-wave grid whose
-// warps stream the weights straight into registers, split K inside each CTA and reduce
-// through shared memory, on any sm_80+ device. Beyond 16 tokens on sm_90a with K % 128 ==
-// 0, the wgmma GEMM shared with W4A16 (wgmma_gemm.cuh, format in w8a16_wgmma.cuh), after
-// a small kernel that permutes the activations into the workspace. Otherwise (or with a forced
-// split count), launch picks the token tile from M (8, 16, 32 or 64 tokens per CTA; M >
-// 64 runs 64-token groups side by side, whose weight re-reads can hit L2) and, on sm_90,
-// splits K over the CTAs of a thread-block cluster, reduced through distributed shared
-// memory, so that every SM streams even when N is small. H200 timings and what is still
-// missing: docs/PERFORMANCE.md.
+// Up to 16 tokens the decode kernel (w8a16_decode.cuh) runs where it is faster: a
+// persistent one-wave grid whose warps stream the weights straight into registers, split K
+// inside each CTA (or a cluster of two) and reduce through shared memory, on any sm_80+
+// device; its CTAs take whole row sets where those fit at once (up to K = 8192 a CTA of 8
+// warps, 16384 of 16), else split the sets by work on a stream-K grid; LaunchDecode and
+// TileBeatsDecode (tile_splits.h) say where the tile kernel takes over. Beyond 16 tokens
+// on sm_90a with K % 128 == 0, the wgmma GEMM shared with W4A16 (wgmma_gemm.cuh, format in
+// w8a16_wgmma.cuh), after a small kernel that permutes the activations into the workspace.
+// Otherwise (or with a forced split count), launch picks the token tile from M (8, 16, 32
+// or 64 tokens per CTA; M > 64 runs 64-token groups side by side, whose weight re-reads
+// can hit L2) and, on sm_90, splits K over the CTAs of a thread-block cluster, reduced
+// through distributed shared memory, so that every SM streams even when N is small. H200
+// timings and what is still missing: docs/PERFORMANCE.md.
 //
 // Shape constraints: none beyond ValidateShape (K % 64 == 0, any N, any M >= 1). x must
 // be 16-byte aligned (cudaMalloc'd buffers are).
@@ -82,13 +83,18 @@ struct W8A16Options {
   // SMs), where those run; tests and tuning. More than 1 needs sm_90
   // (cudaErrorInvalidValue before).
   int decode_cluster = 0;
-  // Warps per CTA of the decode kernel's two-row-tile tiles, where those have one row set a
-  // CTA and at most two CTAs share an SM: 8, or 12 or 16 for the wide CTAs, whose warps
-  // the token tiles set (w8a16_decode.cuh kWideWarps: 16 up to 8 tokens, 12 beyond); 0
-  // lets the launch choose (the wide CTAs wherever they can); tests and tuning. Any value
-  // keeps the decode kernel where the launch would give the tile kernel the shape
-  // (TileBeatsDecode, tile_splits.h).
+  // Warps per CTA of the decode kernel where its CTAs have one row set each: 8, or 16 for
+  // the wide CTAs (w8a16_decode.cuh kWideWarps); 0 lets the launch choose (the wide CTAs
+  // wherever they can); tests and tuning. Any value keeps the decode kernel where the
+  // launch would give the tile kernel the shape (TileBeatsDecode, tile_splits.h); 8 also
+  // keeps the stream-K grid and the clusters of 16-warp CTAs off, and the one-row-tile
+  // tile on 8 warps.
   int decode_warps = 0;
+  // The stream-K grid of the decode kernel's two-row-tile tiles on 16-warp CTAs
+  // (decode_stream.cuh), which needs args.sync: 0 lets the launch choose (W8A16StreamPays,
+  // decode_plan.h), 1 never, 2 wherever those tiles run without a cluster and with wide
+  // CTAs allowed; tests and tuning.
+  int decode_stream = 0;
   // The split-K tile kernel up to 16 tokens, with the launch's split (or `splits`), where
   // the launch would take the decode kernel; tests and tuning.
   bool tile = false;

@@ -8,9 +8,11 @@
 // SMs, a cluster of C CTAs shares each set, and the sum takes in the C S tiles
 // (decode_split.cuh). CTAs (clusters) stride over the row sets, so the grid is exactly
 // what fits on the GPU at once. Where each CTA has one set and at most two share an SM,
-// the CTA has more warps on its set instead (kWideWarps: 16 for one token tile, 12 for
-// two): the streaming rate follows the warps an SM, not the bytes in flight per warp
-// (docs/performance-log.md, sessions 24 and 34).
+// the CTA has 16 warps on its set instead (kWideWarps), alone or two in a cluster: the
+// streaming rate follows the warps an SM, not the bytes in flight per warp
+// (docs/performance-log.md, sessions 24, 34 and 35). Where the sets outnumber the 16-warp
+// CTAs that fit, the stream-K grid (kStream, decode_stream.cuh) gives each of those CTAs
+// an equal range of the sets' chunks instead.
 //
 // Registers are the pipeline: each warp keeps kSlots chunks of R row tiles (3-4 KB per
 // warp) in flight, all loads issued before any use, and refills a slot as soon as the
@@ -25,8 +27,10 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/decode_split.cuh"
+#include "kernels/cuda/decode_stream.cuh"
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/dtype_device.cuh"
 #include "kernels/cuda/load_device.cuh"
@@ -36,16 +40,15 @@
 namespace qmm::cuda::w8a16 {
 
 inline constexpr int kDecodeWarps = 8;
-// Warps of the wide CTA of NT token tiles: where each CTA has one row set and at most two
-// CTAs share an SM (8192 x 8192: 256 sets), the tiles of two row tiles with more warps a
-// CTA keep more warps an SM streaming, and the rate follows them, not the bytes in flight
-// a warp. One token tile: 16 warps (32 an SM) of three slots, 58-61 registers within the
-// 64 that two 16-warp CTAs leave; on the H200 at M = 1 they took 8192 x 8192 from 19.12
-// to 17.67 us and 8192 x 6144 from 16.49 to 14.96 against 12 warps of four slots (24 an
-// SM; docs/performance-log.md, sessions 24 and 34). Two token tiles: 12 warps (80 registers, within
-// 85); 16 would need 64 KB of reduction buffer, past the 48 KB of static shared memory.
-template <int NT>
-inline constexpr int kWideWarps = NT == 1 ? 16 : 12;
+// Warps of the wide CTA: where each CTA has one row set and at most two CTAs share an SM
+// (8192 x 8192: 256 sets), all of its 16 warps on that set keep 32 warps an SM
+// streaming, and the rate follows them, not the bytes in flight a warp: on the H200 at M
+// = 1 they took 8192 x 8192 from 19.12 to 17.67 us and 8192 x 6144 from 16.49 to 14.96
+// against 12 warps of four slots (24 an SM; docs/performance-log.md, sessions 24 and 34),
+// at M = 16 8192 x 8192 from 21.0 to 18.8 against 12 warps (session 35). Within the 64
+// registers that two 16-warp CTAs leave: three slots of two row tiles for one token tile,
+// two for two, six of one row tile.
+inline constexpr int kWideWarps = 16;
 
 struct DecodeParams {
   const uint8_t* w;     // [row tiles][chunks][32 lanes][16 bytes]
@@ -63,6 +66,8 @@ struct DecodeParams {
   // Let the next kernel launch as soon as this one's wait returns, not only once its
   // last loads are issued (dependent_launch.h says when each pays).
   bool early_trigger = false;
+  // The stream-K grid's shared sums (GemmArgs::sync, decode_stream.cuh).
+  uint64_t* stream_sums = nullptr;
 };
 
 // NT tiles of 8 tokens, R row tiles per warp. kDeep: twice the chunks in flight per
@@ -72,11 +77,13 @@ template <int NT, int R, bool kDeep = false, int kWarps = kDecodeWarps>
 struct DecodeTile {
   static constexpr int kChunkBytes = 512;  // one 32-k chunk of one row tile
   // Row-tile chunks of weights in flight per warp: 3 KB for one row tile, within the 64
-  // registers that let 4 CTAs (32 warps, 96 KB in flight) share an SM; 4 KB for two, 3
-  // KB in the 16-warp CTAs (kWideWarps), whose registers are 64 too.
-  static constexpr int kSlots = kWarps == 16 ? 3 : (R == 1 ? 6 : 8 / R) * (kDeep ? 2 : 1);
+  // registers that let 4 CTAs (32 warps, 96 KB in flight) share an SM; 4 KB for two; in
+  // the 16-warp CTAs (kWideWarps), whose registers are 64 too, 3 KB for one token tile
+  // and 2 KB for two.
+  static constexpr int kSlots =
+      kWarps == kWideWarps ? (NT == 1 ? 6 / R : 2) : (R == 1 ? 6 : 8 / R) * (kDeep ? 2 : 1);
   // CTAs per SM the registers are capped for (8 warps each; the wide CTAs two).
-  static constexpr int kMinBlocks = NT * R == 1 && !kDeep ? 4 : 2;
+  static constexpr int kMinBlocks = NT * R == 1 && !kDeep && kWarps == kDecodeWarps ? 4 : 2;
   // Late refills for one token tile and two row tiles, as the W4A16 decode kernel's
   // (RefillPrevious, decode_split.cuh, says when): at M = 1 on the H200, that deep tile took
   // 8192 x 6144 from 20.7 to 19.7 us and 8192 x 8192 from 22.4 to 21.8; with one row tile
@@ -86,31 +93,38 @@ struct DecodeTile {
 
 // kCluster: launched in clusters of 1 << p.cluster_shift CTAs sharing each row set
 // (decode_split.cuh); without it the cluster terms fold away. kWarps: 8, or kWideWarps
-// (above) with all of them on one row set and no cluster.
+// (above) with all of them on one row set. kStream (kWideWarps, no cluster): the row sets
+// split by work over the grid (decode_stream.cuh), the sets shared by two CTAs summed
+// through p.stream_sums.
 template <typename T, int NT, int R, bool kDeep = false, bool kCluster = false,
-          int kWarps = kDecodeWarps>
-__global__ void __launch_bounds__(kWarps * 32, DecodeTile<NT, R, kDeep>::kMinBlocks)
+          int kWarps = kDecodeWarps, bool kStream = false>
+__global__ void __launch_bounds__(kWarps * 32, DecodeTile<NT, R, kDeep, kWarps>::kMinBlocks)
     DecodeKernel(const __grid_constant__ DecodeParams p) {
   using Tl = DecodeTile<NT, R, kDeep, kWarps>;
   constexpr int kSlots = Tl::kSlots;
   constexpr int kThreads = kWarps * 32;
   // Floats of one warp's partial tile: [r][tile][lane][4].
   constexpr int kWarpFloats = R * NT * 32 * 4;
-  // Double-buffered, so that one barrier per row set suffices.
-  __shared__ float4 red[2][kWarps * R * NT * 32];
+  // Double-buffered, so that one barrier per row set suffices, where that fits in the 48
+  // KB of static shared memory; else one buffer and a second barrier.
+  constexpr int kBuffers = kWarps * R * NT * 32 * 16 * 2 <= 48 << 10 ? 2 : 1;
+  __shared__ float4 red[kBuffers][kWarps * R * NT * 32];
 
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const int g = lane / 4;
   const int t4 = lane % 4;
-  static_assert(!kCluster || kWarps == kDecodeWarps);
-  const DecodeSplitOf<kWarps> ws(p.split_shift, kCluster ? p.cluster_shift : 0, p.chunks, warp);
-  const int sets_per_cta = ws.sets_per_cta;
-  const int c_begin = ws.c_begin;
-  const int count = ws.count;
-  // The same for every warp, so all reach each barrier.
-  const int rounds = (ws.per_warp + kSlots - 1) / kSlots;
+  static_assert(!kStream || (!kCluster && kWarps == kWideWarps));
   const int sets = (p.row_tiles + R - 1) / R;
+  using Split = std::conditional_t<kStream, DecodeStreamOf<kWarps>, DecodeSplitOf<kWarps>>;
+  const Split ws = [&] {
+    if constexpr (kStream) {
+      return Split(sets, p.chunks, warp);
+    } else {
+      return Split(p.split_shift, kCluster ? p.cluster_shift : 0, p.chunks, warp);
+    }
+  }();
+  const int sets_per_cta = ws.sets_per_cta;
   const int units = ws.Units(sets);
   auto set_of = [&](int unit) { return ws.SetOf(unit); };
 
@@ -136,10 +150,11 @@ __global__ void __launch_bounds__(kWarps * 32, DecodeTile<NT, R, kDeep>::kMinBlo
   };
 
   int unit = ws.first_unit;
+  WarpSpan span = ws.Span(unit);
   if (unit < units && set_of(unit) < sets) {
 #pragma unroll
     for (int slot = 0; slot < kSlots; ++slot) {
-      if (slot < count) load(slot, set_of(unit), c_begin + slot);
+      if (slot < span.count) load(slot, set_of(unit), span.begin + slot);
     }
   }
   // The first weights are on their way; x may come from the previous kernel.
@@ -148,12 +163,16 @@ __global__ void __launch_bounds__(kWarps * 32, DecodeTile<NT, R, kDeep>::kMinBlo
   int buf = 0;
   for (; unit < units; unit += ws.unit_stride) {
     const bool live = set_of(unit) < sets;
+    const WarpSpan following = ws.Span(unit + ws.unit_stride);
+    // The same for every warp, so all reach each barrier.
+    const int rounds = (span.per_warp + kSlots - 1) / kSlots;
     float acc[R][NT][4] = {};
     for (int round = 0; round < rounds; ++round) {
       const bool last = round + 1 == rounds;
       const int next_unit = last ? unit + ws.unit_stride : unit;
       const int next_round = last ? 0 : round + 1;
       const bool next_live = next_unit < units && set_of(next_unit) < sets;
+      const WarpSpan next_span = last ? following : span;
       // This CTA's loads are all issued: the next kernel may take its place as it drains.
       if (last && next_unit >= units) AllowDependentLaunch();
 #pragma unroll
@@ -161,13 +180,13 @@ __global__ void __launch_bounds__(kWarps * 32, DecodeTile<NT, R, kDeep>::kMinBlo
         const int cc = round * kSlots + slot;
         auto refill_previous = [&] {
           if constexpr (Tl::kDeferRefill) {
-            RefillPrevious<kSlots>(ws, slot, round, unit, live, ws.Span(unit), next_round,
-                                   next_unit, next_live, ws.Span(next_unit), load);
+            RefillPrevious<kSlots>(ws, slot, round, unit, live, span, next_round, next_unit,
+                                   next_live, next_span, load);
           }
         };
-        if (!(live && cc < count)) refill_previous();
-        if (live && cc < count) {
-          const int c = c_begin + cc;
+        if (!(live && cc < span.count)) refill_previous();
+        if (live && cc < span.count) {
+          const int c = span.begin + cc;
           uint4 xv[NT];
 #pragma unroll
           for (int tile = 0; tile < NT; ++tile) {
@@ -187,8 +206,8 @@ __global__ void __launch_bounds__(kWarps * 32, DecodeTile<NT, R, kDeep>::kMinBlo
           }
         }
         const int nc = next_round * kSlots + slot;
-        if (!Tl::kDeferRefill && next_live && nc < count) {
-          load(slot, set_of(next_unit), c_begin + nc);
+        if (!Tl::kDeferRefill && next_live && nc < next_span.count) {
+          load(slot, set_of(next_unit), next_span.begin + nc);
         }
       }
     }
@@ -204,22 +223,43 @@ __global__ void __launch_bounds__(kWarps * 32, DecodeTile<NT, R, kDeep>::kMinBlo
     }
     ws.SyncPartials();
     const float* rf = reinterpret_cast<const float*>(red[buf]);
-    const int total = sets_per_cta * kWarpFloats;
-    for (int e = ws.First(total); e < ws.End(total); e += kThreads) {
+    // Element e of the unit's outputs: set q = e / kWarpFloats of the unit, f = e %
+    // kWarpFloats = ((r * NT + tile) * 32 + lane) * 4 + i; element i of lane (g, t4) is
+    // row g (+8 for i >= 2), token 2t4 + (i & 1).
+    auto row_of = [&](int e) {
       const int q = e / kWarpFloats;
-      const int f = e % kWarpFloats;  // ((r * NT + tile) * 32 + lane) * 4 + i
-      // Element i of lane (g, t4): row g (+8 for i >= 2), token 2t4 + (i & 1).
-      const int i = f % 4;
-      const int ln = f / 4 % 32;
-      const int tile = f / (4 * 32) % NT;
+      const int f = e % kWarpFloats;
       const int r = f / (4 * 32 * NT);
-      const int64_t n = ((int64_t{unit} * sets_per_cta + q) * R + r) * 16 + ln / 4 + (i >> 1) * 8;
-      const int64_t tok = tile * 8 + ln % 4 * 2 + (i & 1);
-      if (n >= p.n || tok >= p.m) continue;
-      const float sum = ws.SumPartials(rf, q, f, kWarpFloats);
-      StoreAs(p.y_dtype, p.y, tok * p.n + n, sum * p.scales[n]);
+      return ((int64_t{unit} * sets_per_cta + q) * R + r) * 16 + f / 16 % 8 + (f % 4 >> 1) * 8;
+    };
+    auto token_of = [&](int e) {
+      const int f = e % kWarpFloats;
+      return f / (4 * 32) % NT * 8 + f / 4 % 4 * 2 + (f & 1);
+    };
+    auto store = [&](int e, float sum) {
+      const int64_t n = row_of(e);
+      const int64_t tok = token_of(e);
+      if (n < p.n && tok < p.m) StoreAs(p.y_dtype, p.y, tok * p.n + n, sum * p.scales[n]);
+    };
+    if constexpr (kStream) {
+      // One thread an element of the set's tile.
+      constexpr int kReducers = kThreads < kWarpFloats ? kThreads : kWarpFloats;
+      if (threadIdx.x < kReducers) {
+        ws.template Reduce<kWarpFloats, kReducers>(unit, rf, p.stream_sums, store);
+      }
+    } else {
+      const int total = sets_per_cta * kWarpFloats;
+      for (int e = ws.First(total); e < ws.End(total); e += kThreads) {
+        if (row_of(e) >= p.n || token_of(e) >= p.m) continue;
+        store(e, ws.SumPartials(rf, e / kWarpFloats, e % kWarpFloats, kWarpFloats));
+      }
     }
-    buf ^= 1;
+    span = following;
+    if constexpr (kBuffers == 2) {
+      buf ^= 1;
+    } else {
+      __syncthreads();  // the next unit's partials overwrite these
+    }
   }
   ws.Finish();
 }

@@ -654,6 +654,18 @@ TEST_F(W2A8Test, DecodeStreamMatchesCpu) {
                 {1, 5, 8, 9, 16}, variants, rng_);
 }
 
+// The same for W8A16's stream-K grid of 16-warp CTAs (two row tiles a warp, both token
+// tiles): 282, 272 and 625 row-tile pairs, which the default launch takes it on where they
+// outnumber the 16-warp CTAs that fit (264 on the H200's 132 SMs; from 9 tokens only up to
+// twice as many, so not 625), and 157, one set a CTA, forced. K = 1024 splits a set
+// between two CTAs at granules of 16 chunks; K = 384, 640 and 1152 cut in granules of 4;
+// K = 384 and 256 leave most of a part's 16 warps one chunk or none.
+TEST_F(W8A16Test, DecodeStreamMatchesCpu) {
+  CheckVariants(Scheme::kW8A16,
+                {{9000, 1024, 0}, {9000, 384, 0}, {8704, 256, 0}, {20000, 640, 0}, {5000, 1152, 0}},
+                {1, 5, 8, 9, 16}, StreamVariants<W8A16Options, &LaunchW8A16>(), rng_);
+}
+
 // The default launch and, where the device has clusters, clusters of 2 and 4 CTAs forced
 // to share each row set of the decode kernels (decode_split.cuh).
 template <typename Options, cudaError_t (*kLaunch)(const GemmArgs&, const Options&)>
@@ -689,7 +701,7 @@ TEST_F(W8A16Test, TileOverDecodeMatchesCpu) {
                 {{"default", &LaunchWithSplits<W8A16Options, &LaunchW8A16, 0>}}, rng_);
 }
 
-// The W8A16 decode kernel with its warps a CTA forced (8, or 12 for the wide CTAs; 0: the
+// The W8A16 decode kernel with its warps a CTA forced (8, or 16 for the wide CTAs; 0: the
 // launch's choice).
 template <int kWarps>
 cudaError_t LaunchW8A16DecodeWarps(const GemmArgs& args) {
@@ -699,17 +711,38 @@ cudaError_t LaunchW8A16DecodeWarps(const GemmArgs& args) {
 }
 
 // The decode kernel's two-row-tile tiles with all their warps on one row set (kWideWarps:
-// 16 for one token tile, 12 for two; at most two CTAs an SM, one set a CTA), by default and
-// forced, and with 8 forced, over both token tiles: 256 and 188 sets (the last of N =
-// 6000's 375 row tiles alone in its set), K = 2048 (64 chunks: 4 a warp of 16; 6 a warp of
-// 12, the last warp none) and K = 1088 (34 chunks: 3 a warp, so the last 4 of 16 warps have
-// none, and the last of 12 one).
+// 16; at most two CTAs an SM, one set a CTA), by default and forced, and with 8 forced,
+// over both token tiles: 256 and 188 sets (the last of N = 6000's 375 row tiles alone in
+// its set), K = 2048 (64 chunks: 4 a warp) and K = 1088 (34 chunks: 3 a warp, so the last
+// 4 warps have none).
 TEST_F(W8A16Test, WideDecodeMatchesCpu) {
   CheckVariants(Scheme::kW8A16, {{8192, 2048, 0}, {6000, 1088, 0}}, {1, 3, 8, 9, 16},
                 {{"default", &LaunchW8A16DecodeWarps<0>},
                  {"8 warps", &LaunchW8A16DecodeWarps<8>},
-                 {"wide", &LaunchW8A16DecodeWarps<12>}},
+                 {"16 warps", &LaunchW8A16DecodeWarps<16>}},
                 rng_);
+}
+
+template <int kRows, int kWarps>
+cudaError_t LaunchW8A16DecodeRowsWarps(const GemmArgs& args) {
+  W8A16Options options;
+  options.decode_rows = kRows;
+  options.decode_warps = kWarps;
+  return LaunchW8A16(args, options);
+}
+
+// The 16-warp CTAs where the two-row-tile sets of one token tile would need clusters of
+// two: 250 row tiles for N = 3990 (the last one partial) with K = 14336, taken by default,
+// as one-row-tile sets (28 chunks a warp) or two-row-tile sets in clusters of two 16-warp
+// CTAs (14 chunks a warp), against 8 warps forced (clusters of two 8-warp CTAs); and 63
+// row tiles with K = 1088 (no clusters: 34 chunks, 3 a warp, the last 4 warps none).
+TEST_F(W8A16Test, WideDecodeForClustersMatchesCpu) {
+  const Variants variants = {{"default", &LaunchW8A16DecodeWarps<0>},
+                             {"8 warps", &LaunchW8A16DecodeWarps<8>},
+                             {"1 row tile, 16 warps", &LaunchW8A16DecodeRowsWarps<1, 16>},
+                             {"2 row tiles, 16 warps", &LaunchW8A16DecodeRowsWarps<2, 16>}};
+  CheckVariants(Scheme::kW8A16, {{3990, 14336, 0}}, {1, 8}, variants, rng_);
+  CheckVariants(Scheme::kW8A16, {{1000, 1088, 0}}, {1, 3, 8, 9}, variants, rng_);
 }
 
 TEST_F(W8A16Test, DecodeClustersMatchCpu) {
@@ -1078,7 +1111,14 @@ TEST_F(W8A16Test, RejectsBadArguments) {
   options = {};
   options.decode_warps = 10;
   EXPECT_EQ(LaunchW8A16(args, options), cudaErrorInvalidValue);
+  options.decode_warps = 12;
+  EXPECT_EQ(LaunchW8A16(args, options), cudaErrorInvalidValue);
   options.decode_warps = -1;
+  EXPECT_EQ(LaunchW8A16(args, options), cudaErrorInvalidValue);
+  options = {};
+  options.decode_stream = 3;
+  EXPECT_EQ(LaunchW8A16(args, options), cudaErrorInvalidValue);
+  options.decode_stream = -1;
   EXPECT_EQ(LaunchW8A16(args, options), cudaErrorInvalidValue);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
