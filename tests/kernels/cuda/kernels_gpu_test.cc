@@ -702,11 +702,12 @@ TEST_F(W8A16Test, TileOverDecodeMatchesCpu) {
 }
 
 // The W8A16 decode kernel with its warps a CTA forced (8, or 16 for the wide CTAs; 0: the
-// launch's choice).
-template <int kWarps>
+// launch's choice), and its row tiles a warp up to 8 tokens (1 or 2; 0: the launch's).
+template <int kWarps, int kRows = 0>
 cudaError_t LaunchW8A16DecodeWarps(const GemmArgs& args) {
   W8A16Options options;
   options.decode_warps = kWarps;
+  options.decode_rows = kRows;
   return LaunchW8A16(args, options);
 }
 
@@ -723,14 +724,6 @@ TEST_F(W8A16Test, WideDecodeMatchesCpu) {
                 rng_);
 }
 
-template <int kRows, int kWarps>
-cudaError_t LaunchW8A16DecodeRowsWarps(const GemmArgs& args) {
-  W8A16Options options;
-  options.decode_rows = kRows;
-  options.decode_warps = kWarps;
-  return LaunchW8A16(args, options);
-}
-
 // The 16-warp CTAs where the two-row-tile sets of one token tile would need clusters of
 // two: 250 row tiles for N = 3990 (the last one partial) with K = 14336, taken by default,
 // as one-row-tile sets (28 chunks a warp) or two-row-tile sets in clusters of two 16-warp
@@ -739,8 +732,8 @@ cudaError_t LaunchW8A16DecodeRowsWarps(const GemmArgs& args) {
 TEST_F(W8A16Test, WideDecodeForClustersMatchesCpu) {
   const Variants variants = {{"default", &LaunchW8A16DecodeWarps<0>},
                              {"8 warps", &LaunchW8A16DecodeWarps<8>},
-                             {"1 row tile, 16 warps", &LaunchW8A16DecodeRowsWarps<1, 16>},
-                             {"2 row tiles, 16 warps", &LaunchW8A16DecodeRowsWarps<2, 16>}};
+                             {"1 row tile, 16 warps", &LaunchW8A16DecodeWarps<16, 1>},
+                             {"2 row tiles, 16 warps", &LaunchW8A16DecodeWarps<16, 2>}};
   CheckVariants(Scheme::kW8A16, {{3990, 14336, 0}}, {1, 8}, variants, rng_);
   CheckVariants(Scheme::kW8A16, {{1000, 1088, 0}}, {1, 3, 8, 9}, variants, rng_);
 }
