@@ -391,7 +391,8 @@ cudaError_t PlanDecode(const WeightShape& shape, const DeviceInfo& device, int c
 
 // The decode kernel (w8a16_decode.cuh) for up to 8NT tokens, R row tiles per warp, when
 // its row sets fit on the device at once and each CTA's share of K is at most
-// kDecodeMaxK; otherwise *launched stays false. Measured on the H200 (qmm-kernel-bench
+// kDecodeMaxK, or on the stream-K grid of 16-warp CTAs (W8A16StreamPays); otherwise
+// *launched stays false. Measured on the H200 (qmm-kernel-bench
 // shapes): with more row sets than CTAs at once (N >= 14336 there) the last turn of the
 // persistent grid leaves SMs with few bytes in flight, and with K = 14336 on one CTA each
 // warp's run grows long; the cluster tiles were faster on those (64.5 against 84 us on
