@@ -149,6 +149,18 @@ inline bool W2A8TwoGroupsPay(int64_t one_group_ctas, int64_t two_group_ctas) {
   return two_group_ctas * 8 >= one_group_ctas * 5;
 }
 
+// Whether a W4A16 decode launch of two token tiles takes the wide CTAs (w4a16_decode.cuh
+// kWideWarps: one strip a set, all 16 warps of a CTA on it, `wide_slots` of them at once)
+// rather than `grid`, the grid of two-strip sets: only where that grid leaves the SMs one
+// 8-warp CTA or none (fewer CTAs than SMs and no cluster: a narrow N and a short K) and the
+// wide grid has every strip at once. On the H200 at M = 9 / 16 (session 36): 4096 x 4096
+// (128 two-strip CTAs for 132 SMs) 6.35 / 6.37 -> 5.39 / 5.54 us; where the two-strip grid
+// fills the SMs the wide CTAs were 7-61% slower (14336 x 4096, clusters of two: 13.62 ->
+// 14.90 at M = 16; 8192 x 8192 13.18 -> 17.14; with four chunks a warp they end a set
+// too often), as they were at M <= 8 (4096 x 4096 4.35 -> 4.38 at M = 1).
+inline bool W4A16WidePays(const DecodeGrid& grid, int sms, int64_t strips, int64_t wide_slots) {
+  return grid.cluster == 1 && grid.ctas < sms && strips <= wide_slots;
+}
 // Whether `grid` can run CTAs of more warps, all on one row set (W8A16's 16-warp CTAs,
 // w8a16_decode.cuh kWideWarps), of which `wide_slots` fit at once: one set a CTA, no
 // cluster.

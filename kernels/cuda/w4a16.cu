@@ -209,6 +209,47 @@ cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& device, const v
   return launch(w4a16::DecodeKernel<T, R, kBf16, kGlu>, p);
 }
 
+// The decode kernel for up to 8T tokens on its wide CTAs (w4a16_decode.cuh kWideWarps):
+// one strip a row set, all 16 warps of a CTA on it, two CTAs an SM. Whole sets a CTA, in
+// as few turns as fit, or the stream-K grid (decode_stream.cuh) where `stream`
+// (W4A16Options::decode_stream) asks for it and args.sync is set.
+template <int T, bool kBf16>
+constexpr auto* kWideDecode =
+    w4a16::DecodeKernel<T, 1, kBf16, false, false, false, false, false, w4a16::kWideWarps>;
+
+// The wide CTAs (above) that fit on the device at once.
+template <int T, bool kBf16>
+cudaError_t WideDecodeSlots(const DeviceInfo& device, int64_t* slots) {
+  KernelFit fit;
+  const cudaError_t err = FitOf<kWideDecode<T, kBf16>, 0, w4a16::kWideWarps * 32>(
+      device.ordinal, device.cc_major, &fit);
+  *slots = int64_t{device.sms} * fit.occupancy;
+  return err;
+}
+
+template <int T, bool kBf16>
+cudaError_t LaunchWideDecode(const GemmArgs& args, const DeviceInfo& device, int stream) {
+  constexpr int kWide = w4a16::kWideWarps;
+  constexpr auto* kStream =
+      w4a16::DecodeKernel<T, 1, kBf16, false, false, false, false, true, kWide>;
+  int64_t slots = 0;
+  if (const cudaError_t err = WideDecodeSlots<T, kBf16>(device, &slots); err != cudaSuccess) {
+    return err;
+  }
+  const int64_t sets = DecodeSets(args.shape, 1);
+  Params p = w4a16::MakeParams(args);
+  if (stream == 2 && args.sync != nullptr) {
+    return LaunchStreamGrid(kStream, p, args, slots, sets, w4a16::kStripRows * 8 * T, kWide * 32,
+                            device.cc_major);
+  }
+  DecodeGrid grid;
+  grid.units = sets;
+  const int64_t turns = (sets + slots - 1) / slots;
+  grid.ctas = (sets + turns - 1) / turns;
+  p.early_trigger = EarlyTrigger(grid.ctas, slots);
+  return DecodeLaunch(grid, kWide * 32, args.stream, device.cc_major)(kWideDecode<T, kBf16>, p);
+}
+
 // Turns of the two-strip decode grid measured faster than the cluster kernels on the
 // H200 (M = 1, against the staged kernel): 4096 x 14336 (2 turns) 9.8 against 12.7 us,
 // 8192 x 14336 17.6 against 20.7, 14336 x 14336 28.4 against 31.1, 8192 x 28672 (3.4
@@ -228,7 +269,9 @@ cudaError_t LaunchForM(const GemmArgs& args, const W4A16Options& options) {
   // strip, deep) before clusters of two took it to 10.55 (28672 x 2048, clusters of four:
   // 19.3 -> 14.7), and 4096 x 4096 (too few bytes a warp for clusters) 4.9 against 4.6.
   // Beyond those, the cluster kernels (one strip's grid in several turns left SMs with
-  // few bytes in flight in its last: 40-42 against 36 us on 8192 x 28672).
+  // few bytes in flight in its last: 40-42 against 36 us on 8192 x 28672). At 9-16
+  // tokens, the wide CTAs where the two-strip sets would leave SMs starved
+  // (W4A16WidePays, decode_plan.h).
   // Up to 32 tokens the decode kernel too (four token tiles a warp) where its grid
   // covers the strips in two turns (N <= 8192): the wgmma kernel's fixed cost is larger
   // there (8192 x 8192 at M = 24: 23.6 against 33.7 us; 4096 x 4096: 7.8 against 13.1),
@@ -259,7 +302,22 @@ cudaError_t LaunchForM(const GemmArgs& args, const W4A16Options& options) {
       if (DecodeSets(args.shape, 1) <= 2 * slots) {
         return LaunchDecode<4, 1, kBf16>(args, device, nullptr, cluster);
       }
+    } else if (options.decode_warps == w4a16::kWideWarps) {
+      return args.m > 8 ? LaunchWideDecode<2, kBf16>(args, device, options.decode_stream)
+                        : LaunchWideDecode<1, kBf16>(args, device, options.decode_stream);
     } else if (args.m > 8) {
+      if (options.decode_warps == 0 && cluster == 0) {
+        DecodeGrid grid;
+        int64_t wide_slots = 0;
+        if ((err = PlanDecode<2, 2, kBf16, false>(args.shape, device, cluster, &grid, &slots)) !=
+                cudaSuccess ||
+            (err = WideDecodeSlots<2, kBf16>(device, &wide_slots)) != cudaSuccess) {
+          return err;
+        }
+        if (W4A16WidePays(grid, device.sms, DecodeSets(args.shape, 1), wide_slots)) {
+          return LaunchWideDecode<2, kBf16>(args, device, options.decode_stream);
+        }
+      }
       return LaunchDecode<2, 2, kBf16>(args, device, nullptr, cluster, options.decode_stream);
     } else {
       DecodeGrid grid;
@@ -322,7 +380,10 @@ cudaError_t LaunchW4A16(const GemmArgs& args, const W4A16Options& options) {
   const bool cluster_ok =
       options.decode_cluster >= 0 && options.decode_cluster <= 4 && options.decode_cluster != 3;
   const bool stream_ok = options.decode_stream >= 0 && options.decode_stream <= 2;
-  if (!splits_ok || !groups_ok || !strips_ok || !cluster_ok || !stream_ok || !ArgsOk(args)) {
+  const bool warps_ok = options.decode_warps == 0 || options.decode_warps == w4a16::kWarps ||
+                        options.decode_warps == w4a16::kWideWarps;
+  if (!splits_ok || !groups_ok || !strips_ok || !cluster_ok || !stream_ok || !warps_ok ||
+      !ArgsOk(args)) {
     return cudaErrorInvalidValue;
   }
   return args.x_dtype == DType::kBF16 ? LaunchForM<true>(args, options)

@@ -65,6 +65,9 @@ struct W4A16Options {
   // needs args.sync: 0 lets the launch choose (StreamPays, decode_plan.h), 1 never, 2
   // wherever those tiles run; tests and tuning.
   int decode_stream = 0;
+  // Warps a CTA of the decode kernel (8, or 16: all of them on one row set of one strip,
+  // two CTAs an SM; 0 lets the launch choose), where that kernel runs; tests and tuning.
+  int decode_warps = 0;
 };
 cudaError_t LaunchW4A16(const GemmArgs& args, const W4A16Options& options);
 

@@ -108,6 +108,71 @@ __device__ inline void MmaStep(uint32_t w, const uint4 (&xb)[T], float (&part)[T
   }
 }
 
+// A strip's scales for one chunk in the activation type, both halves of each register
+// the same: lo = s[row g], hi = s[row g + 8]. bf16 keeps the fp16 scale as a sum of two
+// bf16 values (the rounded scale and what rounding dropped), so that only the product is
+// rounded, once, and not the scale the same way for every weight of the row.
+struct ChunkScales {
+  uint32_t lo, hi;
+  uint32_t lo_rest, hi_rest;  // bf16 only
+};
+
+// `pair` is the layout's fp16 (s[row g], s[row g + 8]).
+template <bool kBf16>
+__device__ inline ChunkScales SplatScales(uint32_t pair) {
+  const __half2 s = *reinterpret_cast<const __half2*>(&pair);
+  ChunkScales out;
+  if constexpr (kBf16) {
+    const float l = __low2float(s);
+    const float h = __high2float(s);
+    const __nv_bfloat162 lb = __float2bfloat162_rn(l);
+    const __nv_bfloat162 hb = __float2bfloat162_rn(h);
+    const __nv_bfloat162 lr = __float2bfloat162_rn(l - __low2float(lb));
+    const __nv_bfloat162 hr = __float2bfloat162_rn(h - __low2float(hb));
+    out.lo = *reinterpret_cast<const uint32_t*>(&lb);
+    out.hi = *reinterpret_cast<const uint32_t*>(&hb);
+    out.lo_rest = *reinterpret_cast<const uint32_t*>(&lr);
+    out.hi_rest = *reinterpret_cast<const uint32_t*>(&hr);
+  } else {
+    const __half2 l = __low2half2(s);
+    const __half2 h = __high2half2(s);
+    out.lo = *reinterpret_cast<const uint32_t*>(&l);
+    out.hi = *reinterpret_cast<const uint32_t*>(&h);
+  }
+  return out;
+}
+
+// The four A registers of one k16 step of a strip (w4a16_layout.h) times the chunk's
+// scales (registers 0 and 2 hold row g, 1 and 3 row g + 8).
+template <bool kBf16>
+__device__ inline void DequantScaled(uint32_t w, const ChunkScales& s, uint32_t (&a)[4]) {
+  Dequant<kBf16>(w, a);
+  if constexpr (kBf16) {
+    a[0] = Fma2<true>(a[0], s.lo, Fma2<true>(a[0], s.lo_rest, 0));
+    a[1] = Fma2<true>(a[1], s.hi, Fma2<true>(a[1], s.hi_rest, 0));
+    a[2] = Fma2<true>(a[2], s.lo, Fma2<true>(a[2], s.lo_rest, 0));
+    a[3] = Fma2<true>(a[3], s.hi, Fma2<true>(a[3], s.hi_rest, 0));
+  } else {
+    a[0] = Fma2<false>(a[0], s.lo, 0);
+    a[1] = Fma2<false>(a[1], s.hi, 0);
+    a[2] = Fma2<false>(a[2], s.lo, 0);
+    a[3] = Fma2<false>(a[3], s.hi, 0);
+  }
+}
+
+// One k16 step of one strip against T tiles of 8 tokens, as MmaStep, with the weights
+// scaled in 16 bits (DequantScaled) and accumulated straight into `acc`.
+template <int T, int kHalf, bool kBf16>
+__device__ inline void MmaStepScaled(uint32_t w, const ChunkScales& s, const uint4 (&xb)[T],
+                                     float (&acc)[T][4]) {
+  uint32_t a[4];
+  DequantScaled<kBf16>(w, s, a);
+#pragma unroll
+  for (int tile = 0; tile < T; ++tile) {
+    Mma<kBf16>(acc[tile], a, Word<2 * kHalf>(xb[tile]), Word<2 * kHalf + 1>(xb[tile]));
+  }
+}
+
 // acc += part * scale: `pair` is the strip's (s[row g], s[row g + 8]) for this chunk. The
 // integer products stay exact in fp32 until here.
 template <int T>

@@ -8,7 +8,8 @@
 // sum takes in the C S tiles (decode_split.cuh). CTAs (clusters) stride over the row sets,
 // so the grid is exactly what fits on the GPU at once. Where whole sets per CTA would
 // leave many of those CTAs idle, the stream-K grid (kStream, decode_stream.cuh) gives
-// every CTA an equal range of the sets' chunks instead.
+// every CTA an equal range of the sets' chunks instead. Where the sets would leave SMs
+// with one 8-warp CTA or none, CTAs of 16 warps (kWideWarps) take one strip each.
 //
 // Registers are the pipeline: each warp keeps kSlots chunks of R strips (3-4 KB per warp)
 // in flight, all loads issued before any use, and refills a slot as soon as the chunk in
@@ -33,21 +34,35 @@
 
 namespace qmm::cuda::w4a16 {
 
+// Warps of the wide CTA: all of them on one row set of one strip, two CTAs an SM (32
+// warps), as W8A16's 16-warp CTAs (w8a16_decode.cuh kWideWarps), whose streaming rate
+// follows the warps an SM. Their 64 registers hold two token tiles only with two slots
+// and the chunk's scale applied to the weights in 16 bits (kScaled below).
+inline constexpr int kWideWarps = 16;
+
 // T tiles of 8 tokens, R strips per warp (R divides kGroupStrips, so a row set never
 // crosses a 128-row group). kDeep: twice the chunks in flight per warp, for grids of at
 // most two CTAs per SM (a 4096-wide N at M = 1 has 256 row sets: half the 4-CTA slots
 // would sit empty and the SMs would hold half the bytes in flight they can). kTurns: the
 // two-strip tiles of two token tiles on a grid of several turns, which refill late too.
-template <int T, int R, bool kDeep = false, bool kTurns = false>
+// kCtaWarps: kWarps, or kWideWarps.
+template <int T, int R, bool kDeep = false, bool kTurns = false, int kCtaWarps = kWarps>
 struct DecodeTile {
   static_assert(kGroupStrips % R == 0);
+  static constexpr bool kWide = kCtaWarps == kWideWarps;
+  static_assert(kCtaWarps == kWarps || (kWide && R == 1 && !kDeep && !kTurns));
   // Strip-chunks of weights in flight per warp: 3 KB for one strip, within the 64
-  // registers that let 4 CTAs (32 warps, 96 KB in flight) share an SM; 4 KB for two.
-  static constexpr int kSlots = (R == 1 ? 3 : 4 / R) * (kDeep ? 2 : 1);
+  // registers that let 4 CTAs (32 warps, 96 KB in flight) share an SM; 4 KB for two; in
+  // the wide CTAs, whose registers are 64 too, 3 KB for one token tile and 2 KB for two.
+  static constexpr int kSlots = kWide ? (T == 1 ? 3 : 2) : (R == 1 ? 3 : 4 / R) * (kDeep ? 2 : 1);
   // CTAs per SM the registers are capped for (8 warps each): 32 warps for one tile, 16
   // for the larger ones, whose accumulators and activations take twice the registers,
-  // and for the deep tiles.
-  static constexpr int kMinBlocks = T * R == 1 && !kDeep ? 4 : 2;
+  // and for the deep tiles; the wide CTAs two (32 warps).
+  static constexpr int kMinBlocks = T * R == 1 && !kDeep && !kWide ? 4 : 2;
+  // The chunk's scale multiplies the dequantized weights in 16 bits (as the wgmma GEMM's,
+  // DequantScaled) rather than an exact fp32 partial sum per chunk: that sum's registers
+  // are what the wide CTAs' 64 lack.
+  static constexpr bool kScaled = kWide;
   // Where a slot is refilled. Every use of a slot's weights waits for all the warp's weight
   // loads in flight (ptxas puts them on one scoreboard and waits for it to drain), so a
   // refill issued right after its slot's math is waited for by the very next slot. The
@@ -68,18 +83,22 @@ struct DecodeTile {
 // of C = 1 << p.cluster_shift CTAs sharing each set (decode_split.cuh). Without it the
 // cluster terms fold away (a runtime C cost the one-strip tile a 20-byte spill). kTurns:
 // DecodeTile's. kStream: the row sets split by work over the grid (decode_stream.cuh),
-// S = 8, the sets shared by two CTAs summed through p.stream_sums.
+// S = kCtaWarps, the sets shared by two CTAs summed through p.stream_sums. kCtaWarps:
+// kWarps, or kWideWarps with all of them on one row set (S ignored).
 template <int T, int R, bool kBf16, bool kGlu = false, bool kDeep = false, bool kCluster = false,
-          bool kTurns = false, bool kStream = false>
-__global__ void __launch_bounds__(kThreads, DecodeTile<T, R, kDeep>::kMinBlocks)
+          bool kTurns = false, bool kStream = false, int kCtaWarps = kWarps>
+__global__ void __launch_bounds__(kCtaWarps * 32,
+                                  DecodeTile<T, R, kDeep, kTurns, kCtaWarps>::kMinBlocks)
     DecodeKernel(const __grid_constant__ Params p) {
   static_assert(!kGlu || R == 2, "a SwiGLU row set is one gate strip and one up strip");
-  using Tl = DecodeTile<T, R, kDeep, kTurns>;
+  using Tl = DecodeTile<T, R, kDeep, kTurns, kCtaWarps>;
+  static_assert(!Tl::kWide || !(kGlu || kCluster));
   constexpr int kSlots = Tl::kSlots;
+  constexpr int kCtaThreads = kCtaWarps * 32;
   // Floats of one warp's partial tile: [r][tile][lane][4].
   constexpr int kWarpFloats = R * T * 32 * 4;
   // Double-buffered, so that one barrier per row set suffices.
-  __shared__ float4 red[2][kWarps * R * T * 32];
+  __shared__ float4 red[2][kCtaWarps * R * T * 32];
 
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -89,15 +108,14 @@ __global__ void __launch_bounds__(kThreads, DecodeTile<T, R, kDeep>::kMinBlocks)
   const int strips = static_cast<int>((p.n + kStripRows - 1) / kStripRows);
   const int sets = kGlu ? strips : (strips + R - 1) / R;
   static_assert(!kStream || !(kGlu || kCluster));
-  using Split = std::conditional_t<kStream, DecodeStream, DecodeSplit>;
+  using Split = std::conditional_t<kStream, DecodeStreamOf<kCtaWarps>, DecodeSplitOf<kCtaWarps>>;
   const Split ws = [&] {
     if constexpr (kStream) {
-      return DecodeStream(sets, p.chunks, warp);
+      return Split(sets, p.chunks, warp);
     } else {
-      return DecodeSplit(p.split_shift, kCluster ? p.cluster_shift : 0, p.chunks, warp);
+      return Split(p.split_shift, kCluster ? p.cluster_shift : 0, p.chunks, warp);
     }
   }();
-  static_assert(1 << Split::kWarpsLog2 == kWarps);
   const int sets_per_cta = ws.sets_per_cta;
   const int units = ws.Units(sets);
   auto set_of = [&](int unit) { return ws.SetOf(unit); };
@@ -177,7 +195,13 @@ __global__ void __launch_bounds__(kThreads, DecodeTile<T, R, kDeep>::kMinBlocks)
         if (!(live && cc < span.count)) refill_previous();
         if (live && cc < span.count) {
           const int64_t kbase = int64_t{span.begin + cc} * kChunkK;
-          float part[R][T][4] = {};
+          // kScaled: the weights scaled into acc; else exact sums per chunk in part.
+          float part[Tl::kScaled ? 1 : R][T][4] = {};
+          ChunkScales sc[Tl::kScaled ? R : 1];
+          if constexpr (Tl::kScaled) {
+#pragma unroll
+            for (int r = 0; r < R; ++r) sc[r] = SplatScales<kBf16>(sq[slot][r]);
+          }
 #pragma unroll
           for (int blk = 0; blk < kChunkBlocks; ++blk) {
             // x[h][tile]: this block's activations (L1 hits after the first warp).
@@ -199,7 +223,12 @@ __global__ void __launch_bounds__(kThreads, DecodeTile<T, R, kDeep>::kMinBlocks)
               constexpr int kQ = decltype(q)::value;
 #pragma unroll
               for (int r = 0; r < R; ++r) {
-                MmaStep<T, kQ & 1, kBf16>(Word<kQ>(wq[slot][r][blk]), xb[kQ >> 1], part[r]);
+                if constexpr (Tl::kScaled) {
+                  MmaStepScaled<T, kQ & 1, kBf16>(Word<kQ>(wq[slot][r][blk]), sc[r], xb[kQ >> 1],
+                                                  acc[r]);
+                } else {
+                  MmaStep<T, kQ & 1, kBf16>(Word<kQ>(wq[slot][r][blk]), xb[kQ >> 1], part[r]);
+                }
                 // The first use of this slot's weights is behind us, so is its wait.
                 if (kQ == 0 && blk == 0 && r == 0) refill_previous();
               }
@@ -209,8 +238,10 @@ __global__ void __launch_bounds__(kThreads, DecodeTile<T, R, kDeep>::kMinBlocks)
             step(std::integral_constant<int, 2>{});
             step(std::integral_constant<int, 3>{});
           }
+          if constexpr (!Tl::kScaled) {
 #pragma unroll
-          for (int r = 0; r < R; ++r) ApplyScale<T>(sq[slot][r], part[r], acc[r]);
+            for (int r = 0; r < R; ++r) ApplyScale<T>(sq[slot][r], part[r], acc[r]);
+          }
         }
         const int nc = next_round * kSlots + slot;
         if (!Tl::kDeferRefill && next_live && nc < next_span.count) {
@@ -247,12 +278,16 @@ __global__ void __launch_bounds__(kThreads, DecodeTile<T, R, kDeep>::kMinBlocks)
       return strip * kStripRows + f / 16 % 8 + (f % 4 >> 1) * 8;
     };
     if constexpr (kStream) {
-      static_assert(kOutFloats == StreamTileFloats(T) && kOutFloats == kWarpFloats);
-      ws.template Reduce<kOutFloats, kThreads>(
-          unit, rf, p.stream_sums, [&](int e, float v) { StoreY(p, token_of(e), row_of(e), v); });
+      static_assert(kOutFloats == kWarpFloats);
+      // One thread an element of the set's tile.
+      constexpr int kReducers = kCtaThreads < kOutFloats ? kCtaThreads : kOutFloats;
+      if (threadIdx.x < kReducers) {
+        ws.template Reduce<kOutFloats, kReducers>(
+            unit, rf, p.stream_sums, [&](int e, float v) { StoreY(p, token_of(e), row_of(e), v); });
+      }
     } else {
       const int total = sets_per_cta * kOutFloats;
-      for (int e = ws.First(total); e < ws.End(total); e += kThreads) {
+      for (int e = ws.First(total); e < ws.End(total); e += kCtaThreads) {
         const int64_t n = row_of(e);
         const int tok = token_of(e);
         if (n >= p.n || tok >= p.m) continue;

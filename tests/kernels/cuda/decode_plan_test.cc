@@ -145,5 +145,22 @@ TEST(DecodePlanTest, W2A8TwoGroupsOnlyWithEnoughCtas) {
   EXPECT_EQ(MakeDecodeGrid(136, 32, 2048, kSms, kSlots, kClusterSlots).ctas, 136);
 }
 
+// W4A16WidePays on the two-token-tile grids of two-strip sets (two 8-warp CTAs an SM fit)
+// and 264 wide CTAs at once: only where that grid leaves SMs one CTA or none.
+TEST(DecodePlanTest, W4A16WideCtasOnlyWhereTheSetsLeaveSmsStarved) {
+  auto pays = [](int64_t sets, int chunks) {
+    const DecodeGrid grid = MakeDecodeGrid(sets, chunks, kStripPair, kSms, kSlots, kClusterSlots);
+    return W4A16WidePays(grid, kSms, 2 * sets, kSlots);
+  };
+  EXPECT_TRUE(pays(128, 32));    // 4096 x 4096: 128 CTAs, 256 strips
+  EXPECT_TRUE(pays(64, 32));     // 4096 x 2048
+  EXPECT_FALSE(pays(128, 112));  // 14336 x 4096: clusters of two
+  EXPECT_FALSE(pays(256, 64));   // 8192 x 8192: 256 CTAs
+  EXPECT_FALSE(pays(132, 32));   // 4096 x 4224: a CTA an SM
+  // Where the strips outnumber the wide CTAs, even with few two-strip sets.
+  const DecodeGrid few = MakeDecodeGrid(128, 32, kStripPair, kSms, kSlots, kClusterSlots);
+  EXPECT_FALSE(W4A16WidePays(few, kSms, 256, 255));
+}
+
 }  // namespace
 }  // namespace qmm::cuda

@@ -614,6 +614,17 @@ cudaError_t LaunchWith(const GemmArgs& args) {
   return kLaunch(args, options);
 }
 
+// The W4A16 decode kernel with its warps a CTA (8, or 16 for the wide CTAs; 0: the
+// launch's choice) and its stream-K grid (decode_stream.cuh: 2 on, 1 off, 0 the launch's
+// choice) forced.
+template <int kWarps, int kStream>
+cudaError_t LaunchW4A16Decode(const GemmArgs& args) {
+  W4A16Options options;
+  options.decode_warps = kWarps;
+  options.decode_stream = kStream;
+  return LaunchW4A16(args, options);
+}
+
 // The default launch, and the decode kernels' stream-K grid (decode_stream.cuh) forced on
 // (decode_stream 2) and off (1).
 template <typename Options, cudaError_t (*kLaunch)(const GemmArgs&, const Options&)>
@@ -622,6 +633,21 @@ Variants StreamVariants() {
   return {{"default", &LaunchWith<Options, kLaunch, kStream, 0>},
           {"stream", &LaunchWith<Options, kLaunch, kStream, 2>},
           {"no stream", &LaunchWith<Options, kLaunch, kStream, 1>}};
+}
+
+// The W4A16 decode kernel on its wide CTAs (w4a16_decode.cuh kWideWarps: one strip a set,
+// 16 warps on it, the chunk's scale applied in 16 bits) over both token tiles, on the
+// grid of whole sets and on the stream-K grid, against 8 warps forced: 563 strips (the
+// last partial; more than one turn of CTAs on a GPU of up to 140 SMs) with K = 1024 (8
+// chunks: half of the warps have none); 250 strips of K = 14336 (112 chunks, 7 a warp)
+// with per-row scales; 63 strips of K = 384 (3 chunks: most warps have none).
+TEST_F(W4A16Test, WideDecodeMatchesCpu) {
+  const Variants variants = {{"8 warps", &LaunchW4A16Decode<8, 0>},
+                             {"16 warps", &LaunchW4A16Decode<16, 1>},
+                             {"16 warps, stream", &LaunchW4A16Decode<16, 2>}};
+  CheckVariants(Scheme::kW4A16,
+                {{9000, 1024, kW4GroupSize}, {4000, 14336, 0}, {1000, 384, kW4GroupSize}},
+                {1, 5, 8, 9, 16}, variants, rng_);
 }
 
 // The decode kernel's stream-K grid, forced on and off, and as the default launch takes
@@ -1143,6 +1169,11 @@ TEST_F(W4A16Test, RejectsBadOptions) {
   options.decode_stream = 3;
   EXPECT_EQ(LaunchW4A16(args, options), cudaErrorInvalidValue);
   options.decode_stream = -1;
+  EXPECT_EQ(LaunchW4A16(args, options), cudaErrorInvalidValue);
+  options = {};
+  options.decode_warps = 12;
+  EXPECT_EQ(LaunchW4A16(args, options), cudaErrorInvalidValue);
+  options.decode_warps = -1;
   EXPECT_EQ(LaunchW4A16(args, options), cudaErrorInvalidValue);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
