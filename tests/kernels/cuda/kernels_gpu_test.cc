@@ -614,17 +614,6 @@ cudaError_t LaunchWith(const GemmArgs& args) {
   return kLaunch(args, options);
 }
 
-// The W4A16 decode kernel with its warps a CTA (8, or 16 for the wide CTAs; 0: the
-// launch's choice) and its stream-K grid (decode_stream.cuh: 2 on, 1 off, 0 the launch's
-// choice) forced.
-template <int kWarps, int kStream>
-cudaError_t LaunchW4A16Decode(const GemmArgs& args) {
-  W4A16Options options;
-  options.decode_warps = kWarps;
-  options.decode_stream = kStream;
-  return LaunchW4A16(args, options);
-}
-
 // The default launch, and the decode kernels' stream-K grid (decode_stream.cuh) forced on
 // (decode_stream 2) and off (1).
 template <typename Options, cudaError_t (*kLaunch)(const GemmArgs&, const Options&)>
@@ -642,9 +631,15 @@ Variants StreamVariants() {
 // chunks: half of the warps have none); 250 strips of K = 14336 (112 chunks, 7 a warp)
 // with per-row scales; 63 strips of K = 384 (3 chunks: most warps have none).
 TEST_F(W4A16Test, WideDecodeMatchesCpu) {
-  const Variants variants = {{"8 warps", &LaunchW4A16Decode<8, 0>},
-                             {"16 warps", &LaunchW4A16Decode<16, 1>},
-                             {"16 warps, stream", &LaunchW4A16Decode<16, 2>}};
+  constexpr auto kWarps = &W4A16Options::decode_warps;
+  const Variants variants = {{"8 warps", &LaunchWith<W4A16Options, &LaunchW4A16, kWarps, 8>},
+                             {"16 warps", &LaunchWith<W4A16Options, &LaunchW4A16, kWarps, 16>},
+                             {"16 warps, stream", +[](const GemmArgs& args) {
+                                W4A16Options options;
+                                options.decode_warps = 16;
+                                options.decode_stream = 2;
+                                return LaunchW4A16(args, options);
+                              }}};
   CheckVariants(Scheme::kW4A16,
                 {{9000, 1024, kW4GroupSize}, {4000, 14336, 0}, {1000, 384, kW4GroupSize}},
                 {1, 5, 8, 9, 16}, variants, rng_);
