@@ -210,9 +210,7 @@ cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& device, const v
 }
 
 // The decode kernel for up to 8T tokens on its wide CTAs (w4a16_decode.cuh kWideWarps):
-// one strip a row set, all 16 warps of a CTA on it, two CTAs an SM. Whole sets a CTA, in
-// as few turns as fit, or the stream-K grid (decode_stream.cuh) where `stream`
-// (W4A16Options::decode_stream) asks for it and args.sync is set.
+// one strip a row set, all 16 warps of a CTA on it, two CTAs an SM.
 template <int T, bool kBf16>
 constexpr auto* kWideDecode =
     w4a16::DecodeKernel<T, 1, kBf16, false, false, false, false, false, w4a16::kWideWarps>;
@@ -227,6 +225,9 @@ cudaError_t WideDecodeSlots(const DeviceInfo& device, int64_t* slots) {
   return err;
 }
 
+// The wide CTAs on whole sets, in as few turns as fit, or on the stream-K grid
+// (decode_stream.cuh) where `stream` (W4A16Options::decode_stream) is 2 and args.sync is
+// set.
 template <int T, bool kBf16>
 cudaError_t LaunchWideDecode(const GemmArgs& args, const DeviceInfo& device, int stream) {
   constexpr int kWide = w4a16::kWideWarps;
