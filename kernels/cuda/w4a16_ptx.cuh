@@ -3,6 +3,7 @@
 #ifndef QMM_KERNELS_CUDA_W4A16_PTX_CUH_
 #define QMM_KERNELS_CUDA_W4A16_PTX_CUH_
 
+#include <cuda.h>  // CUtensorMap
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -50,6 +51,16 @@ __device__ inline void BulkCopy(void* smem, const void* src, uint32_t bytes, uin
       "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
           "r"(SmemAddress(smem)),
       "l"(src), "r"(bytes), "r"(SmemAddress(bar))
+      : "memory");
+}
+// A box of `map` at coordinates (x, y) into smem (128-byte aligned) with one TMA copy;
+// bar counts the box's bytes (rows past the tensor's read as zeros and count too).
+__device__ inline void BulkTensorCopy(void* smem, const CUtensorMap* map, int x, int y,
+                                      uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], "
+      "[%1, {%2, %3}], [%4];" ::"r"(SmemAddress(smem)),
+      "l"(map), "r"(x), "r"(y), "r"(SmemAddress(bar))
       : "memory");
 }
 __device__ inline void MbarWait(uint64_t* bar, uint32_t parity) {

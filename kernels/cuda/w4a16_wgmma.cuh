@@ -69,7 +69,10 @@ struct WgmmaFormat : wgmma_gemm::A16Format {
     return make_float4(d[0] * lo, d[1] * lo, d[2] * hi, d[3] * hi);
   }
 
-  static Params MakeParams(const GemmArgs& args) { return w4a16::MakeParams(args); }
+  static cudaError_t MakeParams(const GemmArgs& args, Params* p) {
+    *p = w4a16::MakeParams(args);
+    return cudaSuccess;
+  }
 };
 
 }  // namespace qmm::cuda::w4a16

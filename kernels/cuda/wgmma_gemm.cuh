@@ -152,8 +152,8 @@ __device__ inline int64_t PermutedPieceOffset(int64_t tok, int nt, int row_bytes
 //                                   A registers twice over must fit);
 //   OneGroupChunkCost(NT, splits, paired)  (host) a one-group CTA's cost per chunk
 //                                   against a two-group one's, for the launch's plan;
-//   Load(dst, p, group, chunk, bar) bulk copies of them (the producer lane; bar counts
-//                                   the bytes);
+//   Load(dst, p, group, chunk, bar) a copy of them (the producer lane; bar counts the
+//                                   bytes);
 //   Raw, Fetch(p, gs, warp, lane, half)  what a warp reads of the group's stage bytes gs
 //                                   for half the chunk's steps of its 16 rows;
 //   Dequant<kBf16>(raw, half, a)    a[0..kSteps/2) <- the A registers of those steps;
@@ -164,9 +164,10 @@ __device__ inline int64_t PermutedPieceOffset(int64_t tok, int nt, int row_bytes
 //   Finish(p, group, warp, lane, tok, split, d)  the fp32 partial sums of one
 //                                   accumulator quad (rows g, g + 8 of the warp's strip,
 //                                   tokens tok, tok + 1), scaled;
-//   PermuteSource(args) (unless kXPermuted), PermutedX(args), MakeParams(args)  (host)
-//                                   the activations to permute, where they are
-//                                   permuted to, and the launch parameters.
+//   PermuteSource(args) (unless kXPermuted), PermutedX(args), MakeParams(args, &p)
+//                                   (host) the activations to permute, where they are
+//                                   permuted to, and the launch parameters (an error
+//                                   where a tensor map cannot be made).
 //
 // Grid: x = token tiles of NT, y = sets of G 128-row groups, z = K splits (one cluster).
 template <typename F, int NT, int G, bool kBf16>

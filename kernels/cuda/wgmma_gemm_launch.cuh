@@ -99,7 +99,8 @@ cudaError_t LaunchGemm(const GemmArgs& args, const DeviceInfo& device, int split
   KernelFit fit;
   cudaError_t err = FitGemm<F, NT, G, kBf16>(device, &fit);  // opts into the shared memory
   if (err != cudaSuccess) return err;
-  typename F::Params p = F::MakeParams(args);
+  typename F::Params p;
+  if ((err = F::MakeParams(args, &p)) != cudaSuccess) return err;
   p.x = F::PermutedX(args);
   p.splits = splits;
   const int64_t token_tiles = (args.m + NT - 1) / NT;
