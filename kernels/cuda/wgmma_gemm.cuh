@@ -21,16 +21,16 @@
 // warpgroup 1 rows 64-127), NT tokens and a contiguous range of 128-k chunks (K split
 // across the CTAs of a cluster, reduced through distributed shared memory). Every CTA
 // reads the whole activation chunk from L2, so G sets that traffic against the weights'.
-// The producer's one lane fills a ring of stages by bulk copies on each stage's full
-// mbarrier, a stage again once every consumer warp arrived on its empty mbarrier; the
+// The producer's one lane fills a ring of stages by bulk and tensor copies on each stage's
+// full mbarrier, a stage again once every consumer warp arrived on its empty mbarrier; the
 // first weights before the kernel waits for its prerequisite grid. A chunk's work is two
 // batches (G = 2: one group each; G = 1: one 64-k block each, or the whole chunk one batch
 // where the format asks, F::kWholeChunks): each consumer warp dequantizes its rows of a
 // batch into A registers and its warpgroup issues the batch's wgmmas, accumulating
-// straight into the results; two register sets take turns, so a batch is dequantized
-// while the tensor cores run the one before it, and its bytes are read from the stage
-// before that one's wait. Nothing but the stage barriers couples the warpgroups.
-// Measured on the H200: docs/PERFORMANCE.md; how it got there: docs/performance-log.md.
+// straight into the results; two register sets take turns, so a batch is dequantized while
+// the tensor cores run the one before it, and its bytes are read from the stage before
+// that one's wait. Nothing but the stage barriers couples the warpgroups. Measured on the
+// H200: docs/PERFORMANCE.md; how it got there: docs/performance-log.md.
 #ifndef QMM_KERNELS_CUDA_WGMMA_GEMM_CUH_
 #define QMM_KERNELS_CUDA_WGMMA_GEMM_CUH_
 
