@@ -19,7 +19,7 @@ namespace qmm::cuda {
 // row and rows. Rows past the last read as zeros (and still count in the copy's bytes).
 // Needs base 16-byte aligned, row_bytes and box_bytes multiples of 8 (box_bytes at most
 // 2048), stride_bytes of 16, box_rows at most 256. cudaErrorInvalidValue where the
-// driver refuses the map.
+// driver refuses the map, cudaErrorNotSupported where it has no encoder.
 cudaError_t EncodeRowsMap(CUtensorMap* map, const void* base, int64_t rows, int64_t row_bytes,
                           int64_t stride_bytes, int box_bytes, int box_rows);
 

@@ -2,7 +2,7 @@
 // The prologue (w2a8_prologue.cuh) has quantized the activations to int8 straight into
 // the order of wgmma's B operand (PermuteKernel's), so no permute kernel runs. A 128-row
 // group's 128-k chunk is four consecutive row groups' units (w2a8_layout.h): 1 KB each,
-// the four one tensor copy. Field j of a lane's four words is the A fragment of k32 step j
+// all four in one tensor copy. Field j of a lane's four words is the A fragment of k32 step j
 // (codes c = t + 1 in 0..2, unsigned), so dequantizing is one shift and one AND per
 // register; the tensor cores multiply u8 codes by s8 activations into int32, exact. The
 // sum over k of c x is the wanted t x plus the row's activation sum, which Finish
@@ -32,8 +32,8 @@ struct WgmmaFormat {
     const int32_t* x_sum;
     int64_t row_groups;
     // The layout's row groups as rows of K / 128 units: a box is a 128-row group's chunk,
-    // 4 units of 1 KB, in one copy (four bulk copies took the GEMM up to 12% longer at 64
-    // and 256 tokens on the H200).
+    // 4 units of 1 KB, in one copy (on the H200 up to 12% faster at 64 and 256 tokens
+    // than four bulk copies).
     CUtensorMap units;
   };
   using Acc = int;
