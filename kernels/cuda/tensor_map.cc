@@ -24,7 +24,8 @@ PFN_cuTensorMapEncodeTiled_v12000 Encoder() {
 }  // namespace
 
 cudaError_t EncodeRowsMap(CUtensorMap* map, const void* base, int64_t rows, int64_t row_bytes,
-                          int64_t stride_bytes, int box_bytes, int box_rows) {
+                          int64_t stride_bytes, int box_bytes, int box_rows,
+                          CUtensorMapSwizzle swizzle) {
   const PFN_cuTensorMapEncodeTiled_v12000 encode = Encoder();
   if (encode == nullptr) return cudaErrorNotSupported;
   constexpr int64_t kWord = 8;
@@ -34,10 +35,9 @@ cudaError_t EncodeRowsMap(CUtensorMap* map, const void* base, int64_t rows, int6
   const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_bytes / kWord),
                              static_cast<cuuint32_t>(box_rows)};
   const cuuint32_t element_strides[2] = {1, 1};
-  const CUresult r =
-      encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT64, 2, const_cast<void*>(base), dims, strides, box,
-             element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
-             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT64, 2, const_cast<void*>(base), dims,
+                            strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 

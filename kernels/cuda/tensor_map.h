@@ -20,8 +20,12 @@ namespace qmm::cuda {
 // Needs base 16-byte aligned, row_bytes and box_bytes multiples of 8 (box_bytes at most
 // 2048), stride_bytes of 16, box_rows at most 256. cudaErrorInvalidValue where the
 // driver refuses the map, cudaErrorNotSupported where it has no encoder.
+// `swizzle`: how the box lands in shared memory (CU_TENSOR_MAP_SWIZZLE_128B: box_bytes 128,
+// the 16-byte chunks of row r at chunk ^ (r % 8), as wgmma reads a 128-byte-swizzled
+// operand; the destination 1024-byte aligned).
 cudaError_t EncodeRowsMap(CUtensorMap* map, const void* base, int64_t rows, int64_t row_bytes,
-                          int64_t stride_bytes, int box_bytes, int box_rows);
+                          int64_t stride_bytes, int box_bytes, int box_rows,
+                          CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_NONE);
 
 }  // namespace qmm::cuda
 

@@ -39,6 +39,7 @@ struct WgmmaFormat {
   using Acc = int;
   static constexpr int kXBytes = 1;
   static constexpr bool kXPermuted = true;
+  static constexpr int kStagePermuteTokens = 0;
   static constexpr int kSteps = 4;
   // Up to twelve stages: with six, its consumers spent 28% of their samples waiting for a
   // full stage (ncu, 8192 x 8192, 64 tokens); twelve took 8192 x 8192 and 14336 x 4096

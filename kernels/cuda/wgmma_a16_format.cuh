@@ -18,6 +18,9 @@ struct A16Format {
   using Acc = float;
   static constexpr int kXBytes = 2;
   static constexpr bool kXPermuted = false;
+  // The largest token tile whose activations the GEMM permutes in its stages (XPermute,
+  // wgmma_gemm.cuh); larger tiles take PermuteKernel's copy. Each format sets its own.
+  static constexpr int kStagePermuteTokens = 0;
   static constexpr int kSteps = 8;
   // Twelve stages instead of six measured from 1.7% faster to 3.7% slower by shape
   // (H200, docs/performance-log.md, session 33), so these formats keep six.

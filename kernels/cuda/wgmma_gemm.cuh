@@ -34,6 +34,10 @@
 #ifndef QMM_KERNELS_CUDA_WGMMA_GEMM_CUH_
 #define QMM_KERNELS_CUDA_WGMMA_GEMM_CUH_
 
+#include <cuda.h>
+
+#include <type_traits>
+
 #include "kernels/cuda/w4a16_common.cuh"
 #include "kernels/cuda/wgmma.cuh"
 
@@ -47,13 +51,19 @@ using w4a16::kGroupStrips;
 using w4a16::Params;
 
 inline constexpr int kConsumerWarps = w4a16::kWarps;
-// Threads of GemmKernel: two consumer warpgroups and one producer warp.
-inline constexpr int kThreads = w4a16::kThreads + 32;
 
 template <typename F, int NT, int G>
 struct Tile {
   static_assert(NT == 32 || NT == 64 || NT == 128);
   static_assert(G == 1 || G == 2);
+  // Producer warps: one that copies the stages, and where they take the caller's rows of
+  // activations (kStagePermute: not F::kXPermuted, at most F::kStagePermuteTokens tokens)
+  // one more for each 32 tokens that permutes them (XPermute, below).
+  static constexpr bool kStagePermute = !F::kXPermuted && NT <= F::kStagePermuteTokens;
+  static constexpr int kPermuteWarps = kStagePermute ? NT / 32 : 0;
+  static constexpr int kProducerWarps = 1 + kPermuteWarps;
+  // Threads of GemmKernel: two consumer warpgroups and the producer warps.
+  static constexpr int kThreads = w4a16::kThreads + 32 * kProducerWarps;
   static constexpr int kAtomBytes = 1024;
   // A stage: the B tiles ([block][token / 8] atoms of 128 bytes of k per token), then the
   // groups' weight bytes.
@@ -139,6 +149,55 @@ __device__ inline int64_t PermutedPieceOffset(int64_t tok, int nt, int row_bytes
          (core ^ row) * 16;
 }
 
+// A permuting warp's share of a stage's activations (formats without F::kXPermuted). The
+// copier brings a token tile's 128-k chunk of the caller's x as two tensor copies, one a
+// 64-k block: 128-byte rows (row r = block * NT + token) in the 128-byte swizzle wgmma
+// reads, logical k in order. Each row is then permuted in place into the format's k order
+// (piece j <- the words F::CoreWord(j, 0..3)), which stays within the row, so that no
+// permute kernel (and no second dependency between grids) runs ahead of the GEMM. A lane
+// owns whole rows: 8 16-byte reads, 8 16-byte stores; the 8 lanes of a quarter warp on 8
+// consecutive rows hit 8 different bank groups. Warp w of kWarps: rows 64w + lane and
+// 64w + 32 + lane.
+template <typename F, int NT, int kWarps>
+struct XPermute {
+  static_assert(2 * NT == 64 * kWarps);
+  static __device__ uint32_t Word(const uint4& v, int i) {
+    return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+  }
+  // The warp's rows of the stage's x area xs, permuted.
+  static __device__ void Run(uint8_t* xs, int warp, int lane) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = warp * 64 + h * 32 + lane;
+      uint8_t* row = xs + r * 128;
+      const int sw = r % 8;
+      uint4 in[8];
+#pragma unroll
+      for (int c = 0; c < 8; ++c) in[c] = *reinterpret_cast<const uint4*>(row + (c ^ sw) * 16);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        uint4 out;
+        out.x = Word(in[F::CoreWord(j, 0) / 4], F::CoreWord(j, 0) % 4);
+        out.y = Word(in[F::CoreWord(j, 1) / 4], F::CoreWord(j, 1) % 4);
+        out.z = Word(in[F::CoreWord(j, 2) / 4], F::CoreWord(j, 2) % 4);
+        out.w = Word(in[F::CoreWord(j, 3) / 4], F::CoreWord(j, 3) % 4);
+        *reinterpret_cast<uint4*>(row + (j ^ sw) * 16) = out;
+      }
+    }
+  }
+};
+
+// The kernel's parameters: the format's, and with activations permuted in the stages (not
+// F::kXPermuted) a tensor map over the caller's x, rows of 2K bytes, a box a token tile's
+// 128-k chunk.
+template <typename F>
+struct XRowsParams : F::Params {
+  CUtensorMap x_map;
+};
+template <typename F, int NT, int G>
+using GemmParams =
+    std::conditional_t<Tile<F, NT, G>::kStagePermute, XRowsParams<F>, typename F::Params>;
+
 // A weight format F provides, for a 128-row group's 128-k chunk:
 //   Params, Acc                     its launch parameters (a w4a16::Params) and the
 //                                   accumulator type;
@@ -171,8 +230,8 @@ __device__ inline int64_t PermutedPieceOffset(int64_t tok, int nt, int row_bytes
 //
 // Grid: x = token tiles of NT, y = sets of G 128-row groups, z = K splits (one cluster).
 template <typename F, int NT, int G, bool kBf16>
-__global__ void __launch_bounds__(kThreads, (Tile<F, NT, G>::kCtasPerSm))
-    GemmKernel(const __grid_constant__ typename F::Params p) {
+__global__ void __launch_bounds__((Tile<F, NT, G>::kThreads), (Tile<F, NT, G>::kCtasPerSm))
+    GemmKernel(const __grid_constant__ GemmParams<F, NT, G> p) {
 #ifdef QMM_WGMMA
   using Tl = Tile<F, NT, G>;
   constexpr int kStages = Tl::kStages;
@@ -182,6 +241,9 @@ __global__ void __launch_bounds__(kThreads, (Tile<F, NT, G>::kCtasPerSm))
   // warp is done with it.
   uint64_t* full = reinterpret_cast<uint64_t*>(smem);
   uint64_t* empty = full + kStages;
+  // rows[s] (Tl::kStagePermute): stage s holds the caller's rows of activations, to
+  // permute.
+  uint64_t* rows = empty + kStages;
   uint8_t* stages = smem + Tl::kStagesOffset;
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -193,25 +255,28 @@ __global__ void __launch_bounds__(kThreads, (Tile<F, NT, G>::kCtasPerSm))
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      w4a16::MbarInit(&full[s], 1);
+      // The copier's bytes, and each permuting warp's stores.
+      w4a16::MbarInit(&full[s], 1 + Tl::kPermuteWarps);
       w4a16::MbarInit(&empty[s], kConsumerWarps);
+      if (Tl::kStagePermute) w4a16::MbarInit(&rows[s], 1);
     }
     w4a16::FenceBarrierInit();
   }
   __syncthreads();
 
-  if (warp == kConsumerWarps) {
-    // The producer. The weights are never written by another kernel, so the first ones
+  if (warp >= kConsumerWarps) {
+    // The producers. The weights are never written by another kernel, so the first ones
     // are fetched while the previous kernel drains (a dependent launch,
     // dependent_launch.h); the activations only after it completed.
-    if (lane == 0) {
-      // This CTA's token tile of the permuted activations (PermuteKernel).
-      const uint8_t* xp =
-          static_cast<const uint8_t*>(p.x) + int64_t{blockIdx.x} * p.chunks * Tl::kXBytes;
+    const int pw = warp - kConsumerWarps;
+    if (pw == 0 && lane == 0) {
+      // The copier. Its full barrier counts the weights' bytes, and the activations'
+      // where they come permuted already; else those go to rows[s] (kStagePermute).
+      constexpr uint32_t kFullXBytes = Tl::kStagePermute ? 0 : Tl::kXBytes;
       auto load_weights = [&](int c) {
         uint8_t* w = stages + (c % kStages) * Tl::kStageBytes + Tl::kXBytes;
         uint64_t* bar = &full[c % kStages];
-        w4a16::MbarExpectBytes(bar, Tl::kXBytes + G * F::kGroupStageBytes);
+        w4a16::MbarExpectBytes(bar, kFullXBytes + G * F::kGroupStageBytes);
 #pragma unroll
         for (int r = 0; r < G; ++r) {
           // A group past the last reads the last again (never stored).
@@ -220,8 +285,24 @@ __global__ void __launch_bounds__(kThreads, (Tile<F, NT, G>::kCtasPerSm))
         }
       };
       auto load_x = [&](int c) {
-        w4a16::BulkCopy(stages + (c % kStages) * Tl::kStageBytes,
-                        xp + (c_begin + int64_t{c}) * Tl::kXBytes, Tl::kXBytes, &full[c % kStages]);
+        uint8_t* xs = stages + (c % kStages) * Tl::kStageBytes;
+        if constexpr (Tl::kStagePermute) {
+          // The caller's rows, one tensor copy a 64-k block (XPermute).
+          uint64_t* bar = &rows[c % kStages];
+          w4a16::MbarExpectBytes(bar, Tl::kXBytes);
+#pragma unroll
+          for (int blk = 0; blk < 2; ++blk) {
+            w4a16::BulkTensorCopy(xs + blk * NT * 128, &p.x_map,
+                                  ((c_begin + c) * kChunkK * 2 + blk * 128) / 8,
+                                  static_cast<int>(tok0), bar);
+          }
+        } else {
+          // This CTA's token tile of the permuted activations (PermuteKernel's order).
+          const uint8_t* xp =
+              static_cast<const uint8_t*>(p.x) + int64_t{blockIdx.x} * p.chunks * Tl::kXBytes;
+          w4a16::BulkCopy(xs, xp + (c_begin + int64_t{c}) * Tl::kXBytes, Tl::kXBytes,
+                          &full[c % kStages]);
+        }
       };
       const int first = count < kStages ? count : kStages;
       for (int c = 0; c < first; ++c) load_weights(c);
@@ -233,9 +314,29 @@ __global__ void __launch_bounds__(kThreads, (Tile<F, NT, G>::kCtasPerSm))
         load_weights(c);
         load_x(c);
       }
-    } else {
+    } else if (pw == 0) {
       WaitForPrerequisiteGrid();
       AllowDependentLaunch();
+    } else if constexpr (Tl::kStagePermute) {
+      // The permuters: each stage's rows into the B operand's order, then the stage is
+      // full for the consumers once the weights are in too. They issue no copies: a
+      // proxy fence after copies of its own in flight may wait for them.
+      WaitForPrerequisiteGrid();
+      AllowDependentLaunch();
+      int s = 0;
+      uint32_t phase = 0;
+      for (int c = 0; c < count; ++c) {
+        uint8_t* xs = stages + s * Tl::kStageBytes;
+        w4a16::MbarWait(&rows[s], phase);
+        XPermute<F, NT, Tl::kPermuteWarps>::Run(xs, pw - 1, lane);
+        wgmma::FenceProxyAsync();
+        __syncwarp();
+        if (lane == 0) w4a16::MbarArrive(&full[s]);
+        if (++s == kStages) {
+          s = 0;
+          phase ^= 1;
+        }
+      }
     }
     // Every consumer is done with the ring before it becomes the reduction buffer.
     __syncthreads();

@@ -13,6 +13,7 @@
 #include "kernels/cuda/dependent_launch.h"
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/gemm_args.h"
+#include "kernels/cuda/tensor_map.h"
 #include "kernels/cuda/wgmma_gemm.cuh"
 
 namespace qmm::cuda::wgmma_gemm {
@@ -51,7 +52,7 @@ cudaError_t LaunchPermute(const GemmArgs& args, const DeviceInfo& device) {
 
 template <typename F, int NT, int G, bool kBf16>
 cudaError_t FitGemm(const DeviceInfo& device, KernelFit* fit) {
-  return FitOf<GemmKernel<F, NT, G, kBf16>, Tile<F, NT, G>::kSmemBytes, kThreads>(
+  return FitOf<GemmKernel<F, NT, G, kBf16>, Tile<F, NT, G>::kSmemBytes, Tile<F, NT, G>::kThreads>(
       device.ordinal, device.cc_major, fit);
 }
 
@@ -99,9 +100,16 @@ cudaError_t LaunchGemm(const GemmArgs& args, const DeviceInfo& device, int split
   KernelFit fit;
   cudaError_t err = FitGemm<F, NT, G, kBf16>(device, &fit);  // opts into the shared memory
   if (err != cudaSuccess) return err;
-  typename F::Params p;
+  GemmParams<F, NT, G> p;
   if ((err = F::MakeParams(args, &p)) != cudaSuccess) return err;
-  p.x = F::PermutedX(args);
+  if constexpr (!Tile<F, NT, G>::kStagePermute) {
+    p.x = F::PermutedX(args);
+  } else {
+    const int64_t row_bytes = args.shape.k * 2;
+    err = EncodeRowsMap(&p.x_map, args.x, args.m, row_bytes, row_bytes, 128, NT,
+                        CU_TENSOR_MAP_SWIZZLE_128B);
+    if (err != cudaSuccess) return err;
+  }
   p.splits = splits;
   const int64_t token_tiles = (args.m + NT - 1) / NT;
   const int64_t row_tiles = (p.groups + G - 1) / G;
@@ -109,7 +117,7 @@ cudaError_t LaunchGemm(const GemmArgs& args, const DeviceInfo& device, int split
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(token_tiles), static_cast<unsigned>(row_tiles),
                         static_cast<unsigned>(splits));
-  config.blockDim = dim3(kThreads);
+  config.blockDim = dim3(Tile<F, NT, G>::kThreads);
   config.dynamicSmemBytes = Tile<F, NT, G>::kSmemBytes;
   config.stream = args.stream;
   cudaLaunchAttribute attrs[2] = {};
@@ -130,9 +138,10 @@ template <typename F, int NT, bool kBf16>
 cudaError_t LaunchTile(const GemmArgs& args, const DeviceInfo& device, Options options) {
   cudaError_t err = Plan<F, NT, kBf16>(args, device, &options);
   if (err != cudaSuccess) return err;
-  // A format whose activations come permuted (F::kXPermuted: W2A8's prologue writes them
-  // in this order) needs no permute kernel.
-  if constexpr (!F::kXPermuted) {
+  // PermuteKernel ahead of the GEMM where it does not permute in its stages (kStagePermute:
+  // the same for both group counts) and the activations do not come permuted already
+  // (F::kXPermuted: W2A8's prologue writes them in this order).
+  if constexpr (!F::kXPermuted && !Tile<F, NT, 1>::kStagePermute) {
     if ((err = LaunchPermute<F, NT>(args, device)) != cudaSuccess) return err;
   }
   if constexpr (NT < 128) {
