@@ -1,9 +1,9 @@
-// Tensor maps (TMA descriptors) over the weight layouts, for the wgmma GEMM's loads: one
-// cp.async.bulk.tensor copy fetches a stage's weights of several row tiles (each a
-// contiguous run of bytes, the tiles a fixed stride apart), where bulk copies need one
-// instruction per tile. On the H200 one copy a stage instead of eight (W8A16) or four
-// (W2A8) took the GEMM up to 26% faster at 32-64 tokens and 3-12% at 256
-// (docs/performance-log.md, session 37).
+// Tensor maps (TMA descriptors) over the weight layouts and the activations, for the wgmma
+// GEMM's loads: one cp.async.bulk.tensor copy fetches a stage's weights of several row
+// tiles (each a contiguous run of bytes, the tiles a fixed stride apart), or a token
+// tile's rows of activations, where bulk copies need one instruction per tile or row. On the H200
+// one copy a stage instead of eight (W8A16) or four (W2A8) took the GEMM up to 26% faster at 32-64
+// tokens and 3-12% at 256 (docs/performance-log.md, session 37).
 #ifndef QMM_KERNELS_CUDA_TENSOR_MAP_H_
 #define QMM_KERNELS_CUDA_TENSOR_MAP_H_
 

@@ -7,7 +7,7 @@
 // shared memory, on any sm_80+ device (up to 8 tokens only when its CTAs cover all rows
 // at once); given GemmArgs::sync, its grid splits the rows' work evenly over every CTA
 // that fits (decode_stream.cuh) where whole row sets per CTA would leave CTAs idle.
-// Beyond 16 tokens on sm_90a the wgmma kernel (w4a16_wgmma.cuh), after a
+// Beyond 16 tokens on sm_90a the wgmma kernel (w4a16_wgmma.cuh), beyond 32 after a
 // small kernel that permutes the activations into the workspace. Otherwise (or
 // with a forced split count) one of two mma.sync cluster kernels: one streaming the
 // weights through registers (w4a16_direct.cuh) and one through a shared-memory pipeline

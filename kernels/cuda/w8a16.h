@@ -20,18 +20,18 @@
 //   scales: RT * 16 fp32 (0 for rows >= N).
 //
 // Up to 16 tokens the decode kernel (w8a16_decode.cuh) runs where it is faster: a
-// persistent one-wave grid whose warps stream the weights straight into registers, split K
-// inside each CTA (or a cluster of two) and reduce through shared memory, on any sm_80+
+// persistent one-wave grid whose warps stream the weights straight into registers, split
+// K inside each CTA (or a cluster of two) and reduce through shared memory, on any sm_80+
 // device; its CTAs take whole row sets where those fit at once (up to K = 8192 a CTA of 8
 // warps, 16384 of 16), else split the sets by work on a stream-K grid; LaunchDecode and
 // TileBeatsDecode (tile_splits.h) say where the tile kernel takes over. Beyond 16 tokens
-// on sm_90a with K % 128 == 0, the wgmma GEMM shared with W4A16 (wgmma_gemm.cuh, format in
-// w8a16_wgmma.cuh), after a small kernel that permutes the activations into the workspace.
-// Otherwise (or with a forced split count), launch picks the token tile from M (8, 16, 32
-// or 64 tokens per CTA; M > 64 runs 64-token groups side by side, whose weight re-reads
-// can hit L2) and, on sm_90, splits K over the CTAs of a thread-block cluster, reduced
-// through distributed shared memory, so that every SM streams even when N is small. H200
-// timings and what is still missing: docs/PERFORMANCE.md.
+// on sm_90a with K % 128 == 0, the wgmma GEMM shared with W4A16 (wgmma_gemm.cuh, format
+// in w8a16_wgmma.cuh), beyond 64 after a small kernel that permutes the activations into
+// the workspace. Otherwise (or with a forced split count), launch picks the token tile
+// from M (8, 16, 32 or 64 tokens per CTA; M > 64 runs 64-token groups side by side, whose
+// weight re-reads can hit L2) and, on sm_90, splits K over the CTAs of a thread-block
+// cluster, reduced through distributed shared memory, so that every SM streams even when
+// N is small. H200 timings and what is still missing: docs/PERFORMANCE.md.
 //
 // Shape constraints: none beyond ValidateShape (K % 64 == 0, any N, any M >= 1). x must
 // be 16-byte aligned (cudaMalloc'd buffers are).

@@ -4,26 +4,35 @@
 // tensor cores busy). A weight format F (w4a16_wgmma.cuh, w8a16_wgmma.cuh on
 // wgmma_a16_format.cuh; w2a8_wgmma.cuh) says how a 128-row group's 128-k chunk is copied
 // into a stage, dequantized into the A registers of one warp's 16 rows, and scaled; the
-// rest is here. Two kernels per launch (one where the format's activations come in the
-// stage order already, F::kXPermuted: W2A8's prologue writes them so):
+// rest is here.
 //
-// PermuteKernel writes the activations into the workspace in exactly the bytes a stage
-// holds: per NT-token tile and 128-k chunk, per 64-k block and 8 tokens a
-// 128-byte-swizzled atom (wgmma.cuh) whose 16-byte chunk j of a token's row holds the 8
-// logical k of core j: the physical words F::CoreWord(j, 0..3) of the block. That applies
-// the format's k permutation (chosen so that the decode kernels' lanes own contiguous k)
-// once per launch instead of in every CTA for every chunk (4-byte copies or a pass
-// through shared memory: 600 instructions per warp and chunk, the tensor cores busy a
-// quarter of the time).
+// A stage's activations: per 64-k block and 8 tokens a 128-byte-swizzled atom (wgmma.cuh)
+// whose 16-byte chunk j of a token's row holds the 8 logical k of core j, the physical
+// words F::CoreWord(j, 0..3) of the block: the format's k permutation (chosen so that the
+// decode kernels' lanes own contiguous k). They get there one of three ways:
+// - W2A8's prologue writes them in that order (F::kXPermuted);
+// - up to F::kStagePermuteTokens tokens (kStagePermute: W8A16 up to 64, W4A16 up to 32),
+//   the copier brings the caller's rows and producer warps of this kernel permute them in
+//   place (XPermute), so that one kernel makes the launch (on the H200 up to 12% faster at
+//   32 tokens than a permute kernel ahead; session 38);
+// - else PermuteKernel writes them into the workspace in the stages' bytes first (one
+//   kernel more, one dependency between grids more: 5-17% of the GEMM at 32-64 tokens;
+//   permuting 128-token tiles in the stages was 11-21% slower, a third of their shared
+//   memory traffic).
+// Permuting in every CTA from the consumer warps had been slower still (4-byte copies or
+// a pass through shared memory: 600 instructions per warp and chunk, the tensor cores
+// busy a quarter of the time).
 //
-// GemmKernel: a CTA of two consumer warpgroups and a producer warp owns G 128-row groups
+// GemmKernel: a CTA of two consumer warpgroups and producer warps owns G 128-row groups
 // (G = 1 or 2; consumer warp w on the 16 rows 16w.. of each: warpgroup 0 rows 0-63,
 // warpgroup 1 rows 64-127), NT tokens and a contiguous range of 128-k chunks (K split
 // across the CTAs of a cluster, reduced through distributed shared memory). Every CTA
 // reads the whole activation chunk from L2, so G sets that traffic against the weights'.
-// The producer's one lane fills a ring of stages by bulk and tensor copies on each stage's
-// full mbarrier, a stage again once every consumer warp arrived on its empty mbarrier; the
-// first weights before the kernel waits for its prerequisite grid. A chunk's work is two
+// The first producer warp's one lane (the copier) fills a ring of stages by bulk and
+// tensor copies on each stage's full mbarrier (with kStagePermute: the activations on its
+// rows mbarrier, and the permuting warps arrive on the full one), a stage again once
+// every consumer warp arrived on its empty mbarrier; the first weights before the kernel
+// waits for its prerequisite grid. A chunk's work is two
 // batches (G = 2: one group each; G = 1: one 64-k block each, or the whole chunk one batch
 // where the format asks, F::kWholeChunks): each consumer warp dequantizes its rows of a
 // batch into A registers and its warpgroup issues the batch's wgmmas, accumulating
@@ -149,8 +158,8 @@ __device__ inline int64_t PermutedPieceOffset(int64_t tok, int nt, int row_bytes
          (core ^ row) * 16;
 }
 
-// A permuting warp's share of a stage's activations (formats without F::kXPermuted). The
-// copier brings a token tile's 128-k chunk of the caller's x as two tensor copies, one a
+// A permuting warp's share of a stage's activations (Tile::kStagePermute). The copier
+// brings a token tile's 128-k chunk of the caller's x as two tensor copies, one a
 // 64-k block: 128-byte rows (row r = block * NT + token) in the 128-byte swizzle wgmma
 // reads, logical k in order. Each row is then permuted in place into the format's k order
 // (piece j <- the words F::CoreWord(j, 0..3)), which stays within the row, so that no
@@ -187,9 +196,9 @@ struct XPermute {
   }
 };
 
-// The kernel's parameters: the format's, and with activations permuted in the stages (not
-// F::kXPermuted) a tensor map over the caller's x, rows of 2K bytes, a box a token tile's
-// 128-k chunk.
+// The kernel's parameters: the format's, and where it permutes the activations in its
+// stages (kStagePermute) a tensor map over the caller's x: rows of 2K bytes, a box one
+// 64-k block of a token tile, 128-byte swizzled.
 template <typename F>
 struct XRowsParams : F::Params {
   CUtensorMap x_map;
@@ -205,6 +214,8 @@ using GemmParams =
 //                                   wgmma k steps per chunk (8 of k16, or 4 of k32);
 //   kXPermuted                      whether the activations come in PermuteKernel's
 //                                   order already (the launch then skips it);
+//   kStagePermuteTokens             the largest token tile whose activations this
+//                                   kernel permutes in its stages (0: none);
 //   kGroupStageBytes                its weight bytes in a stage;
 //   kMaxStages                      the most stages a ring holds where they fit;
 //   kWholeChunks                    whether a one-group CTA takes a chunk a batch (its
@@ -320,7 +331,8 @@ __global__ void __launch_bounds__((Tile<F, NT, G>::kThreads), (Tile<F, NT, G>::k
     } else if constexpr (Tl::kStagePermute) {
       // The permuters: each stage's rows into the B operand's order, then the stage is
       // full for the consumers once the weights are in too. They issue no copies: a
-      // proxy fence after copies of its own in flight may wait for them.
+      // thread's proxy fence waits for its own copies in flight (with the copier's lane
+      // permuting too, the GEMM took 2-3 times as long at 64 tokens on the H200).
       WaitForPrerequisiteGrid();
       AllowDependentLaunch();
       int s = 0;
