@@ -331,8 +331,9 @@ __global__ void __launch_bounds__((Tile<F, NT, G>::kThreads), (Tile<F, NT, G>::k
     } else if constexpr (Tl::kStagePermute) {
       // The permuters: each stage's rows into the B operand's order, then the stage is
       // full for the consumers once the weights are in too. They issue no copies: a
-      // thread's proxy fence waits for its own copies in flight (with the copier's lane
-      // permuting too, the GEMM took 2-3 times as long at 64 tokens on the H200).
+      // thread's proxy fence seems to wait for its own copies in flight (with the
+      // copier's lane permuting too, the GEMM took 2-3 times as long at 64 tokens on the
+      // H200).
       WaitForPrerequisiteGrid();
       AllowDependentLaunch();
       int s = 0;
