@@ -24,8 +24,7 @@ struct WgmmaFormat : wgmma_gemm::A16Format {
   static constexpr int kLayoutChunkBytes = 512;  // 16 rows x 32 k
   // On the H200, permuting in the stages against PermuteKernel's copy (session 38): 32
   // tokens 0.7-10.7% faster, 64 tokens 1-9.6% faster but 4096 x 14336 (+2.2%), 128-token
-  // tiles 15-21% slower (the permute is a third of a 128-token stage's shared-memory
-  // traffic).
+  // tiles 15-21% slower.
   static constexpr int kStagePermuteTokens = 64;
 
   // In a 64-k block (two 32-k layout chunks), logical core j holds the physical words
