@@ -13,12 +13,11 @@
 // - W2A8's prologue writes them in that order (F::kXPermuted);
 // - up to F::kStagePermuteTokens tokens (kStagePermute: W8A16 up to 64, W4A16 up to 32),
 //   the copier brings the caller's rows and producer warps of this kernel permute them in
-//   place (XPermute), so that one kernel makes the launch (on the H200 up to 12% faster at
+//   place (XPermute), so that one kernel makes the launch (on the H200 up to 11% faster at
 //   32 tokens than a permute kernel ahead; session 38);
 // - else PermuteKernel writes them into the workspace in the stages' bytes first (one
 //   kernel more, one dependency between grids more: 5-17% of the GEMM at 32-64 tokens;
-//   permuting 128-token tiles in the stages was 11-21% slower, a third of their shared
-//   memory traffic).
+//   permuting 128-token tiles in the stages measured 11-21% slower, not profiled).
 // Permuting in every CTA from the consumer warps had been slower still (4-byte copies or
 // a pass through shared memory: 600 instructions per warp and chunk, the tensor cores
 // busy a quarter of the time).
