@@ -274,11 +274,15 @@ cudaError_t LaunchForM(const GemmArgs& args, const W4A16Options& options) {
   // tokens, the wide CTAs where the two-strip sets would leave SMs starved
   // (W4A16WidePays, decode_plan.h).
   // Up to 32 tokens the decode kernel too (four token tiles a warp) where its grid
-  // covers the strips in two turns (N <= 8192): the wgmma kernel's fixed cost is larger
-  // there (8192 x 8192 at M = 24: 23.6 against 33.7 us; 4096 x 4096: 7.8 against 13.1),
-  // not beyond (4096 x 14336: 27.6 against 20.6). Then the wgmma kernel (sm_90a). A
-  // forced split count (tuning) takes the mma.sync cluster kernels at every M, as does a
-  // device without wgmma. Those: up to 8 tokens, small weights stream through registers
+  // covers the strips in one turn (N <= 4224 on the H200), or in two (N <= 8448) on a
+  // device without the wgmma GEMM. On the H200 at 17-32 tokens (session 39) the decode
+  // kernel won at N = 4096 (8192 x 4096: 12.0-14.0 us against the GEMM's 15.4-15.5;
+  // 4096 x 4096 7.1-8.4 against 10.2-10.3; 14336 x 4096 19.5-22.8 against 23.4-23.5),
+  // the GEMM from N = 6144 (8192 x 6144: 16.6-16.7 against 23.5-26.8; 8192 x 8192
+  // 19.0-19.1 against 22.5-26.3; 4096 x 8192 11.3-11.4 against 12.6-14.8; 14336 x 8192
+  // 30.4-30.6 against 38.3-45.0). Then the wgmma kernel (sm_90a). A forced split count
+  // (tuning) takes the mma.sync cluster kernels at every M, as does a device without
+  // wgmma. Those: up to 8 tokens, small weights stream through registers
   // and larger ones through 2-group shared-memory stages; up to 16 tokens one group per
   // CTA; beyond, 32 tokens x 256 rows per CTA keeps the shared-memory traffic per mma
   // low, and further token tiles run side by side and re-read each weight tile mostly
@@ -299,8 +303,12 @@ cudaError_t LaunchForM(const GemmArgs& args, const W4A16Options& options) {
     const int cluster = options.decode_cluster;
     int64_t slots = 0;
     if (args.m > 16) {
-      if ((err = DecodeFit<4, 1, kBf16>(device, &slots)) != cudaSuccess) return err;
-      if (DecodeSets(args.shape, 1) <= 2 * slots) {
+      bool wgmma = false;
+      if ((err = DecodeFit<4, 1, kBf16>(device, &slots)) != cudaSuccess ||
+          (err = wgmma_gemm::Runs<w4a16::WgmmaFormat, kBf16>(device, &wgmma)) != cudaSuccess) {
+        return err;
+      }
+      if (DecodeSets(args.shape, 1) <= (wgmma ? 1 : 2) * slots) {
         return LaunchDecode<4, 1, kBf16>(args, device, nullptr, cluster);
       }
     } else if (options.decode_warps == w4a16::kWideWarps) {
