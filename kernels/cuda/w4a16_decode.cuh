@@ -75,8 +75,22 @@ struct DecodeTile {
   // whose CTAs then also fetch the next row set's first chunks during a set's reduction
   // (M = 9 / 16, session 21: 8192 x 28672, 4 turns, 48.9 / 50.5 -> 46.7 / 47.8 us; on one
   // turn 8192 x 8192 13.0 / 13.4 -> 13.4 / 13.6 and the cluster tiles of 14336 x 4096
-  // 13.2 / 13.5 -> 13.8 / 14.2).
+  // 13.2 / 13.5 -> 13.8 / 14.2). Measured again in session 41 with kRefillStep below: the
+  // one-turn grids still 1.9-4.8% slower with late refills (8192 x 8192, 4096 x 8192 at M =
+  // 9 / 16), the cluster tiles now 1.3-3.4% faster (8192 x 4096, 14336 x 4096).
   static constexpr bool kDeferRefill = (T == 1 || kTurns) && R == 2;
+  // The k16 step of a slot's first block after which the late refill issues: after the
+  // first (the first use of the slot's weights) for one token tile; after the third for
+  // two, whose four activation loads a block outnumber the scoreboards that ptxas leaves
+  // them. With the refill after the first step, the stream-K tiles of two token tiles had
+  // two of one slot's activation loads on the weights' scoreboard, so the third step's
+  // HMMAs waited for the refill issued just before them: a memory latency exposed every
+  // round (scripts/sass-scoreboards.py --check lists such MMAs). After the third step no
+  // MMA waits there. On the H200 (session 41, two calls) that took 4096 x 14336 at M = 9
+  // from 13.04-13.05 to 12.73-12.78 us and at M = 16 0.7-1.2% off, 8192 x 28672 up to
+  // 0.8%, the rest within 0.5% either way; after the first block instead, two HMMAs waited
+  // there and the stream-K shapes took 3-4% longer.
+  static constexpr int kRefillStep = T == 2 ? 2 : 0;
 };
 
 // S = 1 << p.split_shift: the warps sharing one row set; kCluster: launched in clusters
@@ -229,8 +243,8 @@ __global__ void __launch_bounds__(kCtaWarps * 32,
                 } else {
                   MmaStep<T, kQ & 1, kBf16>(Word<kQ>(wq[slot][r][blk]), xb[kQ >> 1], part[r]);
                 }
-                // The first use of this slot's weights is behind us, so is its wait.
-                if (kQ == 0 && blk == 0 && r == 0) refill_previous();
+                // The first use of this slot's weights, and its wait, are behind us.
+                if (kQ == Tl::kRefillStep && blk == 0 && r == 0) refill_previous();
               }
             };
             step(std::integral_constant<int, 0>{});
