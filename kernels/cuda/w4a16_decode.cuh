@@ -77,7 +77,7 @@ struct DecodeTile {
   // turn 8192 x 8192 13.0 / 13.4 -> 13.4 / 13.6 and the cluster tiles of 14336 x 4096
   // 13.2 / 13.5 -> 13.8 / 14.2). Measured again in session 41 with kRefillStep below: the
   // one-turn grids still 1.9-4.8% slower with late refills (8192 x 8192, 4096 x 8192 at M =
-  // 9 / 16), the cluster tiles now 1.3-3.4% faster (8192 x 4096, 14336 x 4096).
+  // 9 / 16), 8192 x 4096 and the cluster tiles of 14336 x 4096 now 1.3-3.4% faster.
   static constexpr bool kDeferRefill = (T == 1 || kTurns) && R == 2;
   // The k16 step of a slot's first block after which the late refill issues: after the
   // first (the first use of the slot's weights) for one token tile; after the third for
