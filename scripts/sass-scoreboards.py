@@ -18,7 +18,7 @@ first two source registers (cubin.py reads the instructions), so that a load's r
 can be followed to the instruction that waits for it.
 
 Then, per kernel, the check that session 41 made of it: the MMAs (HMMA, IMMA) that wait
-for the weights' scoreboard, the one most LDGs set. A warp's weight loads all share it, so
+for the weights' scoreboard (which one, below). A warp's weight loads all share it, so
 such a wait holds the MMA until every weight load in flight has landed, the refills that
 the slot has just issued included: one memory latency exposed per wait. The decode
 kernels expect a wait there only at the first use of a slot's weights (a SHF, LOP3 or
@@ -57,10 +57,12 @@ def main(path, part, check_only):
                     )
         # Activation loads are those whose registers an MMA reads as its B operand (two
         # registers from bits 32-39); the weights' loads feed the dequantization instead.
-        b_regs = {(lo >> 32 & 0xFF) + i for _, lo, op, _, _, _ in rows if op in MMAS for i in (0, 1)}
+        b_regs = {(lo >> 32 & 0xFF) + i for _, lo, op, _, _, _ in rows if op in MMAS
+                  for i in (0, 1)}
         loads = collections.Counter(
             w for _, lo, op, w, _, _ in rows
-            if op == "LDG" and w is not None and not {(lo >> 16 & 0xFF) + i for i in range(4)} & b_regs)
+            if op == "LDG" and w is not None
+            and not {(lo >> 16 & 0xFF) + i for i in range(4)} & b_regs)
         if not loads:
             continue
         sb = loads.most_common(1)[0][0]
