@@ -45,8 +45,9 @@ inline constexpr int kWideWarps = 16;
 // most two CTAs per SM (a 4096-wide N at M = 1 has 256 row sets: half the 4-CTA slots
 // would sit empty and the SMs would hold half the bytes in flight they can). kTurns: the
 // two-strip tiles of two token tiles on a grid of several turns, which refill late too.
-// kCtaWarps: kWarps, or kWideWarps.
-template <int T, int R, bool kDeep = false, bool kTurns = false, int kCtaWarps = kWarps>
+// kCtaWarps: kWarps, or kWideWarps. kEarlyX: below.
+template <int T, int R, bool kDeep = false, bool kTurns = false, int kCtaWarps = kWarps,
+          bool kEarlyX = false>
 struct DecodeTile {
   static_assert(kGroupStrips % R == 0);
   static constexpr bool kWide = kCtaWarps == kWideWarps;
@@ -91,6 +92,18 @@ struct DecodeTile {
   // 0.8%, the rest within 0.5% either way; after the first block instead, two HMMAs waited
   // there and the stream-K shapes took 3-4% longer.
   static constexpr int kRefillStep = T == 2 ? 2 : 0;
+  // kEarlyX (two token tiles): the next block's activations load into each half's
+  // registers as soon as that half is used up, so that they arrive during this block's
+  // math (ncu put a fifth of the two-tile samples on HMMAs waiting for the second block's
+  // activations, whose loads issued only as the block started). Those early loads take
+  // the scoreboards that the refill had after the first block's third step, so the refill
+  // moves to the second block's third step, where again no MMA waits on the weights'
+  // scoreboard. On the H200 at M = 9 / 16 (session 41): 8192 x 28672 43.39 / 45.85 ->
+  // 41.80 / 44.36 us, 14336 x 4096 and 8192 x 8192 up to 1.7% faster, but 4096 x 14336
+  // (stream-K, two rounds a set) 1.5% slower at M = 9, so the stream-K grid takes it only
+  // on longer sets (DecodeKernel's launcher).
+  static_assert(!kEarlyX || T == 2);
+  static constexpr int kRefillBlock = kEarlyX ? 1 : 0;
 };
 
 // S = 1 << p.split_shift: the warps sharing one row set; kCluster: launched in clusters
@@ -98,14 +111,15 @@ struct DecodeTile {
 // cluster terms fold away (a runtime C cost the one-strip tile a 20-byte spill). kTurns:
 // DecodeTile's. kStream: the row sets split by work over the grid (decode_stream.cuh),
 // S = kCtaWarps, the sets shared by two CTAs summed through p.stream_sums. kCtaWarps:
-// kWarps, or kWideWarps with all of them on one row set (S ignored).
+// kWarps, or kWideWarps with all of them on one row set (S ignored). kEarlyX: DecodeTile's,
+// on every tile of two token tiles but the stream-K grid's of short sets.
 template <int T, int R, bool kBf16, bool kGlu = false, bool kDeep = false, bool kCluster = false,
-          bool kTurns = false, bool kStream = false, int kCtaWarps = kWarps>
+          bool kTurns = false, bool kStream = false, int kCtaWarps = kWarps, bool kEarlyX = T == 2>
 __global__ void __launch_bounds__(kCtaWarps * 32,
-                                  DecodeTile<T, R, kDeep, kTurns, kCtaWarps>::kMinBlocks)
+                                  DecodeTile<T, R, kDeep, kTurns, kCtaWarps, kEarlyX>::kMinBlocks)
     DecodeKernel(const __grid_constant__ Params p) {
   static_assert(!kGlu || R == 2, "a SwiGLU row set is one gate strip and one up strip");
-  using Tl = DecodeTile<T, R, kDeep, kTurns, kCtaWarps>;
+  using Tl = DecodeTile<T, R, kDeep, kTurns, kCtaWarps, kEarlyX>;
   static_assert(!Tl::kWide || !(kGlu || kCluster));
   constexpr int kSlots = Tl::kSlots;
   constexpr int kCtaThreads = kCtaWarps * 32;
@@ -216,19 +230,26 @@ __global__ void __launch_bounds__(kCtaWarps * 32,
 #pragma unroll
             for (int r = 0; r < R; ++r) sc[r] = SplatScales<kBf16>(sq[slot][r]);
           }
+          // x[h][tile]: a block's activations (L1 hits after the first warp), half h.
+          uint4 xb[2][T];
+          auto load_x = [&](int blk, int h) {
+#pragma unroll
+            for (int tile = 0; tile < T; ++tile) {
+              xb[h][tile] = xr[tile] != nullptr
+                                ? __ldg(reinterpret_cast<const uint4*>(
+                                      xr[tile] + (kbase + blk * kBlockK + 8 * h) * 2))
+                                : make_uint4(0, 0, 0, 0);
+            }
+          };
+          if constexpr (kEarlyX) {
+            load_x(0, 0);
+            load_x(0, 1);
+          }
 #pragma unroll
           for (int blk = 0; blk < kChunkBlocks; ++blk) {
-            // x[h][tile]: this block's activations (L1 hits after the first warp).
-            uint4 xb[2][T];
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-#pragma unroll
-              for (int tile = 0; tile < T; ++tile) {
-                xb[h][tile] = xr[tile] != nullptr
-                                  ? __ldg(reinterpret_cast<const uint4*>(
-                                        xr[tile] + (kbase + blk * kBlockK + 8 * h) * 2))
-                                  : make_uint4(0, 0, 0, 0);
-              }
+            if constexpr (!kEarlyX) {
+              load_x(blk, 0);
+              load_x(blk, 1);
             }
             // k16 step q of every strip before step q + 1 of any: the R strips' MMA chains
             // interleave (two strips at M = 1 - 8 on the H200: 8192 x 28672 34.9 -> 34.1 us,
@@ -244,7 +265,12 @@ __global__ void __launch_bounds__(kCtaWarps * 32,
                   MmaStep<T, kQ & 1, kBf16>(Word<kQ>(wq[slot][r][blk]), xb[kQ >> 1], part[r]);
                 }
                 // The first use of this slot's weights, and its wait, are behind us.
-                if (kQ == Tl::kRefillStep && blk == 0 && r == 0) refill_previous();
+                if (kQ == Tl::kRefillStep && blk == Tl::kRefillBlock && r == 0) refill_previous();
+              }
+              // kEarlyX: half h of this block's activations is used up after step 2h + 1;
+              // its registers take the next block's half h.
+              if constexpr (kEarlyX && (kQ & 1) == 1) {
+                if (blk + 1 < kChunkBlocks) load_x(blk + 1, kQ >> 1);
               }
             };
             step(std::integral_constant<int, 0>{});
