@@ -184,7 +184,8 @@ cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& device, const v
             p, args, slots, sets, w4a16::StreamTileFloats(T), kThreads, device.cc_major);
       };
       // Early activation loads (DecodeTile::kEarlyX) only where a warp's share of a set
-      // takes more than two rounds: on 4096 x 14336 (two) they measured 1.5% slower at M = 9.
+      // takes more than two rounds: on 4096 x 14336 (two) they measured 1.5-1.7% slower at
+      // M = 9.
       constexpr int kRoundChunks = w4a16::kWarps * w4a16::DecodeTile<T, R>::kSlots;
       if constexpr (T == 2) {
         if (p.chunks > 2 * kRoundChunks) return stream_grid(std::true_type{});

@@ -98,10 +98,10 @@ struct DecodeTile {
   // activations, whose loads issued only as the block started). Those early loads take
   // the scoreboards that the refill had after the first block's third step, so the refill
   // moves to the second block's third step, where again no MMA waits on the weights'
-  // scoreboard. On the H200 at M = 9 / 16 (session 41): 8192 x 28672 43.39 / 45.85 ->
-  // 41.80 / 44.36 us, 14336 x 4096 and 8192 x 8192 up to 1.7% faster, but 4096 x 14336
-  // (stream-K, two rounds a set) 1.5% slower at M = 9, so the stream-K grid takes it only
-  // on longer sets (DecodeKernel's launcher).
+  // scoreboard. On the H200 at M = 9 / 16 (session 42): 8192 x 28672 43.03 / 44.29 ->
+  // 41.35 / 43.92 us, 8192 x 22016 33.22 / 34.47 -> 32.29 / 33.43, the one-turn and
+  // cluster grids within 1%; but 4096 x 14336 (stream-K, two rounds a set) 1.5-1.7%
+  // slower at M = 9, so the stream-K grid takes it only on longer sets (its launcher).
   static_assert(!kEarlyX || T == 2);
   static constexpr int kRefillBlock = kEarlyX ? 1 : 0;
 };

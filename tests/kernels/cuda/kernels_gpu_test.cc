@@ -650,15 +650,18 @@ TEST_F(W4A16Test, WideDecodeMatchesCpu) {
 // (282 sets for N = 9000, the last one partial; 625 for N = 20000, two to three a CTA)
 // and, at M <= 8, where each CTA has one (157 for N = 5000). K = 1024 splits a set
 // between two CTAs at any chunk; K = 384 and 256 leave most warps of a CTA's part of a set
-// one chunk or none (a CTA's range is a little over one set). Every launch must also
-// leave GemmArgs::sync zero (GpuWeight::Check).
+// one chunk or none (a CTA's range is a little over one set); K = 4224 (33 chunks, more
+// than two rounds a warp) takes the two-token-tile instance that loads the activations
+// early (DecodeTile::kEarlyX), forced on 32 sets. Every launch must also leave
+// GemmArgs::sync zero (GpuWeight::Check).
 TEST_F(W4A16Test, DecodeStreamMatchesCpu) {
   CheckVariants(Scheme::kW4A16,
                 {{9000, 1024, kW4GroupSize},
                  {9000, 384, 0},
                  {8704, 256, kW4GroupSize},
                  {20000, 640, kW4GroupSize},
-                 {5000, 1152, kW4GroupSize}},
+                 {5000, 1152, kW4GroupSize},
+                 {1000, 4224, kW4GroupSize}},
                 {1, 5, 8, 9, 16}, StreamVariants<W4A16Options, &LaunchW4A16>(), rng_);
 }
 
