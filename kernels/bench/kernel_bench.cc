@@ -276,14 +276,15 @@ absl::Status RunKernelBench(const BenchOptions& o) {
         w4.decode_cluster = o.decode_cluster;
         w4.decode_stream = o.decode_stream;
         w4.decode_warps = o.w4a16_decode_warps;
+        w4.wgmma_tokens = o.wgmma_tokens;
         const bool tuned8 =
             scheme == Scheme::kW8A16 &&
             (w8.splits != 0 || w8.wgmma_groups != 0 || w8.decode_rows != 0 ||
              w8.decode_cluster != 0 || w8.decode_warps != 0 || w8.decode_stream != 0 || w8.tile);
-        const bool tuned4 =
-            scheme == Scheme::kW4A16 &&
-            (w4.splits != 0 || w4.wgmma_groups != 0 || w4.decode_strips != 0 ||
-             w4.decode_cluster != 0 || w4.decode_stream != 0 || w4.decode_warps != 0);
+        const bool tuned4 = scheme == Scheme::kW4A16 &&
+                            (w4.splits != 0 || w4.wgmma_groups != 0 || w4.decode_strips != 0 ||
+                             w4.decode_cluster != 0 || w4.decode_stream != 0 ||
+                             w4.decode_warps != 0 || w4.wgmma_tokens != 0);
         cuda::W2A8Options w2;
         w2.wgmma_groups = o.w2a8_wgmma_groups;
         w2.wgmma_splits = o.w2a8_wgmma_splits;
@@ -291,10 +292,11 @@ absl::Status RunKernelBench(const BenchOptions& o) {
         w2.decode_groups = o.w2a8_decode_groups;
         w2.decode_cluster = o.decode_cluster;
         w2.decode_stream = o.decode_stream;
-        const bool tuned2 =
-            scheme == Scheme::kW2A8 &&
-            (w2.wgmma_groups != 0 || w2.wgmma_splits != 0 || w2.decode_units != 0 ||
-             w2.decode_groups != 0 || w2.decode_cluster != 0 || w2.decode_stream != 0);
+        w2.wgmma_tokens = o.wgmma_tokens;
+        const bool tuned2 = scheme == Scheme::kW2A8 &&
+                            (w2.wgmma_groups != 0 || w2.wgmma_splits != 0 || w2.decode_units != 0 ||
+                             w2.decode_groups != 0 || w2.decode_cluster != 0 ||
+                             w2.decode_stream != 0 || w2.wgmma_tokens != 0);
         const int n_copies = static_cast<int>(copies->buffers.size());
         auto launch = [&](int i) {
           args.weight = copies->buffers[i % n_copies].get();

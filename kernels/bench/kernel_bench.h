@@ -60,6 +60,7 @@ struct BenchOptions {
   int w2a8_decode_groups = 0;
   int decode_cluster = 0;  // every scheme's decode_cluster
   int decode_stream = 0;   // every scheme's decode_stream
+  int wgmma_tokens = 0;    // W4A16's and W2A8's wgmma_tokens
 };
 
 // Runs every (scheme, shape, M), prints a table to stdout and writes the JSON file.

@@ -65,6 +65,9 @@ ABSL_FLAG(int, decode_cluster, 0,
           "kernels (1, 2 or 4; 0 = auto)");
 ABSL_FLAG(int, w2a8_wgmma_groups, 0,
           "W2A8 tuning: force the wgmma kernel at every M with 1 or 2 row groups per CTA");
+ABSL_FLAG(int, wgmma_tokens, 0,
+          "Tuning: the W4A16 and W2A8 wgmma kernels' token tile beyond 128 tokens (128 or 256; "
+          "0 = auto)");
 ABSL_FLAG(int, w2a8_wgmma_splits, 0,
           "W2A8 tuning: the wgmma kernel's K split (1, 2, 4 or 8; 0 = auto)");
 
@@ -159,6 +162,7 @@ int main(int argc, char** argv) {
   o.w2a8_decode_groups = absl::GetFlag(FLAGS_w2a8_decode_groups);
   o.decode_cluster = absl::GetFlag(FLAGS_decode_cluster);
   o.decode_stream = absl::GetFlag(FLAGS_decode_stream);
+  o.wgmma_tokens = absl::GetFlag(FLAGS_wgmma_tokens);
   if (absl::Status s = qmm::bench::RunKernelBench(o); !s.ok()) return Fail(s.ToString());
   return 0;
 }

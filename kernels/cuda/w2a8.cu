@@ -262,6 +262,7 @@ cudaError_t LaunchW2A8(const GemmArgs& args, const W2A8Options& options) {
   }
   if (options.wgmma_groups < 0 || options.wgmma_groups > 2 || options.wgmma_splits < 0 ||
       options.wgmma_splits > 8 || (options.wgmma_splits & (options.wgmma_splits - 1)) != 0 ||
+      (options.wgmma_tokens != 0 && options.wgmma_tokens != 128 && options.wgmma_tokens != 256) ||
       options.decode_units < 0 || options.decode_units > 2 || options.decode_cluster < 0 ||
       options.decode_cluster > 4 || options.decode_cluster == 3 || options.decode_stream < 0 ||
       options.decode_stream > 2 || options.decode_groups < 0 || options.decode_groups > 2 ||
@@ -300,9 +301,11 @@ cudaError_t LaunchW2A8(const GemmArgs& args, const W2A8Options& options) {
   wgmma_gemm::Options wgmma_options;
   wgmma_options.groups = options.wgmma_groups;
   wgmma_options.splits = options.wgmma_splits;
+  wgmma_options.tokens = options.wgmma_tokens;
   if (wgmma) {
     pro.permuted = w2a8::WgmmaFormat::PermutedX(args);
-    pro.permuted_nt = wgmma_gemm::TokenTile(args.m, args.shape.n, wgmma_options);
+    pro.permuted_nt =
+        wgmma_gemm::TokenTile<w2a8::WgmmaFormat>(args.m, args.shape.n, wgmma_options, info.sms);
     if (cudaError_t err = wgmma_gemm::Resolve<w2a8::WgmmaFormat, false>(args, &wgmma_options);
         err != cudaSuccess) {
       return err;

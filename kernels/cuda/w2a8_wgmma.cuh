@@ -50,6 +50,8 @@ struct WgmmaFormat {
   // wgmmas in flight at each wait took W2A8 beyond 16 tokens 1-2.6% faster on the H200
   // (8192 x 28672 at M = 64: 49.2 -> 47.9 us), 4096 x 4096 at M = 17 1.6% slower.
   static constexpr bool kWholeChunks = true;
+  // 256-token tiles, six stages of 36 KB.
+  static constexpr bool kWideTiles = true;
   static constexpr int kGroupStageBytes = 4 * kUnitBytes;
   // What a one-group CTA's chunk costs against a two-group one's (wgmma_gemm_launch.cuh
   // Plan). One-group tiles run two CTAs an SM (`paired` where the plan puts two on an SM

@@ -302,6 +302,7 @@ cudaError_t LaunchForM(const GemmArgs& args, const W4A16Options& options) {
   wgmma_gemm::Options wgmma_options;
   wgmma_options.groups = options.wgmma_groups;
   wgmma_options.splits = options.splits;
+  wgmma_options.tokens = options.wgmma_tokens;
   if (options.wgmma_groups != 0) {
     bool launched = false;
     const cudaError_t err =
@@ -396,7 +397,9 @@ bool ArgsOk(const GemmArgs& args) {
 cudaError_t LaunchW4A16(const GemmArgs& args, const W4A16Options& options) {
   const bool splits_ok = options.splits == 0 || options.splits == 1 || options.splits == 2 ||
                          options.splits == 4 || options.splits == w4a16::kMaxSplits;
-  const bool groups_ok = options.wgmma_groups >= 0 && options.wgmma_groups <= 2;
+  const bool groups_ok =
+      options.wgmma_groups >= 0 && options.wgmma_groups <= 2 &&
+      (options.wgmma_tokens == 0 || options.wgmma_tokens == 128 || options.wgmma_tokens == 256);
   const bool strips_ok = options.decode_strips >= 0 && options.decode_strips <= 2;
   const bool cluster_ok =
       options.decode_cluster >= 0 && options.decode_cluster <= 4 && options.decode_cluster != 3;

@@ -21,6 +21,8 @@ struct WgmmaFormat : wgmma_gemm::A16Format {
   // On the H200, permuting in the stages against PermuteKernel's copy (session 38): 32
   // tokens 0-3% faster, 64 tokens from 5% faster to 10% slower, 128 up to 20% slower.
   static constexpr int kStagePermuteTokens = 32;
+  // Three stages of 256 tokens fit (73 KB each).
+  static constexpr bool kWideTiles = true;
 
   // Logical core j of a block holds the physical words j, j + 8, j + 16, j + 24.
   __device__ static int CoreWord(int j, int t) { return j + 8 * t; }

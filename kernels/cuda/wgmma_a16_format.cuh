@@ -27,6 +27,10 @@ struct A16Format {
   static constexpr int kMaxStages = 6;
   // Half a chunk a batch: a whole chunk's A registers (32) twice would not fit.
   static constexpr bool kWholeChunks = false;
+  // 256-token tiles: W4A16's (w4a16_wgmma.cuh). W8A16's stages of 81 KB fit only twice,
+  // and its 256-token tiles took 8-11% longer than 128-token ones at 192 and 256 tokens
+  // on the shapes whose row groups fill the SMs (H200, session 44).
+  static constexpr bool kWideTiles = false;
 
   // What a one-group CTA's chunk costs against a two-group one's (wgmma_gemm_launch.cuh
   // Plan) at NT tokens, where the one-group plan splits K `splits` ways (`paired`: its

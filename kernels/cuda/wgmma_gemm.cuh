@@ -37,8 +37,10 @@
 // batch into A registers and its warpgroup issues the batch's wgmmas, accumulating
 // straight into the results; two register sets take turns, so a batch is dequantized while
 // the tensor cores run the one before it, and its bytes are read from the stage before
-// that one's wait. Nothing but the stage barriers couples the warpgroups. Measured on the
-// H200: docs/PERFORMANCE.md; how it got there: docs/performance-log.md.
+// that one's wait. Nothing but the stage barriers couples the warpgroups. Tiles of 256
+// tokens (formats with F::kWideTiles) issue two 128-token wgmmas a step on the same A
+// registers and give the consumers the producer warpgroup's registers (setmaxnreg).
+// Measured on the H200: docs/PERFORMANCE.md; how it got there: docs/performance-log.md.
 #ifndef QMM_KERNELS_CUDA_WGMMA_GEMM_CUH_
 #define QMM_KERNELS_CUDA_WGMMA_GEMM_CUH_
 
@@ -62,14 +64,23 @@ inline constexpr int kConsumerWarps = w4a16::kWarps;
 
 template <typename F, int NT, int G>
 struct Tile {
-  static_assert(NT == 32 || NT == 64 || NT == 128);
+  static_assert(NT == 32 || NT == 64 || NT == 128 || (NT == 256 && F::kWideTiles));
   static_assert(G == 1 || G == 2);
   // Producer warps: one that copies the stages, and where they take the caller's rows of
   // activations (kStagePermute: not F::kXPermuted, at most F::kStagePermuteTokens tokens)
   // one more for each 32 tokens that permutes them (XPermute, below).
   static constexpr bool kStagePermute = !F::kXPermuted && NT <= F::kStagePermuteTokens;
   static constexpr int kPermuteWarps = kStagePermute ? NT / 32 : 0;
-  static constexpr int kProducerWarps = 1 + kPermuteWarps;
+  // 256-token tiles need more registers than 288 threads leave a consumer thread (168:
+  // the accumulators alone are 128): their producers are a whole warpgroup, which hands
+  // its registers to the consumers (setmaxnreg), three of its warps idle.
+  static constexpr bool kMaxNreg = NT == 256;
+  static constexpr int kProducerWarps = kMaxNreg ? 4 : 1 + kPermuteWarps;
+  // Registers a thread after setmaxnreg: 384 threads start with 168 (the register file,
+  // 64 K, over 12 warps), all of which these give out again.
+  static constexpr int kProducerRegs = 40;
+  static constexpr int kConsumerRegs = 232;
+  static_assert(!kMaxNreg || 256 * kConsumerRegs + 128 * kProducerRegs <= 384 * 168);
   // Threads of GemmKernel: two consumer warpgroups and the producer warps.
   static constexpr int kThreads = w4a16::kThreads + 32 * kProducerWarps;
   static constexpr int kAtomBytes = 1024;
@@ -81,14 +92,20 @@ struct Tile {
   // up to 64 tokens, W4A16's of 32: 112 registers a thread and half the shared memory),
   // so that one's wgmmas run while the other waits for its stages (W2A8 on the H200: up
   // to 15% faster; the 16-bit formats' tiles that fit only with 3-4 stages measured up to
-  // 50% slower); else one CTA an SM with up to 200 KB of stages.
+  // 50% slower); else one CTA an SM with up to 200 KB of stages, and 256-token tiles (73
+  // KB a W4A16 stage) all that a CTA may have (227 KB, less the barriers' KB and the
+  // alignment's): their third stage took 7-12% off against two (H200, session 44).
   static constexpr int kHalfRing = 111 * 1024;
   static constexpr int kCtasPerSm = G == 1 && NT <= 64 && 6 * kStageBytes <= kHalfRing ? 2 : 1;
-  static constexpr int kRingBudget = kCtasPerSm == 2 ? kHalfRing : 200 * 1024;
+  static constexpr int kRingBudget = kCtasPerSm == 2 ? kHalfRing
+                                     : NT == 256     ? 225 * 1024
+                                                     : 200 * 1024;
   static constexpr int kStages =
       kRingBudget / kStageBytes < F::kMaxStages ? kRingBudget / kStageBytes : F::kMaxStages;
   static constexpr int kStagesOffset = 1024;  // after the mbarriers, atom-aligned
-  static constexpr int kJ = NT / 8;           // n8 tiles per wgmma
+  static constexpr int kJ = NT / 8;           // n8 tiles of the token tile
+  // n8 tiles a wgmma: at most 16 (n128); wider tiles take several a step on the same A.
+  static constexpr int kMmaJ = kJ < 16 ? kJ : 16;
   static constexpr int kHalfSteps = F::kSteps / 2;
   // One-group CTAs of a format that asks for it (F::kWholeChunks) take a whole chunk a
   // batch, not half of one.
@@ -219,6 +236,8 @@ using GemmParams =
 //   kMaxStages                      the most stages a ring holds where they fit;
 //   kWholeChunks                    whether a one-group CTA takes a chunk a batch (its
 //                                   A registers twice over must fit);
+//   kWideTiles                      whether it has 256-token tiles (where three of
+//                                   their stages fit; TokenTile chooses them);
 //   OneGroupChunkCost(NT, splits, paired)  (host) a one-group CTA's cost per chunk
 //                                   against a two-group one's, for the launch's plan;
 //   Load(dst, p, group, chunk, bar) a copy of them (the producer lane; bar counts the
@@ -278,6 +297,9 @@ __global__ void __launch_bounds__((Tile<F, NT, G>::kThreads), (Tile<F, NT, G>::k
     // The producers. The weights are never written by another kernel, so the first ones
     // are fetched while the previous kernel drains (a dependent launch,
     // dependent_launch.h); the activations only after it completed.
+    if constexpr (Tl::kMaxNreg) {
+      asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Tl::kProducerRegs) : "memory");
+    }
     const int pw = warp - kConsumerWarps;
     if (pw == 0 && lane == 0) {
       // The copier. Its full barrier counts the weights' bytes, and the activations'
@@ -324,7 +346,7 @@ __global__ void __launch_bounds__((Tile<F, NT, G>::kThreads), (Tile<F, NT, G>::k
         load_weights(c);
         load_x(c);
       }
-    } else if (pw == 0) {
+    } else if (pw == 0 || pw > Tl::kPermuteWarps) {  // kMaxNreg: the idle warps too
       WaitForPrerequisiteGrid();
       AllowDependentLaunch();
     } else if constexpr (Tl::kStagePermute) {
@@ -355,6 +377,9 @@ __global__ void __launch_bounds__((Tile<F, NT, G>::kThreads), (Tile<F, NT, G>::k
     w4a16::ReduceAndStore<Tl::kJ, Tl::kStrips>(p, reinterpret_cast<float4*>(stages), tok0, group0,
                                                split);
     return;
+  }
+  if constexpr (Tl::kMaxNreg) {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Tl::kConsumerRegs) : "memory");
   }
   // The consumers write y only after the previous kernel completed (it may read y).
   WaitForPrerequisiteGrid();
@@ -403,8 +428,14 @@ __global__ void __launch_bounds__((Tile<F, NT, G>::kThreads), (Tile<F, NT, G>::k
       const int st = Tl::kBatchSteps == F::kSteps ? i : Tl::kHalfSteps * b + i;
       const uint64_t desc =
           wgmma::DescAdvance(stage_desc, (st / 4 * NT / 8 * Tl::kAtomBytes + st % 4 * 32) / 16);
-      F::template Mma<Tl::kJ, kBf16>(acc[G == 2 ? b : 0], a[b][i], desc,
-                                     !(first && i == 0 && (G == 2 || Tl::kWhole || b == 0)));
+      const bool accumulate = !(first && i == 0 && (G == 2 || Tl::kWhole || b == 0));
+#pragma unroll
+      for (int h = 0; h < Tl::kJ / Tl::kMmaJ; ++h) {
+        using AccJ = typename F::Acc[Tl::kMmaJ][4];
+        F::template Mma<Tl::kMmaJ, kBf16>(
+            *reinterpret_cast<AccJ*>(&acc[G == 2 ? b : 0][h * Tl::kMmaJ]), a[b][i],
+            wgmma::DescAdvance(desc, h * Tl::kMmaJ * Tl::kAtomBytes / 16), accumulate);
+      }
     }
     wgmma::Commit();
   };

@@ -419,13 +419,15 @@ Variants SplitVariants(const DeviceInfo& device) {
   return variants;
 }
 
-// The W4A16 wgmma kernel at every M with G groups per CTA and a forced split (0: the
-// launch's choice); where it cannot run, the launch falls back to the other kernels.
-template <int kGroups, int kSplits>
+// The W4A16 wgmma kernel at every M with G groups per CTA, a forced split and token
+// tile beyond 128 tokens (0: the launch's choice); where it cannot run, the launch falls
+// back to the other kernels.
+template <int kGroups, int kSplits, int kTokens = 0>
 cudaError_t LaunchW4A16Wgmma(const GemmArgs& args) {
   W4A16Options options;
   options.wgmma_groups = kGroups;
   options.splits = kSplits;
+  options.wgmma_tokens = kTokens;
   return LaunchW4A16(args, options);
 }
 
@@ -518,16 +520,17 @@ TEST_F(W8A16Test, EverySplitMatchesCpu) {
                 {1, 5, 9, 17, 40, 65, 100, 129, 300}, variants, rng_);
 }
 
-// A W2A8 launch with the wgmma GEMM forced (kGroups 1 or 2, its K split kWgmmaSplits), or
-// with a forced k split (the mma.sync kernels the default launch leaves on sm_90a beyond
-// 16 tokens), or with the decode kernel's units a slot, row groups a set or stream-K grid
-// forced.
+// A W2A8 launch with the wgmma GEMM forced (kGroups 1 or 2, its K split kWgmmaSplits, its
+// token tile beyond 128 tokens kWgmmaTokens), or with a forced k split (the mma.sync
+// kernels the default launch leaves on sm_90a beyond 16 tokens), or with the decode
+// kernel's units a slot, row groups a set or stream-K grid forced.
 template <int kGroups, int kSplits, int kDecodeUnits = 0, int kDecodeGroups = 0,
-          int kDecodeStream = 0, int kWgmmaSplits = 0>
+          int kDecodeStream = 0, int kWgmmaSplits = 0, int kWgmmaTokens = 0>
 cudaError_t LaunchW2A8With(const GemmArgs& args) {
   W2A8Options options;
   options.wgmma_groups = kGroups;
   options.wgmma_splits = kWgmmaSplits;
+  options.wgmma_tokens = kWgmmaTokens;
   options.k_splits = kSplits;
   options.decode_units = kDecodeUnits;
   options.decode_groups = kDecodeGroups;
@@ -540,7 +543,7 @@ cudaError_t LaunchW2A8With(const GemmArgs& args) {
 // row sets of one and two row groups (N = 300: 10 groups, the last partial), the mma.sync
 // GEMM at every M, and the wgmma GEMM, also at the M the default gives the others, also
 // split along K (one group, 4 ways: K = 1152's 9 chunks leave a CTA an odd count, the
-// whole-chunk loop's tail).
+// whole-chunk loop's tail), also on 256-token tiles beyond 128 tokens.
 TEST_F(W2A8Test, EveryPathMatchesCpu) {
   CheckVariants(Scheme::kW2A8, {{1000, 2048, 0}, {300, 1152, 0}},
                 {1, 5, 8, 9, 16, 17, 40, 64, 100, 129, 300},
@@ -553,7 +556,9 @@ TEST_F(W2A8Test, EveryPathMatchesCpu) {
                  {"wgmma 1 group", &LaunchW2A8With<1, 0>},
                  {"wgmma 2 groups", &LaunchW2A8With<2, 0>},
                  {"wgmma 1 group, splits 4", &LaunchW2A8With<1, 0, 0, 0, 0, 4>},
-                 {"wgmma 2 groups, splits 2", &LaunchW2A8With<2, 0, 0, 0, 0, 2>}},
+                 {"wgmma 2 groups, splits 2", &LaunchW2A8With<2, 0, 0, 0, 0, 2>},
+                 {"wgmma 256-token tiles", &LaunchW2A8With<1, 0, 0, 0, 0, 0, 256>},
+                 {"wgmma 256-token tiles, splits 4", &LaunchW2A8With<1, 0, 0, 0, 0, 4, 256>}},
                 rng_);
 }
 
@@ -575,7 +580,8 @@ TEST_F(W2A8Test, DecodeGridsMatchCpu) {
 // through the default launch, the cluster kernels through every forced split count
 // (which the default launch never picks for some M on an H200), and the wgmma kernel
 // with each row-group count, alone and split 4 ways, also at the M the default launch
-// gives the decode kernels.
+// gives the decode kernels; beyond 128 tokens with each token tile (the shapes' few row
+// groups would take 128).
 TEST_F(W4A16Test, EveryPathMatchesCpu) {
   DeviceInfo device;
   ASSERT_CUDA(CurrentDeviceInfo(&device));
@@ -583,9 +589,11 @@ TEST_F(W4A16Test, EveryPathMatchesCpu) {
   variants.insert(variants.begin(), {"default", &LaunchWithSplits<W4A16Options, &LaunchW4A16, 0>});
   variants.push_back({"wgmma 1 group", &LaunchW4A16Wgmma<1, 0>});
   variants.push_back({"wgmma 2 groups", &LaunchW4A16Wgmma<2, 0>});
+  variants.push_back({"wgmma 1 group, 256-token tiles", &LaunchW4A16Wgmma<1, 0, 256>});
   if (device.clusters()) {
     variants.push_back({"wgmma 1 group, splits 4", &LaunchW4A16Wgmma<1, 4>});
     variants.push_back({"wgmma 2 groups, splits 4", &LaunchW4A16Wgmma<2, 4>});
+    variants.push_back({"wgmma 1 group, splits 4, 256-token tiles", &LaunchW4A16Wgmma<1, 4, 256>});
   }
   variants.push_back({"decode 1 strip", &LaunchW4A16DecodeStrips<1>});
   variants.push_back({"decode 2 strips", &LaunchW4A16DecodeStrips<2>});
@@ -1173,6 +1181,11 @@ TEST_F(W4A16Test, RejectsBadOptions) {
   EXPECT_EQ(LaunchW4A16(args, options), cudaErrorInvalidValue);
   options.decode_warps = -1;
   EXPECT_EQ(LaunchW4A16(args, options), cudaErrorInvalidValue);
+  options = {};
+  options.wgmma_tokens = 64;
+  EXPECT_EQ(LaunchW4A16(args, options), cudaErrorInvalidValue);
+  options.wgmma_tokens = 512;
+  EXPECT_EQ(LaunchW4A16(args, options), cudaErrorInvalidValue);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 
@@ -1183,6 +1196,11 @@ TEST_F(W2A8Test, RejectsBadOptions) {
   alignas(16) int dummy[8] = {};
   args.weight = args.x = args.y = args.workspace = dummy;
   W2A8Options options;
+  options.wgmma_tokens = 64;
+  EXPECT_EQ(LaunchW2A8(args, options), cudaErrorInvalidValue);
+  options.wgmma_tokens = 257;
+  EXPECT_EQ(LaunchW2A8(args, options), cudaErrorInvalidValue);
+  options = {};
   options.decode_units = 3;
   EXPECT_EQ(LaunchW2A8(args, options), cudaErrorInvalidValue);
   options.decode_units = -1;
