@@ -304,8 +304,8 @@ cudaError_t LaunchW2A8(const GemmArgs& args, const W2A8Options& options) {
   wgmma_options.tokens = options.wgmma_tokens;
   if (wgmma) {
     pro.permuted = w2a8::WgmmaFormat::PermutedX(args);
-    pro.permuted_nt =
-        wgmma_gemm::TokenTile<w2a8::WgmmaFormat>(args.m, args.shape.n, wgmma_options, info.sms);
+    pro.permuted_nt = wgmma_gemm::TokenTile(args.m, args.shape.n, wgmma_options, info.sms,
+                                            w2a8::WgmmaFormat::kWideTiles);
     if (cudaError_t err = wgmma_gemm::Resolve<w2a8::WgmmaFormat, false>(args, &wgmma_options);
         err != cudaSuccess) {
       return err;

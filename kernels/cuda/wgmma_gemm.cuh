@@ -94,7 +94,7 @@ struct Tile {
   // to 15% faster; the 16-bit formats' tiles that fit only with 3-4 stages measured up to
   // 50% slower); else one CTA an SM with up to 200 KB of stages, and 256-token tiles (73
   // KB a W4A16 stage) all that a CTA may have (227 KB, less the barriers' KB and the
-  // alignment's): their third stage took 7-12% off against two (H200, session 44).
+  // alignment's): their third stage took W4A16 7-15% off against two (H200, session 44).
   static constexpr int kHalfRing = 111 * 1024;
   static constexpr int kCtasPerSm = G == 1 && NT <= 64 && 6 * kStageBytes <= kHalfRing ? 2 : 1;
   static constexpr int kRingBudget = kCtasPerSm == 2 ? kHalfRing

@@ -13,47 +13,11 @@
 #include "kernels/cuda/dependent_launch.h"
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/gemm_args.h"
+#include "kernels/cuda/gemm_token_tile.h"
 #include "kernels/cuda/tensor_map.h"
 #include "kernels/cuda/wgmma_gemm.cuh"
 
 namespace qmm::cuda::wgmma_gemm {
-
-// Tuning knobs (0: the launch's choice): 128-row groups per CTA (1 or 2), the K split
-// (1, 2, 4 or 8) and the token tile beyond 128 tokens (128, or 256 for formats that
-// have it).
-struct Options {
-  int groups = 0;
-  int splits = 0;
-  int tokens = 0;
-};
-
-// The token tile of format F for a launch of m rows on N = n on `sms` SMs: 32 up to 32
-// tokens, 64 up to 64, then 128 (a forced options.groups of 2 keeps 64). 128-token tiles
-// (one group per CTA) halve the dequantization per product against 64; on the H200
-// (W4A16) they won at M = 256 on every benchmark shape (8192 x 28672: 237 us against
-// 280), at M = 128 only from N = 8192 on (4096 x 4096: 27.9 against 17.5). Beyond 128
-// tokens, 256-token tiles (F::kWideTiles) halve it again, but a CTA of them took 1.85
-// times as long as one of 128 (W4A16 8192 x 28672 at M = 256, H200, session 44), so they
-// pay only where they pad no more tokens and their grid takes half the turns of the SMs
-// or fewer. Measured at M = 192, 256, 384 and 512 on the five benchmark shapes (W4A16 and
-// W2A8, both tiles forced), that picks the faster tile in 38 of the 40 cases, and in the
-// other two (W4A16 14336 x 4096 at M = 384 and 512) one 0.6-2.9% slower: e.g. 8192 x
-// 28672 at M = 256 8% (W2A8 12%) faster with 256, at M = 512 1-13% slower; 4096 x 14336
-// at M = 512 12-19% faster, at M = 384 18-22% slower; where they need a K split to fill
-// the SMs (N = 4096 and 8192 at M = 256) 6-77% slower.
-template <typename F>
-int TokenTile(int64_t m, int64_t n, const Options& options, int sms) {
-  if (m <= 32) return 32;
-  const bool wide = m > 128 || (m > 64 && n >= 8192);
-  if (!wide || options.groups == 2) return 64;
-  if (m <= 128 || !F::kWideTiles) return 128;
-  if (options.tokens != 0) return options.tokens;
-  const int64_t groups = (n + 127) / 128;
-  const int64_t wide_ctas = groups * ((m + 255) / 256);
-  const int64_t narrow_ctas = groups * ((m + 127) / 128);
-  const auto turns = [&](int64_t ctas) { return (ctas + sms - 1) / sms; };
-  return narrow_ctas == 2 * wide_ctas && 2 * turns(wide_ctas) <= turns(narrow_ctas) ? 256 : 128;
-}
 
 template <typename F, int NT>
 cudaError_t LaunchPermute(const GemmArgs& args, const DeviceInfo& device) {
@@ -173,7 +137,7 @@ cudaError_t LaunchTile(const GemmArgs& args, const DeviceInfo& device, Options o
 template <typename F, typename Fn>
 cudaError_t ForTokenTile(const GemmArgs& args, const Options& options, const DeviceInfo& device,
                          Fn&& fn) {
-  switch (TokenTile<F>(args.m, args.shape.n, options, device.sms)) {
+  switch (TokenTile(args.m, args.shape.n, options, device.sms, F::kWideTiles)) {
     case 32:
       return fn(std::integral_constant<int, 32>{});
     case 64:
