@@ -233,29 +233,49 @@ __device__ inline void ReduceAndStore(const Params& p, float4* red, int64_t tok0
   __syncthreads();  // the host launches one split only before sm_90
 #endif
   const int per = kElems / p.splits;
+  const int end = (split + 1) * per;
   // Threads beyond kThreads (a producer warp) only take part in the cluster barriers.
-  const int first = threadIdx.x < kThreads ? split * per + static_cast<int>(threadIdx.x) : kElems;
-  for (int e = first; e < (split + 1) * per; e += kThreads) {
-    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+  const int first = threadIdx.x < kThreads ? split * per + static_cast<int>(threadIdx.x) : end;
+  // kBatch elements a thread at once, so that their loads from each CTA of the cluster are
+  // in flight together rather than one round trip an element.
+  constexpr int kBatch = 4;
+  for (int e0 = first; e0 < end; e0 += kBatch * kThreads) {
+    float4 v[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) v[b] = make_float4(0.f, 0.f, 0.f, 0.f);
     for (int q = 0; q < p.splits; ++q) {
 #if __CUDA_ARCH__ >= 900
-      const float4 u = cluster.map_shared_rank(red, q)[e];
+      const float4* src = cluster.map_shared_rank(red, q);
 #else
-      const float4 u = red[e];
+      const float4* src = red;
 #endif
-      v.x += u.x;
-      v.y += u.y;
-      v.z += u.z;
-      v.w += u.w;
+      float4 u[kBatch];
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const int e = e0 + b * kThreads;
+        u[b] = e < end ? src[e] : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        v[b].x += u[b].x;
+        v[b].y += u[b].y;
+        v[b].z += u[b].z;
+        v[b].w += u[b].w;
+      }
     }
-    // e = (strip * T + tile) * 32 + lane: rows g and g + 8, tokens 2t and 2t + 1.
-    const int ln = e % 32;
-    const int64_t n = (group0 * kGroupStrips + e / (T * 32)) * kStripRows + ln / 4;
-    const int64_t tok = tok0 + (e / 32) % T * 8 + (ln % 4) * 2;
-    StoreY(p, tok, n, v.x);
-    StoreY(p, tok + 1, n, v.y);
-    StoreY(p, tok, n + 8, v.z);
-    StoreY(p, tok + 1, n + 8, v.w);
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int e = e0 + b * kThreads;
+      if (e >= end) break;
+      // e = (strip * T + tile) * 32 + lane: rows g and g + 8, tokens 2t and 2t + 1.
+      const int ln = e % 32;
+      const int64_t n = (group0 * kGroupStrips + e / (T * 32)) * kStripRows + ln / 4;
+      const int64_t tok = tok0 + (e / 32) % T * 8 + (ln % 4) * 2;
+      StoreY(p, tok, n, v[b].x);
+      StoreY(p, tok + 1, n, v[b].y);
+      StoreY(p, tok, n + 8, v[b].z);
+      StoreY(p, tok + 1, n + 8, v[b].w);
+    }
   }
 #if __CUDA_ARCH__ >= 900
   // Keep this CTA's shared memory alive until the whole cluster has read it.
