@@ -7,6 +7,7 @@
 #   usage: scripts/device/build.sh        (env: BUILD_DIR, DEST, BUNDLE_LIBS, JOBS)
 #   then:  run tool, carry [".dev-pack"], command
 #          "tar xzf .dev-pack/dev-cuda.tgz && .dev-cuda/run.sh [steps]"
+#   or, for an A/B of variant binaries gzipped beside the bundle, scripts/device/ab.sh.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${BUILD_DIR:-$root/build-cuda}
