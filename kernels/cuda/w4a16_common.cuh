@@ -219,41 +219,105 @@ __device__ inline void StoreY(const Params& p, int64_t tok, int64_t n, float v) 
   }
 }
 
-// Sums the partial tiles of the cluster's CTAs and writes y; every thread of every CTA of
-// the cluster calls it once `red` ([strip][tile][lane] float4, kStrips = 8R strips from
-// group0) holds this CTA's partial sums. Each CTA writes its 1/splits slice of the tile.
-template <int T, int kStrips>
-__device__ inline void ReduceAndStore(const Params& p, float4* red, int64_t tok0, int64_t group0,
-                                      int split) {
-  constexpr int kElems = kStrips * T * 32;
+// The split-K epilogue's tile buffer: a CTA's sums of kTokens tokens by kRows rows (a
+// multiple of 32), kRows floats a token, in which the four 8-row blocks of each 32 rows
+// trade places by bits 1-2 of the token, so that a warp's fragment stores (PutFragment)
+// hit 32 distinct banks. The map is its own inverse.
+template <int kRows>
+__device__ __forceinline__ int TileIndex(int tok, int row) {
+  static_assert(kRows % 32 == 0);
+  return tok * kRows + (row ^ (((tok >> 1) & 3) << 3));
+}
+
+// Puts one warp's mma accumulator fragment into the tile buffer: rows 16 strip + g and
+// + 8, tokens 8 j + 2t and + 1 (g = lane / 4, t = lane % 4).
+template <int kRows>
+__device__ __forceinline__ void PutFragment(float* tile, int strip, int j, int lane, float4 v) {
+  const int row = strip * 16 + lane / 4;
+  const int tok = j * 8 + lane % 4 * 2;
+  tile[TileIndex<kRows>(tok, row)] = v.x;
+  tile[TileIndex<kRows>(tok + 1, row)] = v.y;
+  tile[TileIndex<kRows>(tok, row + 8)] = v.z;
+  tile[TileIndex<kRows>(tok + 1, row + 8)] = v.w;
+}
+
+// y[tok][n .. n + 3] = v (+ the residual), in y's dtype: one store of 8 or 16 bytes where
+// the four rows are whole and aligned, else value by value.
+__device__ inline void StoreY4(const Params& p, int64_t tok, int64_t n, float4 v) {
+  if (tok >= p.m || n >= p.n) return;
+  const int64_t i = tok * p.n + n;
+  const int bytes = p.y_dtype == DType::kF32 ? 16 : 8;
+  if (n + 4 > p.n || (reinterpret_cast<uintptr_t>(p.y) + i * (bytes / 4)) % bytes != 0) {
+    StoreY(p, tok, n, v.x);
+    StoreY(p, tok, n + 1, v.y);
+    StoreY(p, tok, n + 2, v.z);
+    StoreY(p, tok, n + 3, v.w);
+    return;
+  }
+  if (p.residual != nullptr) {
+    v.x += LoadAs(p.residual_dtype, p.residual, i);
+    v.y += LoadAs(p.residual_dtype, p.residual, i + 1);
+    v.z += LoadAs(p.residual_dtype, p.residual, i + 2);
+    v.w += LoadAs(p.residual_dtype, p.residual, i + 3);
+  }
+  switch (p.y_dtype) {
+    case DType::kF32:
+      *reinterpret_cast<float4*>(static_cast<float*>(p.y) + i) = v;
+      break;
+    case DType::kF16: {
+      const __half2 lo = __floats2half2_rn(v.x, v.y);
+      const __half2 hi = __floats2half2_rn(v.z, v.w);
+      *reinterpret_cast<uint2*>(static_cast<__half*>(p.y) + i) = make_uint2(
+          *reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
+      break;
+    }
+    case DType::kBF16: {
+      const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y);
+      const __nv_bfloat162 hi = __floats2bfloat162_rn(v.z, v.w);
+      *reinterpret_cast<uint2*>(static_cast<__nv_bfloat16*>(p.y) + i) = make_uint2(
+          *reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
+      break;
+    }
+  }
+}
+
+// Sums the tile buffers (TileIndex) of the cluster's CTAs and writes y, rows row0 on; every
+// consumer thread (the first kThreads) of every CTA of the cluster calls it once its
+// `tile` holds this CTA's partial sums, the cluster's other threads call SkipReduction.
+// Each CTA writes its 1/splits slice of the tile, a thread four consecutive floats of it
+// (four rows of one token) at a time, so that a warp's loads from each CTA are 512
+// contiguous bytes and its stores to y whole rows; kBatch of them at once, their loads in
+// flight together. Before, a thread wrote one value at a time in fragment order,
+// switching on y's dtype each time: at 256 tokens that took more than half of a one-turn
+// W2A8 GEMM at K = 2048 (ncu, H200).
+template <int kTokens, int kRows>
+__device__ inline void ReduceAndStore(const Params& p, const float* tile, int64_t tok0,
+                                      int64_t row0, int split) {
+  constexpr int kQuads = kTokens * kRows / 4;
 #if __CUDA_ARCH__ >= 900
   cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
   cluster.sync();
 #else
   __syncthreads();  // the host launches one split only before sm_90
 #endif
-  const int per = kElems / p.splits;
+  const int per = kQuads / p.splits;  // splits: a power of two up to kMaxSplits
   const int end = (split + 1) * per;
-  // Threads beyond kThreads (a producer warp) only take part in the cluster barriers.
-  const int first = threadIdx.x < kThreads ? split * per + static_cast<int>(threadIdx.x) : end;
-  // kBatch elements a thread at once, so that their loads from each CTA of the cluster are
-  // in flight together rather than one round trip an element.
   constexpr int kBatch = 4;
-  for (int e0 = first; e0 < end; e0 += kBatch * kThreads) {
+  for (int q0 = split * per + static_cast<int>(threadIdx.x); q0 < end; q0 += kBatch * kThreads) {
     float4 v[kBatch];
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) v[b] = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int q = 0; q < p.splits; ++q) {
+    for (int c = 0; c < p.splits; ++c) {
 #if __CUDA_ARCH__ >= 900
-      const float4* src = cluster.map_shared_rank(red, q);
+      const float4* src = reinterpret_cast<const float4*>(cluster.map_shared_rank(tile, c));
 #else
-      const float4* src = red;
+      const float4* src = reinterpret_cast<const float4*>(tile);
 #endif
       float4 u[kBatch];
 #pragma unroll
       for (int b = 0; b < kBatch; ++b) {
-        const int e = e0 + b * kThreads;
-        u[b] = e < end ? src[e] : make_float4(0.f, 0.f, 0.f, 0.f);
+        const int q = q0 + b * kThreads;
+        u[b] = q < end ? src[q] : make_float4(0.f, 0.f, 0.f, 0.f);
       }
 #pragma unroll
       for (int b = 0; b < kBatch; ++b) {
@@ -265,21 +329,27 @@ __device__ inline void ReduceAndStore(const Params& p, float4* red, int64_t tok0
     }
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
-      const int e = e0 + b * kThreads;
-      if (e >= end) break;
-      // e = (strip * T + tile) * 32 + lane: rows g and g + 8, tokens 2t and 2t + 1.
-      const int ln = e % 32;
-      const int64_t n = (group0 * kGroupStrips + e / (T * 32)) * kStripRows + ln / 4;
-      const int64_t tok = tok0 + (e / 32) % T * 8 + (ln % 4) * 2;
-      StoreY(p, tok, n, v[b].x);
-      StoreY(p, tok + 1, n, v[b].y);
-      StoreY(p, tok, n + 8, v[b].z);
-      StoreY(p, tok + 1, n + 8, v[b].w);
+      const int q = q0 + b * kThreads;
+      if (q >= end) break;
+      // Floats 4q.. of the buffer: token q / (kRows / 4), rows TileIndex's inverse.
+      const int tok = q / (kRows / 4);
+      const int row = TileIndex<kRows>(tok, q % (kRows / 4) * 4) - tok * kRows;
+      StoreY4(p, tok0 + tok, row0 + row, v[b]);
     }
   }
 #if __CUDA_ARCH__ >= 900
   // Keep this CTA's shared memory alive until the whole cluster has read it.
   cluster.sync();
+#endif
+}
+
+// ReduceAndStore's barriers, for the threads of a CTA that have no share of its work.
+__device__ inline void SkipReduction() {
+#if __CUDA_ARCH__ >= 900
+  cooperative_groups::this_cluster().sync();
+  cooperative_groups::this_cluster().sync();
+#else
+  __syncthreads();
 #endif
 }
 

@@ -20,7 +20,7 @@ __global__ void __launch_bounds__(kThreads) DirectKernel(const __grid_constant__
   // weights, where the overlap would be small too.
   WaitForPrerequisiteGrid();
   AllowDependentLaunch();
-  __shared__ float4 red[kGroupStrips * T * 32];
+  __shared__ __align__(16) float red[T * 8 * kGroupRows];
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const int g = lane / 4;
@@ -101,10 +101,10 @@ __global__ void __launch_bounds__(kThreads) DirectKernel(const __grid_constant__
 
 #pragma unroll
   for (int tile = 0; tile < T; ++tile) {
-    red[(warp * T + tile) * 32 + lane] =
-        make_float4(acc[tile][0], acc[tile][1], acc[tile][2], acc[tile][3]);
+    PutFragment<kGroupRows>(red, warp, tile, lane,
+                            make_float4(acc[tile][0], acc[tile][1], acc[tile][2], acc[tile][3]));
   }
-  ReduceAndStore<T, kGroupStrips>(p, red, tok0, group, split);
+  ReduceAndStore<T * 8, kGroupRows>(p, red, tok0, group * kGroupRows, split);
 }
 
 }  // namespace qmm::cuda::w4a16

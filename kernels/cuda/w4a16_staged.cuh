@@ -18,7 +18,7 @@ struct StagedTile {
   // Three chunks in flight while one is computed (deeper pipelines measured no faster on
   // the H200: they cost CTAs per SM).
   static constexpr int kStages = 4;
-  static constexpr int kStrips = kGroupStrips * R;
+  static constexpr int kRows = kGroupRows * R;
   static constexpr int kWeightBytes = R * kGroupChunkBytes;
   static constexpr int kScaleBytes = R * kGroupScaleBytes;
   static constexpr int kXBytes = T * 8 * kChunkK * 2;
@@ -26,8 +26,8 @@ struct StagedTile {
   // The stages start after the mbarriers, 128-byte aligned.
   static constexpr int kStagesOffset = 128;
   static_assert(kStages * 8 <= kStagesOffset);
-  // The partial sums of the whole CTA ([strip][tile][lane] float4) reuse the stages.
-  static constexpr int kReduceBytes = kStrips * T * 32 * 16;
+  // The partial sums of the whole CTA (the tile buffer, TileIndex) reuse the stages.
+  static constexpr int kReduceBytes = T * 8 * kRows * 4;
   static constexpr int kSmemBytes =
       kStagesOffset + (kStages * kStageBytes > kReduceBytes ? kStages * kStageBytes : kReduceBytes);
 };
@@ -195,16 +195,17 @@ __global__ void __launch_bounds__(kThreads) StagedKernel(const __grid_constant__
 
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  auto* red = reinterpret_cast<float4*>(stages);
+  auto* red = reinterpret_cast<float*>(stages);
 #pragma unroll
   for (int r = 0; r < R; ++r) {
 #pragma unroll
     for (int tile = 0; tile < T; ++tile) {
-      red[((warp * R + r) * T + tile) * 32 + lane] =
-          make_float4(acc[r][tile][0], acc[r][tile][1], acc[r][tile][2], acc[r][tile][3]);
+      PutFragment<Tl::kRows>(
+          red, warp * R + r, tile, lane,
+          make_float4(acc[r][tile][0], acc[r][tile][1], acc[r][tile][2], acc[r][tile][3]));
     }
   }
-  ReduceAndStore<T, Tl::kStrips>(p, red, tok0, group0, split);
+  ReduceAndStore<T * 8, Tl::kRows>(p, red, tok0, group0 * kGroupRows, split);
 }
 
 }  // namespace qmm::cuda::w4a16

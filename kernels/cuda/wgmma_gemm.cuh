@@ -111,8 +111,8 @@ struct Tile {
   // batch, not half of one.
   static constexpr bool kWhole = G == 1 && F::kWholeChunks;
   static constexpr int kBatchSteps = G == 2 || kWhole ? F::kSteps : kHalfSteps;
-  static constexpr int kStrips = G * kGroupStrips;
-  static constexpr int kReduceBytes = kStrips * kJ * 32 * 16;
+  static constexpr int kRows = G * w4a16::kGroupRows;
+  static constexpr int kReduceBytes = NT * kRows * 4;  // the tile buffer, w4a16::TileIndex
   static constexpr int kRingBytes =
       kStages * kStageBytes > kReduceBytes ? kStages* kStageBytes : kReduceBytes;
   // 1024 bytes of slack: the dynamic shared memory is only 16-byte aligned.
@@ -374,8 +374,7 @@ __global__ void __launch_bounds__((Tile<F, NT, G>::kThreads), (Tile<F, NT, G>::k
     }
     // Every consumer is done with the ring before it becomes the reduction buffer.
     __syncthreads();
-    w4a16::ReduceAndStore<Tl::kJ, Tl::kStrips>(p, reinterpret_cast<float4*>(stages), tok0, group0,
-                                               split);
+    w4a16::SkipReduction();
     return;
   }
   if constexpr (Tl::kMaxNreg) {
@@ -501,16 +500,17 @@ __global__ void __launch_bounds__((Tile<F, NT, G>::kThreads), (Tile<F, NT, G>::k
   // Every warp is done with the stages before they become the reduction buffer.
   __syncthreads();
 
-  auto* red = reinterpret_cast<float4*>(stages);
+  auto* red = reinterpret_cast<float*>(stages);
 #pragma unroll
   for (int r = 0; r < G; ++r) {
 #pragma unroll
     for (int j = 0; j < Tl::kJ; ++j) {
-      red[((r * kGroupStrips + warp) * Tl::kJ + j) * 32 + lane] =
-          F::Finish(p, group0 + r, warp, lane, tok0 + 8 * j + lane % 4 * 2, split, acc[r][j]);
+      w4a16::PutFragment<Tl::kRows>(
+          red, r * kGroupStrips + warp, j, lane,
+          F::Finish(p, group0 + r, warp, lane, tok0 + 8 * j + lane % 4 * 2, split, acc[r][j]));
     }
   }
-  w4a16::ReduceAndStore<Tl::kJ, Tl::kStrips>(p, red, tok0, group0, split);
+  w4a16::ReduceAndStore<NT, Tl::kRows>(p, red, tok0, group0 * w4a16::kGroupRows, split);
 #endif  // QMM_WGMMA
 }
 

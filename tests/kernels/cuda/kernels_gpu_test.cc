@@ -325,7 +325,9 @@ std::vector<DType> XDtypes(Scheme scheme) {
   return {DType::kF16, DType::kBF16};
 }
 
-// Smallest legal, non-power-of-two N (odd chunk counts), and a 4096-class layer.
+// Smallest legal, non-power-of-two N (odd chunk counts; N = 1002 also leaves the last
+// four rows partial and every other token's row off the alignment of a store of four,
+// which the split-K epilogue then stores value by value), and a 4096-class layer.
 std::vector<WeightShape> TestShapes(Scheme scheme) {
   const int64_t a = KAlignment(scheme);
   std::vector<int32_t> groups = {0};
@@ -334,7 +336,7 @@ std::vector<WeightShape> TestShapes(Scheme scheme) {
   for (int32_t g : groups) {
     shapes.push_back({1, a, g});
     shapes.push_back({200, 3 * std::max<int64_t>(a, 128), g});
-    shapes.push_back({1000, 1024, g});
+    shapes.push_back({1002, 1024, g});
     shapes.push_back({4096, 4096, g});
   }
   return shapes;
@@ -860,12 +862,14 @@ TEST_F(W4A16Test, SwiGluMatchesCpu) {
 
 // W4A16 adds GemmArgs::residual (in each dtype) in fp32 before rounding y, on every path:
 // M = 1 and 5 (decode), 12 (decode, two token tiles), 40 and 300 (wgmma; 128-token tiles
-// at 300). Tolerance: the matmul's above, the residual itself exact until y's rounding.
+// at 300), on rows that the epilogue stores four at a time (N = 200) and value by value
+// (N = 1002's odd tokens and last rows). Tolerance: the matmul's above, the residual itself
+// exact until y's rounding.
 TEST_F(W4A16Test, AddsTheResidual) {
   const KernelOps& ops = *FindKernel(Scheme::kW4A16);
   ASSERT_TRUE(ops.takes_residual);
   for (const WeightShape& shape :
-       std::vector<WeightShape>{{200, 384, kW4GroupSize}, {1000, 1024, 0}}) {
+       std::vector<WeightShape>{{200, 384, kW4GroupSize}, {1002, 1024, 0}}) {
     const Weight w = RandomWeight(Scheme::kW4A16, shape, rng_);
     GpuWeight gpu(ops, w);
     ASSERT_TRUE(gpu.ok());
