@@ -6,6 +6,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cstdint>
+
 #include "kernels/dtype.h"
 
 namespace qmm::cuda {
@@ -29,6 +31,33 @@ __device__ __forceinline__ __nv_bfloat16 FromF32<__nv_bfloat16>(float v) {
   return __float2bfloat16_rn(v);
 }
 
+// lo and hi as two 16-bit values of type T in one word, lo first in memory.
+template <typename T>
+__device__ __forceinline__ uint32_t Pack2(float lo, float hi);
+template <>
+__device__ __forceinline__ uint32_t Pack2<__half>(float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+template <>
+__device__ __forceinline__ uint32_t Pack2<__nv_bfloat16>(float lo, float hi) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// base[i] in dtype `dtype` (kF32, kF16 or kBF16), as fp32.
+__device__ __forceinline__ float LoadAs(DType dtype, const void* base, int64_t i) {
+  switch (dtype) {
+    case DType::kF32:
+      return static_cast<const float*>(base)[i];
+    case DType::kF16:
+      return __half2float(static_cast<const __half*>(base)[i]);
+    case DType::kBF16:
+      return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[i]);
+  }
+  return 0.f;
+}
+
 // Stores v at y[index] in dtype `y_dtype` (kF32, kF16 or kBF16).
 __device__ __forceinline__ void StoreAs(DType y_dtype, void* y, int64_t index, float v) {
   switch (y_dtype) {
@@ -40,6 +69,24 @@ __device__ __forceinline__ void StoreAs(DType y_dtype, void* y, int64_t index, f
       break;
     case DType::kBF16:
       static_cast<__nv_bfloat16*>(y)[index] = __float2bfloat16_rn(v);
+      break;
+  }
+}
+
+// Stores v at y[index .. index + 3] in dtype `y_dtype` with one store of 16 bytes (kF32)
+// or 8 (kF16, kBF16), to which y + index must be aligned.
+__device__ __forceinline__ void StoreAs4(DType y_dtype, void* y, int64_t index, float4 v) {
+  switch (y_dtype) {
+    case DType::kF32:
+      *reinterpret_cast<float4*>(static_cast<float*>(y) + index) = v;
+      break;
+    case DType::kF16:
+      *reinterpret_cast<uint2*>(static_cast<__half*>(y) + index) =
+          make_uint2(Pack2<__half>(v.x, v.y), Pack2<__half>(v.z, v.w));
+      break;
+    case DType::kBF16:
+      *reinterpret_cast<uint2*>(static_cast<__nv_bfloat16*>(y) + index) =
+          make_uint2(Pack2<__nv_bfloat16>(v.x, v.y), Pack2<__nv_bfloat16>(v.z, v.w));
       break;
   }
 }

@@ -17,6 +17,13 @@ struct Options {
   int tokens = 0;
 };
 
+// Whether forced knobs are ones the GEMM has.
+inline bool Valid(const Options& options) {
+  return options.groups >= 0 && options.groups <= 2 && options.splits >= 0 && options.splits <= 8 &&
+         (options.splits & (options.splits - 1)) == 0 &&
+         (options.tokens == 0 || options.tokens == 128 || options.tokens == 256);
+}
+
 // The token tile for a launch of m rows on N = n on `sms` SMs, of a format with 256-token
 // tiles or not (`wide_tiles`, F::kWideTiles in wgmma_gemm.cuh): 32 up to 32 tokens, 64 up
 // to 64, then 128 (a forced options.groups of 2 keeps 64). 128-token tiles (one group per

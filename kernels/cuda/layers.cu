@@ -46,17 +46,6 @@ cudaError_t Launch(void (*kernel)(Params...), int blocks, cudaStream_t stream, A
   return cudaLaunchKernelEx(&config, kernel, args...);
 }
 
-__device__ __forceinline__ float LoadAs(DType dtype, const void* p, int64_t index) {
-  switch (dtype) {
-    case DType::kF16:
-      return __half2float(static_cast<const __half*>(p)[index]);
-    case DType::kBF16:
-      return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[index]);
-    default:
-      return static_cast<const float*>(p)[index];
-  }
-}
-
 __device__ __forceinline__ float Silu(float v) { return v / (1.0f + expf(-v)); }
 
 __device__ __forceinline__ float Apply(Activation act, float v) {

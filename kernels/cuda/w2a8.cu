@@ -260,12 +260,14 @@ cudaError_t LaunchW2A8(const GemmArgs& args, const W2A8Options& options) {
        args.y_dtype != DType::kBF16)) {
     return cudaErrorInvalidValue;
   }
-  if (options.wgmma_groups < 0 || options.wgmma_groups > 2 || options.wgmma_splits < 0 ||
-      options.wgmma_splits > 8 || (options.wgmma_splits & (options.wgmma_splits - 1)) != 0 ||
-      (options.wgmma_tokens != 0 && options.wgmma_tokens != 128 && options.wgmma_tokens != 256) ||
-      options.decode_units < 0 || options.decode_units > 2 || options.decode_cluster < 0 ||
-      options.decode_cluster > 4 || options.decode_cluster == 3 || options.decode_stream < 0 ||
-      options.decode_stream > 2 || options.decode_groups < 0 || options.decode_groups > 2 ||
+  wgmma_gemm::Options wgmma_options;
+  wgmma_options.groups = options.wgmma_groups;
+  wgmma_options.splits = options.wgmma_splits;
+  wgmma_options.tokens = options.wgmma_tokens;
+  if (!wgmma_gemm::Valid(wgmma_options) || options.decode_units < 0 || options.decode_units > 2 ||
+      options.decode_cluster < 0 || options.decode_cluster > 4 || options.decode_cluster == 3 ||
+      options.decode_stream < 0 || options.decode_stream > 2 || options.decode_groups < 0 ||
+      options.decode_groups > 2 ||
       (options.decode_groups == 2 && (options.decode_units == 2 || options.decode_cluster > 1))) {
     return cudaErrorInvalidValue;
   }
@@ -298,10 +300,6 @@ cudaError_t LaunchW2A8(const GemmArgs& args, const W2A8Options& options) {
   pro.x_sum = reinterpret_cast<int32_t*>(base + ws.x_sum);
   pro.zero = reinterpret_cast<uint4*>(base + ws.acc);
   pro.zero_vectors = gemm && plan.atomics ? (ws.zero_end - ws.acc) / 16 : 0;
-  wgmma_gemm::Options wgmma_options;
-  wgmma_options.groups = options.wgmma_groups;
-  wgmma_options.splits = options.wgmma_splits;
-  wgmma_options.tokens = options.wgmma_tokens;
   if (wgmma) {
     pro.permuted = w2a8::WgmmaFormat::PermutedX(args);
     pro.permuted_nt = wgmma_gemm::TokenTile(args.m, args.shape.n, wgmma_options, info.sms,

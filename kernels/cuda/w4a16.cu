@@ -269,6 +269,15 @@ cudaError_t LaunchWideDecode(const GemmArgs& args, const DeviceInfo& device, int
 // turns) 35.0 against 35.5. Not measured beyond.
 constexpr int64_t kMaxDecodeTurns = 4;
 
+// The wgmma GEMM's knobs in `options` (its K split is the mma.sync kernels' too).
+wgmma_gemm::Options WgmmaOptions(const W4A16Options& options) {
+  wgmma_gemm::Options wgmma_options;
+  wgmma_options.groups = options.wgmma_groups;
+  wgmma_options.splits = options.splits;
+  wgmma_options.tokens = options.wgmma_tokens;
+  return wgmma_options;
+}
+
 template <bool kBf16>
 cudaError_t LaunchForM(const GemmArgs& args, const W4A16Options& options) {
   // Choices measured on the H200 (qmm-kernel-bench shapes). Up to 16 tokens the decode
@@ -299,10 +308,7 @@ cudaError_t LaunchForM(const GemmArgs& args, const W4A16Options& options) {
   // CTA; beyond, 32 tokens x 256 rows per CTA keeps the shared-memory traffic per mma
   // low, and further token tiles run side by side and re-read each weight tile mostly
   // from L2.
-  wgmma_gemm::Options wgmma_options;
-  wgmma_options.groups = options.wgmma_groups;
-  wgmma_options.splits = options.splits;
-  wgmma_options.tokens = options.wgmma_tokens;
+  const wgmma_gemm::Options wgmma_options = WgmmaOptions(options);
   if (options.wgmma_groups != 0) {
     bool launched = false;
     const cudaError_t err =
@@ -395,19 +401,16 @@ bool ArgsOk(const GemmArgs& args) {
 }  // namespace
 
 cudaError_t LaunchW4A16(const GemmArgs& args, const W4A16Options& options) {
-  const bool splits_ok = options.splits == 0 || options.splits == 1 || options.splits == 2 ||
-                         options.splits == 4 || options.splits == w4a16::kMaxSplits;
-  const bool groups_ok =
-      options.wgmma_groups >= 0 && options.wgmma_groups <= 2 &&
-      (options.wgmma_tokens == 0 || options.wgmma_tokens == 128 || options.wgmma_tokens == 256);
+  // The K split: 1, 2, 4 or w4a16::kMaxSplits, as the wgmma GEMM's.
+  static_assert(w4a16::kMaxSplits == 8);
+  const bool wgmma_ok = wgmma_gemm::Valid(WgmmaOptions(options));
   const bool strips_ok = options.decode_strips >= 0 && options.decode_strips <= 2;
   const bool cluster_ok =
       options.decode_cluster >= 0 && options.decode_cluster <= 4 && options.decode_cluster != 3;
   const bool stream_ok = options.decode_stream >= 0 && options.decode_stream <= 2;
   const bool warps_ok = options.decode_warps == 0 || options.decode_warps == w4a16::kWarps ||
                         options.decode_warps == w4a16::kWideWarps;
-  if (!splits_ok || !groups_ok || !strips_ok || !cluster_ok || !stream_ok || !warps_ok ||
-      !ArgsOk(args)) {
+  if (!wgmma_ok || !strips_ok || !cluster_ok || !stream_ok || !warps_ok || !ArgsOk(args)) {
     return cudaErrorInvalidValue;
   }
   return args.x_dtype == DType::kBF16 ? LaunchForM<true>(args, options)

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/dependent_launch.cuh"
+#include "kernels/cuda/dtype_device.cuh"
 #include "kernels/cuda/gemm_args.h"
 #include "kernels/cuda/w4a16_layout.h"
 #include "kernels/cuda/w4a16_ptx.cuh"
@@ -189,34 +190,12 @@ __device__ inline void ApplyScale(uint32_t pair, const float (&part)[T][4], floa
   }
 }
 
-__device__ inline float LoadAs(DType dtype, const void* base, int64_t i) {
-  switch (dtype) {
-    case DType::kF32:
-      return static_cast<const float*>(base)[i];
-    case DType::kF16:
-      return __half2float(static_cast<const __half*>(base)[i]);
-    case DType::kBF16:
-      return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[i]);
-  }
-  return 0.f;
-}
-
 // y[tok][n] = v (+ the residual), in y's dtype; nothing outside [m, n].
 __device__ inline void StoreY(const Params& p, int64_t tok, int64_t n, float v) {
   if (tok >= p.m || n >= p.n) return;
   const int64_t i = tok * p.n + n;
   if (p.residual != nullptr) v += LoadAs(p.residual_dtype, p.residual, i);
-  switch (p.y_dtype) {
-    case DType::kF32:
-      static_cast<float*>(p.y)[i] = v;
-      break;
-    case DType::kF16:
-      static_cast<__half*>(p.y)[i] = __float2half_rn(v);
-      break;
-    case DType::kBF16:
-      static_cast<__nv_bfloat16*>(p.y)[i] = __float2bfloat16_rn(v);
-      break;
-  }
+  StoreAs(p.y_dtype, p.y, i, v);
 }
 
 // The split-K epilogue's tile buffer: a CTA's sums of kTokens tokens by kRows rows (a
@@ -260,25 +239,7 @@ __device__ inline void StoreY4(const Params& p, int64_t tok, int64_t n, float4 v
     v.z += LoadAs(p.residual_dtype, p.residual, i + 2);
     v.w += LoadAs(p.residual_dtype, p.residual, i + 3);
   }
-  switch (p.y_dtype) {
-    case DType::kF32:
-      *reinterpret_cast<float4*>(static_cast<float*>(p.y) + i) = v;
-      break;
-    case DType::kF16: {
-      const __half2 lo = __floats2half2_rn(v.x, v.y);
-      const __half2 hi = __floats2half2_rn(v.z, v.w);
-      *reinterpret_cast<uint2*>(static_cast<__half*>(p.y) + i) = make_uint2(
-          *reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
-      break;
-    }
-    case DType::kBF16: {
-      const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y);
-      const __nv_bfloat162 hi = __floats2bfloat162_rn(v.z, v.w);
-      *reinterpret_cast<uint2*>(static_cast<__nv_bfloat16*>(p.y) + i) = make_uint2(
-          *reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
-      break;
-    }
-  }
+  StoreAs4(p.y_dtype, p.y, i, v);
 }
 
 // Sums the tile buffers (TileIndex) of the cluster's CTAs and writes y, rows row0 on; every

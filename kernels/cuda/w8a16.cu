@@ -508,6 +508,14 @@ cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& device, int clu
   return launch(w8a16::DecodeKernel<T, NT, R>, p);
 }
 
+// The wgmma GEMM's knobs in `options`: a forced split is the GEMM's only with forced groups.
+wgmma_gemm::Options WgmmaOptions(const W8A16Options& options) {
+  wgmma_gemm::Options wgmma_options;
+  wgmma_options.groups = options.wgmma_groups;
+  wgmma_options.splits = options.wgmma_groups != 0 ? options.splits : 0;
+  return wgmma_options;
+}
+
 template <typename T>
 cudaError_t LaunchFor(const GemmArgs& args, const W8A16Options& options, const DeviceInfo& device) {
   // Beyond 16 tokens (or forced) the wgmma GEMM where K allows it (K % 128 == 0) and the
@@ -521,12 +529,9 @@ cudaError_t LaunchFor(const GemmArgs& args, const W8A16Options& options, const D
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
   if ((options.wgmma_groups != 0 || (options.splits == 0 && args.m > 16)) &&
       args.shape.k % 128 == 0) {
-    wgmma_gemm::Options wgmma_options;
-    wgmma_options.groups = options.wgmma_groups;
-    wgmma_options.splits = options.wgmma_groups != 0 ? options.splits : 0;
     bool launched = false;
     const cudaError_t err =
-        wgmma_gemm::Launch<w8a16::WgmmaFormat, kBf16>(args, wgmma_options, &launched);
+        wgmma_gemm::Launch<w8a16::WgmmaFormat, kBf16>(args, WgmmaOptions(options), &launched);
     if (err != cudaSuccess || launched) return err;
   }
   if (options.splits == 0 && !options.tile && args.m <= 16) {
@@ -589,15 +594,13 @@ cudaError_t LaunchFor(const GemmArgs& args, const W8A16Options& options, const D
 
 cudaError_t LaunchW8A16(const GemmArgs& args, const W8A16Options& options) {
   if (args.m < 1 || args.shape.k % 64 != 0 || args.shape.n < 1 || args.weight == nullptr ||
-      args.x == nullptr || args.y == nullptr || options.wgmma_groups < 0 ||
-      options.wgmma_groups > 2 || options.decode_rows < 0 || options.decode_rows > 2 ||
-      options.decode_cluster < 0 || options.decode_cluster > 4 || options.decode_cluster == 3 ||
-      options.decode_stream < 0 || options.decode_stream > 2 ||
+      args.x == nullptr || args.y == nullptr || !wgmma_gemm::Valid(WgmmaOptions(options)) ||
+      options.decode_rows < 0 || options.decode_rows > 2 || options.decode_cluster < 0 ||
+      options.decode_cluster > 4 || options.decode_cluster == 3 || options.decode_stream < 0 ||
+      options.decode_stream > 2 ||
       (options.decode_warps != 0 && options.decode_warps != w8a16::kDecodeWarps &&
        options.decode_warps != w8a16::kWideWarps) ||
-      options.splits < 0 || options.splits > kMaxClusterCtas ||
-      // The wgmma GEMM's reduction divides its tile by the split.
-      (options.wgmma_groups != 0 && (options.splits & (options.splits - 1)) != 0)) {
+      options.splits < 0 || options.splits > kMaxClusterCtas) {
     return cudaErrorInvalidValue;
   }
   if (args.y_dtype != DType::kF32 && args.y_dtype != DType::kF16 && args.y_dtype != DType::kBF16) {

@@ -2,7 +2,7 @@
 // case's expected tile is the faster of the two measured with both forced on the H200 in
 // session 44 (qmm-kernel-bench --wgmma_tokens=128/256, W4A16 and W2A8 alike; us in the
 // comments, W4A16's, docs/performance-log.md), so a change to the rule that moves a choice
-// fails here.
+// fails here. Valid, the knobs' check every scheme's launcher makes, last.
 #include "kernels/cuda/gemm_token_tile.h"
 
 #include <gtest/gtest.h>
@@ -77,6 +77,26 @@ TEST(TokenTileTest, KnobsAndFormats) {
   EXPECT_EQ(Tile(256, 28672, true, two_groups), 64);
   // W8A16 has no 256-token tiles.
   EXPECT_EQ(Tile(256, 28672, false), 128);
+}
+
+TEST(OptionsTest, ValidKnobsOnly) {
+  EXPECT_TRUE(Valid(Options{}));
+  for (int groups : {0, 1, 2}) {
+    for (int splits : {0, 1, 2, 4, 8}) {
+      for (int tokens : {0, 128, 256}) {
+        EXPECT_TRUE(Valid(Options{groups, splits, tokens}))
+            << groups << " " << splits << " " << tokens;
+      }
+    }
+  }
+  EXPECT_FALSE(Valid(Options{-1, 0, 0}));
+  EXPECT_FALSE(Valid(Options{3, 0, 0}));
+  EXPECT_FALSE(Valid(Options{0, -1, 0}));
+  EXPECT_FALSE(Valid(Options{0, 3, 0}));
+  EXPECT_FALSE(Valid(Options{0, 6, 0}));
+  EXPECT_FALSE(Valid(Options{0, 16, 0}));
+  EXPECT_FALSE(Valid(Options{0, 0, 64}));
+  EXPECT_FALSE(Valid(Options{0, 0, 512}));
 }
 
 }  // namespace
