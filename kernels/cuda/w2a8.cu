@@ -318,9 +318,13 @@ cudaError_t LaunchW2A8(const GemmArgs& args, const W2A8Options& options) {
   const int64_t zero_blocks =
       std::min<int64_t>((pro.zero_vectors + kZeroPerBlock - 1) / kZeroPerBlock, 1024);
   // Dependent launches (dependent_launch.h): the matmul starts (prefetching weights)
-  // during the prologue, and up to 16 rows the prologue during the previous kernel. With
-  // more rows (and its zeroing blocks) an early prologue measured slower on the H200
-  // (8192 x 8192 at M = 64: 47.2 us against 43.4; M = 256: 80.5 against 75.3).
+  // during the prologue, and the prologue during the previous kernel up to 16 rows and on
+  // the wgmma path with 32-token tiles or beyond 128 rows. On the H200 (session 46, five
+  // shapes and 4096 x 28672) that took 17-32 rows 1.5-6.8% faster but for 8192 x 28672
+  // at 24-32 (within 0.7%), and 192-256 rows 0.8-4.6% faster; at 48-128 it was 0-6.5%
+  // slower (14336 x 4096 at M = 128 26.0 -> 27.7 us). The mma.sync GEMM, with its
+  // zeroing blocks, measured slower with it (8192 x 8192 at M = 64: 47.2 us against 43.4;
+  // M = 256: 80.5 against 75.3).
   cudaLaunchAttribute pdl[1];
   const int pdl_count = AppendDependentLaunch(info.cc_major, pdl, 0);
   cudaLaunchConfig_t pro_config{};
@@ -328,7 +332,8 @@ cudaError_t LaunchW2A8(const GemmArgs& args, const W2A8Options& options) {
   pro_config.blockDim = dim3(w2a8::kPrologueThreads);
   pro_config.stream = args.stream;
   pro_config.attrs = pdl;
-  pro_config.numAttrs = args.m <= 16 ? pdl_count : 0;
+  const bool early = args.m <= 16 || (wgmma && (pro.permuted_nt == 32 || args.m > 128));
+  pro_config.numAttrs = early ? pdl_count : 0;
   if (const cudaError_t err = LaunchPrologue(pro_config, pro, args.x_dtype); err != cudaSuccess) {
     return err;
   }

@@ -55,14 +55,17 @@ struct WgmmaFormat {
   static constexpr int kGroupStageBytes = 4 * kUnitBytes;
   // What a one-group CTA's chunk costs against a two-group one's (wgmma_gemm_launch.cuh
   // Plan). One-group tiles run two CTAs an SM (`paired` where the plan puts two on an SM
-  // at once, which its cost counts one after the other). H200, both forced: on 8192 x
-  // 28672 at M = 17-64 the 224 one-group CTAs, paired, took 0.91x the time of 112
-  // two-group ones (M = 64: 48.8 against 53.2 us), 0.45 a chunk in the plan's count; one
-  // group a CTA alone on its SM measured 2-6% slower on 4096 x 14336 (112 against 112
-  // CTAs split two ways) and faster on 8192 x 8192 at M = 32 (19.5 against 22.3 us),
-  // which 0.65 does not separate.
-  static constexpr double OneGroupChunkCost(int /*nt*/, int /*splits*/, bool paired) {
-    return paired ? 0.45 : 0.65;
+  // at once, which its cost counts one after the other). H200, both forced, session 46
+  // (the epilogue of session 45): paired 64-token tiles took 1.04-1.14x the time of
+  // two-group ones (8192 x 28672 at M = 64: 41.31 against 38.05 us; 16384 x 28672 72.41
+  // against 63.33; 4096 x 28672 26.08 against 25.16; 8192 x 22016 at M = 48 40.41
+  // against 36.73), so 0.55 a chunk in the plan's count. Paired 32-token tiles took
+  // 0.96x (4096 x 28672) to 1.06x (16384 x 28672) of it, about even, so 0.45 stays there
+  // (fitted in session 33, at 0.91x on 8192 x 28672). One group a CTA alone on its SM
+  // measured 2-6% slower on 4096 x 14336 (112 against 112 CTAs split two ways) and
+  // faster on 8192 x 8192 at M = 32 (19.5 against 22.3 us), which 0.65 does not separate.
+  static constexpr double OneGroupChunkCost(int nt, int /*splits*/, bool paired) {
+    return paired ? (nt >= 64 ? 0.55 : 0.45) : 0.65;
   }
 
   // Logical core c (16 k) of step c / 2 holds the physical words 16 (c % 2) + 4t + c / 2.
