@@ -320,9 +320,9 @@ cudaError_t LaunchW2A8(const GemmArgs& args, const W2A8Options& options) {
   // Dependent launches (dependent_launch.h): the matmul starts (prefetching weights)
   // during the prologue, and the prologue during the previous kernel up to 16 rows and on
   // the wgmma path with 32-token tiles or beyond 128 rows. On the H200 (session 46, five
-  // shapes and 4096 x 28672) that took 17-32 rows 1.5-6.8% faster but for 8192 x 28672
-  // at 24-32 (within 0.7%), and 192-256 rows 0.8-4.6% faster; at 48-128 it was 0-6.5%
-  // slower (14336 x 4096 at M = 128 26.0 -> 27.7 us). The mma.sync GEMM, with its
+  // shapes and 4096 x 28672) that took 17-32 rows 1.8-6.1% faster but for 8192 x 28672
+  // at 24-32 (within 0.7%), and 192-256 rows 0.8-4.6% faster; at 64-128 it was up to
+  // 6.5% slower (14336 x 4096 at M = 128 26.0 -> 27.7 us). The mma.sync GEMM, with its
   // zeroing blocks, measured slower with it (8192 x 8192 at M = 64: 47.2 us against 43.4;
   // M = 256: 80.5 against 75.3).
   cudaLaunchAttribute pdl[1];
