@@ -17,7 +17,8 @@ struct Options {
   int tokens = 0;
 };
 
-// Whether forced knobs are ones the GEMM has.
+// Whether forced knobs are ones the GEMM has: a split is a cluster of at most 8 CTAs and
+// a power of two (the split-K reduction divides the tile by it).
 inline bool Valid(const Options& options) {
   return options.groups >= 0 && options.groups <= 2 && options.splits >= 0 && options.splits <= 8 &&
          (options.splits & (options.splits - 1)) == 0 &&
