@@ -242,35 +242,36 @@ __device__ inline void StoreY4(const Params& p, int64_t tok, int64_t n, float4 v
   StoreAs4(p.y_dtype, p.y, i, v);
 }
 
-// Sums the tile buffers (TileIndex) of the cluster's CTAs and writes y, rows row0 on; every
-// consumer thread (the first kThreads) of every CTA of the cluster calls it once its
-// `tile` holds this CTA's partial sums, the cluster's other threads call SkipReduction.
-// Each CTA writes its 1/splits slice of the tile, a thread four consecutive floats of it
-// (four rows of one token) at a time, so that a warp's loads from each CTA are 512
-// contiguous bytes and its stores to y whole rows; kBatch of them at once, their loads in
-// flight together. Before, a thread wrote one value at a time in fragment order,
-// switching on y's dtype each time: at 256 tokens that took more than half of a one-turn
-// W2A8 GEMM at K = 2048 (ncu, H200).
-template <int kTokens, int kRows>
-__device__ inline void ReduceAndStore(const Params& p, const float* tile, int64_t tok0,
-                                      int64_t row0, int split) {
-  constexpr int kQuads = kTokens * kRows / 4;
+// The cluster barrier that keeps a CTA's tile alive for the other CTAs' reads
+// (ReduceAndStore): a relaxed arrival, then the wait.
+__device__ inline void ArriveAndWaitRelaxed() {
 #if __CUDA_ARCH__ >= 900
-  cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-  cluster.sync();
-#else
-  __syncthreads();  // the host launches one split only before sm_90
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+  asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
 #endif
-  const int per = kQuads / p.splits;  // splits: a power of two up to kMaxSplits
+}
+
+// This CTA's 1/splits slice of the cluster's summed tile buffers (TileIndex), passed to
+// store(tok, row, v) four rows of one token at a time (tile coordinates). A thread takes
+// four consecutive floats of each buffer, so that a warp's loads from each CTA are 512
+// contiguous bytes and its stores whole rows of y; kBatch of them at once, their loads in
+// flight together. `clustered`: the buffers are the cluster's (distributed shared memory),
+// else this CTA's own.
+template <int kTokens, int kRows, typename Store>
+__device__ inline void SumSlice(const float* tile, int splits, int split, bool clustered,
+                                Store&& store) {
+  constexpr int kQuads = kTokens * kRows / 4;
+  const int per = kQuads / splits;  // splits: a power of two up to kMaxSplits
   const int end = (split + 1) * per;
   constexpr int kBatch = 4;
   for (int q0 = split * per + static_cast<int>(threadIdx.x); q0 < end; q0 += kBatch * kThreads) {
     float4 v[kBatch];
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) v[b] = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int c = 0; c < p.splits; ++c) {
+    for (int c = 0; c < splits; ++c) {
 #if __CUDA_ARCH__ >= 900
-      const float4* src = reinterpret_cast<const float4*>(cluster.map_shared_rank(tile, c));
+      const float4* src = reinterpret_cast<const float4*>(
+          clustered ? cooperative_groups::this_cluster().map_shared_rank(tile, c) : tile);
 #else
       const float4* src = reinterpret_cast<const float4*>(tile);
 #endif
@@ -294,23 +295,85 @@ __device__ inline void ReduceAndStore(const Params& p, const float* tile, int64_
       if (q >= end) break;
       // Floats 4q.. of the buffer: token q / (kRows / 4), rows TileIndex's inverse.
       const int tok = q / (kRows / 4);
-      const int row = TileIndex<kRows>(tok, q % (kRows / 4) * 4) - tok * kRows;
-      StoreY4(p, tok0 + tok, row0 + row, v[b]);
+      store(tok, TileIndex<kRows>(tok, q % (kRows / 4) * 4) - tok * kRows, v[b]);
     }
   }
+}
+
+// Sums the tile buffers of the cluster's CTAs and writes y, tokens tok0 and rows row0 on;
+// every consumer thread (the first kThreads) of every CTA of the cluster calls it once its
+// `tile` holds this CTA's partial sums, the CTA's other threads call SkipReduction. Each
+// CTA writes its 1/splits slice (SumSlice). Before, a thread wrote one value at a time in
+// fragment order, switching on y's dtype each time: at 256 tokens that took more than half
+// of a one-turn W2A8 GEMM at K = 2048 (ncu, H200).
+// y's common case (no residual, whole aligned quads) has a loop of its own for each dtype.
+// With the dtype switch, the residual and the unaligned fallback in every store (StoreY4;
+// 29 KB of branchy code in the W8A16 GEMM's epilogue), a CTA's share of this function took
+// 4,000 cycles at 64 tokens without a K split, 1,300 with its stores left out, and
+// 12,000-15,700 at 256 (a per-CTA timeline on the H200, session 47); the loops took the
+// GEMM 2-11% off at 32-256 tokens.
+// Without a K split no other CTA reads the tile: the consumers' own barrier (named
+// barrier 1) stands for the cluster's, and the tile is read as local shared memory. With
+// one, the last barrier only keeps each CTA's tile alive until the cluster has read it,
+// so its arrival is relaxed: a release there waits until this thread's stores to y are
+// visible to the whole cluster, a round trip to L2 on every launch's critical path.
+template <int kTokens, int kRows>
+__device__ inline void ReduceAndStore(const Params& p, const float* tile, int64_t tok0,
+                                      int64_t row0, int split) {
+  const bool clustered = p.splits > 1;
 #if __CUDA_ARCH__ >= 900
-  // Keep this CTA's shared memory alive until the whole cluster has read it.
-  cluster.sync();
+  if (clustered) {
+    cooperative_groups::this_cluster().sync();
+  } else {
+    asm volatile("bar.sync 1, %0;" ::"n"(kThreads) : "memory");
+  }
+#else
+  __syncthreads();  // the host launches one split only before sm_90
+#endif
+  const int64_t toks = p.m - tok0;
+  const int64_t rows = p.n - row0;
+  const bool plain =
+      p.residual == nullptr && p.n % 4 == 0 && reinterpret_cast<uintptr_t>(p.y) % 16 == 0;
+  auto sum = [&](auto&& store) {
+    SumSlice<kTokens, kRows>(tile, p.splits, split, clustered, store);
+  };
+  if (plain && p.y_dtype == DType::kF16) {
+    __half* const y = static_cast<__half*>(p.y) + tok0 * p.n + row0;
+    sum([&](int tok, int row, float4 v) {
+      if (tok < toks && row < rows) {
+        *reinterpret_cast<uint2*>(y + tok * p.n + row) =
+            make_uint2(Pack2<__half>(v.x, v.y), Pack2<__half>(v.z, v.w));
+      }
+    });
+  } else if (plain && p.y_dtype == DType::kBF16) {
+    __nv_bfloat16* const y = static_cast<__nv_bfloat16*>(p.y) + tok0 * p.n + row0;
+    sum([&](int tok, int row, float4 v) {
+      if (tok < toks && row < rows) {
+        *reinterpret_cast<uint2*>(y + tok * p.n + row) =
+            make_uint2(Pack2<__nv_bfloat16>(v.x, v.y), Pack2<__nv_bfloat16>(v.z, v.w));
+      }
+    });
+  } else if (plain && p.y_dtype == DType::kF32) {
+    float* const y = static_cast<float*>(p.y) + tok0 * p.n + row0;
+    sum([&](int tok, int row, float4 v) {
+      if (tok < toks && row < rows) *reinterpret_cast<float4*>(y + tok * p.n + row) = v;
+    });
+  } else {
+    sum([&](int tok, int row, float4 v) { StoreY4(p, tok0 + tok, row0 + row, v); });
+  }
+#if __CUDA_ARCH__ >= 900
+  if (clustered) ArriveAndWaitRelaxed();
 #endif
 }
 
-// ReduceAndStore's barriers, for the threads of a CTA that have no share of its work.
-__device__ inline void SkipReduction() {
+// ReduceAndStore's barriers, for the threads of a CTA that have no share of its work:
+// the cluster's two where the launch splits K, none otherwise.
+__device__ inline void SkipReduction(int splits) {
 #if __CUDA_ARCH__ >= 900
-  cooperative_groups::this_cluster().sync();
-  cooperative_groups::this_cluster().sync();
-#else
-  __syncthreads();
+  if (splits > 1) {
+    cooperative_groups::this_cluster().sync();
+    ArriveAndWaitRelaxed();
+  }
 #endif
 }
 

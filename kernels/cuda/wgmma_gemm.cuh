@@ -374,7 +374,7 @@ __global__ void __launch_bounds__((Tile<F, NT, G>::kThreads), (Tile<F, NT, G>::k
     }
     // Every consumer is done with the ring before it becomes the reduction buffer.
     __syncthreads();
-    w4a16::SkipReduction();
+    w4a16::SkipReduction(p.splits);
     return;
   }
   if constexpr (Tl::kMaxNreg) {
