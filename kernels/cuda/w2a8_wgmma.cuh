@@ -121,13 +121,19 @@ struct WgmmaFormat {
 #endif
   }
 
-  __device__ static float4 Finish(const Params& p, int64_t group, int warp, int lane, int64_t tok,
-                                  int split, const int (&d)[4]) {
+  __device__ static w4a16::RowScales LoadRowScales(const Params& p, int64_t group, int warp,
+                                                   int lane) {
     const int64_t rows = p.row_groups * kRowsPerGroup;
     const int64_t row = group * 128 + warp * 16 + lane / 4;
     const auto* ws = reinterpret_cast<const float*>(p.s);
-    const float lo = row < rows ? ws[row] : 0.f;  // rows past the layout: never stored
-    const float hi = row + 8 < rows ? ws[row + 8] : 0.f;
+    // Rows past the layout: never stored.
+    return w4a16::RowScales{row < rows ? ws[row] : 0.f, row + 8 < rows ? ws[row + 8] : 0.f};
+  }
+
+  __device__ static float4 Finish(const Params& p, const w4a16::RowScales& rs, int64_t tok,
+                                  int split, const int (&d)[4]) {
+    const float lo = rs.lo;
+    const float hi = rs.hi;
     // Tokens past M are never stored; read the last one's terms instead.
     const int64_t t0 = tok < p.m ? tok : p.m - 1;
     const int64_t t1 = tok + 1 < p.m ? tok + 1 : p.m - 1;

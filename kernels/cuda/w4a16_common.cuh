@@ -85,6 +85,12 @@ inline Params MakeParams(const GemmArgs& args) {
   return p;
 }
 
+// A weight format's scales of the rows g and g + 8 of a warp's strip, which the wgmma
+// GEMM applies to its sums (wgmma_gemm.cuh: F::LoadRowScales, F::Finish).
+struct RowScales {
+  float lo, hi;
+};
+
 // This CTA's range of chunks.
 __device__ inline int ChunkBegin(const Params& p, int split) { return split * p.chunks / p.splits; }
 
@@ -310,8 +316,8 @@ __device__ inline void SumSlice(const float* tile, int splits, int split, bool c
 // With the dtype switch, the residual and the unaligned fallback in every store (StoreY4;
 // 29 KB of branchy code in the W8A16 GEMM's epilogue), a CTA's share of this function took
 // 4,000 cycles at 64 tokens without a K split, 1,300 with its stores left out, and
-// 12,000-15,700 at 256 (a per-CTA timeline on the H200, session 47); the loops took the
-// GEMM 2-11% off at 32-256 tokens.
+// 12,000-15,700 at 256 (a per-CTA timeline on the H200, session 47); these loops took
+// 1-12% off most launches at 32-256 tokens (W2A8 4096x14336 at 256: 36.34 -> 32.12 us).
 // Without a K split no other CTA reads the tile: the consumers' own barrier (named
 // barrier 1) stands for the cluster's, and the tile is read as local shared memory. With
 // one, the last barrier only keeps each CTA's tile alive until the cluster has read it,

@@ -61,18 +61,18 @@ struct WgmmaFormat : wgmma_gemm::A16Format {
     DequantScaled<kBf16>(raw.w.w, sc, a[3]);
   }
 
-  // Per-row scales multiply the sums here; per-chunk ones were applied in Dequant.
-  __device__ static float4 Finish(const Params& p, int64_t group, int warp, int lane,
-                                  int64_t /*tok*/, int /*split*/, const float (&d)[4]) {
-    float lo = 1.f, hi = 1.f;
-    if (p.s_chunk_stride == 0) {
-      if (group >= p.groups) group = p.groups - 1;  // never stored
-      const __half2 s = *reinterpret_cast<const __half2*>(p.s + group * p.s_group_stride +
-                                                          warp * kStripScaleBytes + lane / 4 * 4);
-      lo = __low2float(s);
-      hi = __high2float(s);
-    }
-    return make_float4(d[0] * lo, d[1] * lo, d[2] * hi, d[3] * hi);
+  // Per-row scales multiply the sums (Finish); per-chunk ones were applied in Dequant.
+  __device__ static RowScales LoadRowScales(const Params& p, int64_t group, int warp, int lane) {
+    if (p.s_chunk_stride != 0) return RowScales{1.f, 1.f};
+    if (group >= p.groups) group = p.groups - 1;  // never stored
+    const __half2 s = *reinterpret_cast<const __half2*>(p.s + group * p.s_group_stride +
+                                                        warp * kStripScaleBytes + lane / 4 * 4);
+    return RowScales{__low2float(s), __high2float(s)};
+  }
+
+  __device__ static float4 Finish(const Params& /*p*/, const RowScales& s, int64_t /*tok*/,
+                                  int /*split*/, const float (&d)[4]) {
+    return make_float4(d[0] * s.lo, d[1] * s.lo, d[2] * s.hi, d[3] * s.hi);
   }
 
   static cudaError_t MakeParams(const GemmArgs& args, Params* p) {

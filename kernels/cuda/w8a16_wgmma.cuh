@@ -64,14 +64,18 @@ struct WgmmaFormat : wgmma_gemm::A16Format {
     w8a16::Dequant<T>(raw.w[1], *reinterpret_cast<uint32_t(*)[2][4]>(&a[2]));
   }
 
-  __device__ static float4 Finish(const Params& p, int64_t group, int warp, int lane,
-                                  int64_t /*tok*/, int /*split*/, const float (&d)[4]) {
+  __device__ static w4a16::RowScales LoadRowScales(const Params& p, int64_t group, int warp,
+                                                   int lane) {
     const int64_t rows = (p.n + 15) / 16 * 16;
     const int64_t row = group * 128 + warp * 16 + lane / 4;
     const auto* s = reinterpret_cast<const float*>(p.s);
-    const float lo = row < rows ? s[row] : 0.f;  // rows past the layout: never stored
-    const float hi = row + 8 < rows ? s[row + 8] : 0.f;
-    return make_float4(d[0] * lo, d[1] * lo, d[2] * hi, d[3] * hi);
+    // Rows past the layout: never stored.
+    return w4a16::RowScales{row < rows ? s[row] : 0.f, row + 8 < rows ? s[row + 8] : 0.f};
+  }
+
+  __device__ static float4 Finish(const Params& /*p*/, const w4a16::RowScales& s, int64_t /*tok*/,
+                                  int /*split*/, const float (&d)[4]) {
+    return make_float4(d[0] * s.lo, d[1] * s.lo, d[2] * s.hi, d[3] * s.hi);
   }
 
   static cudaError_t MakeParams(const GemmArgs& args, Params* p) {
