@@ -7,6 +7,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/dtype.h"
 
@@ -75,18 +76,27 @@ __device__ __forceinline__ void StoreAs(DType y_dtype, void* y, int64_t index, f
 
 // Stores v at y[index .. index + 3] in dtype `y_dtype` with one store of 16 bytes (kF32)
 // or 8 (kF16, kBF16), to which y + index must be aligned.
+// y[0 .. 3] = v in y's type T (float, __half or __nv_bfloat16), one store of 16 or 8
+// bytes, to which y must be aligned.
+template <typename T>
+__device__ __forceinline__ void Store4(T* y, float4 v) {
+  if constexpr (std::is_same_v<T, float>) {
+    *reinterpret_cast<float4*>(y) = v;
+  } else {
+    *reinterpret_cast<uint2*>(y) = make_uint2(Pack2<T>(v.x, v.y), Pack2<T>(v.z, v.w));
+  }
+}
+
 __device__ __forceinline__ void StoreAs4(DType y_dtype, void* y, int64_t index, float4 v) {
   switch (y_dtype) {
     case DType::kF32:
-      *reinterpret_cast<float4*>(static_cast<float*>(y) + index) = v;
+      Store4(static_cast<float*>(y) + index, v);
       break;
     case DType::kF16:
-      *reinterpret_cast<uint2*>(static_cast<__half*>(y) + index) =
-          make_uint2(Pack2<__half>(v.x, v.y), Pack2<__half>(v.z, v.w));
+      Store4(static_cast<__half*>(y) + index, v);
       break;
     case DType::kBF16:
-      *reinterpret_cast<uint2*>(static_cast<__nv_bfloat16*>(y) + index) =
-          make_uint2(Pack2<__nv_bfloat16>(v.x, v.y), Pack2<__nv_bfloat16>(v.z, v.w));
+      Store4(static_cast<__nv_bfloat16*>(y) + index, v);
       break;
   }
 }

@@ -343,27 +343,19 @@ __device__ inline void ReduceAndStore(const Params& p, const float* tile, int64_
   auto sum = [&](auto&& store) {
     SumSlice<kTokens, kRows>(tile, p.splits, split, clustered, store);
   };
+  // y: the tile's first value, in y's type.
+  auto sum_plain = [&](auto* y) {
+    sum([&](int tok, int row, float4 v) {
+      if (tok < toks && row < rows) Store4(y + tok * p.n + row, v);
+    });
+  };
+  const int64_t first = tok0 * p.n + row0;
   if (plain && p.y_dtype == DType::kF16) {
-    __half* const y = static_cast<__half*>(p.y) + tok0 * p.n + row0;
-    sum([&](int tok, int row, float4 v) {
-      if (tok < toks && row < rows) {
-        *reinterpret_cast<uint2*>(y + tok * p.n + row) =
-            make_uint2(Pack2<__half>(v.x, v.y), Pack2<__half>(v.z, v.w));
-      }
-    });
+    sum_plain(static_cast<__half*>(p.y) + first);
   } else if (plain && p.y_dtype == DType::kBF16) {
-    __nv_bfloat16* const y = static_cast<__nv_bfloat16*>(p.y) + tok0 * p.n + row0;
-    sum([&](int tok, int row, float4 v) {
-      if (tok < toks && row < rows) {
-        *reinterpret_cast<uint2*>(y + tok * p.n + row) =
-            make_uint2(Pack2<__nv_bfloat16>(v.x, v.y), Pack2<__nv_bfloat16>(v.z, v.w));
-      }
-    });
+    sum_plain(static_cast<__nv_bfloat16*>(p.y) + first);
   } else if (plain && p.y_dtype == DType::kF32) {
-    float* const y = static_cast<float*>(p.y) + tok0 * p.n + row0;
-    sum([&](int tok, int row, float4 v) {
-      if (tok < toks && row < rows) *reinterpret_cast<float4*>(y + tok * p.n + row) = v;
-    });
+    sum_plain(static_cast<float*>(p.y) + first);
   } else {
     sum([&](int tok, int row, float4 v) { StoreY4(p, tok0 + tok, row0 + row, v); });
   }
