@@ -74,8 +74,6 @@ __device__ __forceinline__ void StoreAs(DType y_dtype, void* y, int64_t index, f
   }
 }
 
-// Stores v at y[index .. index + 3] in dtype `y_dtype` with one store of 16 bytes (kF32)
-// or 8 (kF16, kBF16), to which y + index must be aligned.
 // y[0 .. 3] = v in y's type T (float, __half or __nv_bfloat16), one store of 16 or 8
 // bytes, to which y must be aligned.
 template <typename T>
@@ -87,6 +85,8 @@ __device__ __forceinline__ void Store4(T* y, float4 v) {
   }
 }
 
+// Stores v at y[index .. index + 3] in dtype `y_dtype` with one store of 16 bytes (kF32)
+// or 8 (kF16, kBF16), to which y + index must be aligned.
 __device__ __forceinline__ void StoreAs4(DType y_dtype, void* y, int64_t index, float4 v) {
   switch (y_dtype) {
     case DType::kF32:
