@@ -46,6 +46,14 @@ struct WgmmaFormat {
   // 5-9% faster at 17-32 tokens, the other cells 0-2% (H200, docs/performance-log.md,
   // session 33).
   static constexpr int kMaxStages = 12;
+  // One stage's weights before the kernel's wait (wgmma_gemm.cuh), the rest after it with
+  // their activations. The GEMM's CTAs start only after the prologue's (at its exit) or
+  // beside them, so little of the wait is left to fill, and a whole ring of weights ahead
+  // of the activations held back the first stage: on the H200 (session 48) one stage
+  // took 1.6-7.1% off at 48-256 tokens on the five benchmark shapes (8192x28672 at 64
+  // 37.38 -> 35.09 us, 4096x4096 13.58 -> 12.62) and 12.8% off 4096x14336 at 32; the other
+  // 32-token cells moved within 0.5%.
+  static constexpr int PreWaitStages(int /*nt*/) { return 1; }
   // A one-group CTA's batch is a whole chunk (its A registers are 16 a chunk): twice the
   // wgmmas in flight at each wait took W2A8 beyond 16 tokens 1-2.6% faster on the H200
   // (8192 x 28672 at M = 64: 49.2 -> 47.9 us), 4096 x 4096 at M = 17 1.6% slower.

@@ -25,6 +25,14 @@ struct A16Format {
   // Twelve stages instead of six measured from 1.7% faster to 3.7% slower by shape
   // (H200, docs/performance-log.md, session 33), so these formats keep six.
   static constexpr int kMaxStages = 6;
+  // Stages whose weights the copier fetches before the kernel's wait (wgmma_gemm.cuh):
+  // three for tiles of up to 64 tokens, the whole ring for larger ones. On the H200
+  // (session 48, every stage against three, M = 32-64 on the five benchmark shapes)
+  // three took W4A16 up to 4.7% off (4096x4096 at 48 tokens 12.58 -> 11.98 us) and W8A16
+  // up to 9.4% (4096x4096 at 32 10.05 -> 9.10, 8192x8192 at 48 23.38 -> 22.11), but
+  // W8A16 14336x4096 at 32 (22.28 -> 24.32); with one stage W8A16 at 32 lost more. At 256
+  // tokens fewer stages cost up to 5.6% (W8A16 8192x8192).
+  static constexpr int PreWaitStages(int nt) { return nt <= 64 ? 3 : kMaxStages; }
   // Half a chunk a batch: a whole chunk's A registers (32) twice would not fit.
   static constexpr bool kWholeChunks = false;
   // 256-token tiles: W4A16's (w4a16_wgmma.cuh). W8A16's stages of 81 KB fit only twice,

@@ -30,16 +30,17 @@
 // The first producer warp's one lane (the copier) fills a ring of stages by bulk and
 // tensor copies on each stage's full mbarrier (with kStagePermute: the activations on its
 // rows mbarrier, and the permuting warps arrive on the full one), a stage again once
-// every consumer warp arrived on its empty mbarrier; the first weights before the kernel
-// waits for its prerequisite grid. A chunk's work is two
-// batches (G = 2: one group each; G = 1: one 64-k block each, or the whole chunk one batch
-// where the format asks, F::kWholeChunks): each consumer warp dequantizes its rows of a
-// batch into A registers and its warpgroup issues the batch's wgmmas, accumulating
-// straight into the results; two register sets take turns, so a batch is dequantized while
-// the tensor cores run the one before it, and its bytes are read from the stage before
-// that one's wait. Nothing but the stage barriers couples the warpgroups. Tiles of 256
-// tokens (formats with F::kWideTiles) issue two 128-token wgmmas a step on the same A
-// registers and give the consumers the producer warpgroup's registers (setmaxnreg).
+// every consumer warp arrived on its empty mbarrier; the weights of the first
+// F::PreWaitStages stages before the kernel waits for its prerequisite grid. A chunk's
+// work is two batches (G = 2: one group each; G = 1: one 64-k block each, or the whole
+// chunk one batch where the format asks, F::kWholeChunks): each consumer warp dequantizes
+// its rows of a batch into A registers and its warpgroup issues the batch's wgmmas,
+// accumulating straight into the results; two register sets take turns, so a batch is
+// dequantized while the tensor cores run the one before it, and its bytes are read from
+// the stage before that one's wait. Nothing but the stage barriers couples the
+// warpgroups. Tiles of 256 tokens (formats with F::kWideTiles) issue two 128-token wgmmas
+// a step on the same A registers and give the consumers the producer warpgroup's
+// registers (setmaxnreg).
 // Measured on the H200: docs/PERFORMANCE.md; how it got there: docs/performance-log.md.
 #ifndef QMM_KERNELS_CUDA_WGMMA_GEMM_CUH_
 #define QMM_KERNELS_CUDA_WGMMA_GEMM_CUH_
@@ -102,6 +103,10 @@ struct Tile {
                                                      : 200 * 1024;
   static constexpr int kStages =
       kRingBudget / kStageBytes < F::kMaxStages ? kRingBudget / kStageBytes : F::kMaxStages;
+  // Stages whose weights the copier fetches before the kernel waits for its prerequisite
+  // grid (F::PreWaitStages), at most the ring.
+  static constexpr int kPreWaitStages =
+      F::PreWaitStages(NT) < kStages ? F::PreWaitStages(NT) : kStages;
   static constexpr int kStagesOffset = 1024;  // after the mbarriers, atom-aligned
   static constexpr int kJ = NT / 8;           // n8 tiles of the token tile
   // n8 tiles a wgmma: at most 16 (n128); wider tiles take several a step on the same A.
@@ -234,6 +239,8 @@ using GemmParams =
 //                                   kernel permutes in its stages (0: none);
 //   kGroupStageBytes                its weight bytes in a stage;
 //   kMaxStages                      the most stages a ring holds where they fit;
+//   PreWaitStages(NT)               the stages whose weights are fetched before the
+//                                   kernel's wait;
 //   kWholeChunks                    whether a one-group CTA takes a chunk a batch (its
 //                                   A registers twice over must fit);
 //   kWideTiles                      whether it has 256-token tiles (where three of
@@ -336,11 +343,19 @@ __global__ void __launch_bounds__((Tile<F, NT, G>::kThreads), (Tile<F, NT, G>::k
                           &full[c % kStages]);
         }
       };
+      // The first stages' weights before the wait, the rest of the ring after it, each
+      // stage's with its activations: where the wait leaves little time to fill, a whole
+      // ring of weights requested ahead of the activations held back the first stage
+      // (F::PreWaitStages).
       const int first = count < kStages ? count : kStages;
-      for (int c = 0; c < first; ++c) load_weights(c);
+      const int pre = first < Tl::kPreWaitStages ? first : Tl::kPreWaitStages;
+      for (int c = 0; c < pre; ++c) load_weights(c);
       WaitForPrerequisiteGrid();
       AllowDependentLaunch();
-      for (int c = 0; c < first; ++c) load_x(c);
+      for (int c = 0; c < first; ++c) {
+        if (c >= pre) load_weights(c);
+        load_x(c);
+      }
       for (int c = kStages; c < count; ++c) {
         w4a16::MbarWait(&empty[c % kStages], (c / kStages - 1) & 1);
         load_weights(c);
