@@ -498,8 +498,9 @@ cudaError_t LaunchW8A16Tile(const GemmArgs& args) {
 }
 
 // Every split count of W8A16, not only the ones the heuristic picks, and the wgmma GEMM
-// with each row-group count, alone and split 4 ways, also at the M the default launch
-// gives the other kernels (K = 1088 is not a multiple of 128: the fallback).
+// with each row-group count, alone and split 4 ways (one group also 8, the largest
+// cluster), also at the M the default launch gives the other kernels (K = 1088 is not a
+// multiple of 128: the fallback).
 TEST_F(W8A16Test, EverySplitMatchesCpu) {
   DeviceInfo device;
   ASSERT_CUDA(CurrentDeviceInfo(&device));
@@ -510,6 +511,7 @@ TEST_F(W8A16Test, EverySplitMatchesCpu) {
   if (device.clusters()) {
     variants.push_back({"wgmma 1 group, splits 4", &LaunchW8A16Wgmma<1, 4>});
     variants.push_back({"wgmma 2 groups, splits 4", &LaunchW8A16Wgmma<2, 4>});
+    variants.push_back({"wgmma 1 group, splits 8", &LaunchW8A16Wgmma<1, 8>});
   }
   variants.push_back({"decode 1 row tile", &LaunchW8A16DecodeRows<1>});
   variants.push_back({"decode 2 row tiles", &LaunchW8A16DecodeRows<2>});
@@ -545,7 +547,8 @@ cudaError_t LaunchW2A8With(const GemmArgs& args) {
 // row sets of one and two row groups (N = 300: 10 groups, the last partial), the mma.sync
 // GEMM at every M, and the wgmma GEMM, also at the M the default gives the others, also
 // split along K (one group, 4 ways: K = 1152's 9 chunks leave a CTA an odd count, the
-// whole-chunk loop's tail), also on 256-token tiles beyond 128 tokens.
+// whole-chunk loop's tail; two groups 8 ways, the largest cluster), also on 256-token
+// tiles beyond 128 tokens (split 4 and 8 ways).
 TEST_F(W2A8Test, EveryPathMatchesCpu) {
   CheckVariants(Scheme::kW2A8, {{1000, 2048, 0}, {300, 1152, 0}},
                 {1, 5, 8, 9, 16, 17, 40, 64, 100, 129, 300},
@@ -559,8 +562,10 @@ TEST_F(W2A8Test, EveryPathMatchesCpu) {
                  {"wgmma 2 groups", &LaunchW2A8With<2, 0>},
                  {"wgmma 1 group, splits 4", &LaunchW2A8With<1, 0, 0, 0, 0, 4>},
                  {"wgmma 2 groups, splits 2", &LaunchW2A8With<2, 0, 0, 0, 0, 2>},
+                 {"wgmma 2 groups, splits 8", &LaunchW2A8With<2, 0, 0, 0, 0, 8>},
                  {"wgmma 256-token tiles", &LaunchW2A8With<1, 0, 0, 0, 0, 0, 256>},
-                 {"wgmma 256-token tiles, splits 4", &LaunchW2A8With<1, 0, 0, 0, 0, 4, 256>}},
+                 {"wgmma 256-token tiles, splits 4", &LaunchW2A8With<1, 0, 0, 0, 0, 4, 256>},
+                 {"wgmma 256-token tiles, splits 8", &LaunchW2A8With<1, 0, 0, 0, 0, 8, 256>}},
                 rng_);
 }
 
