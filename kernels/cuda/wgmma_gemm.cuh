@@ -256,9 +256,10 @@ using GemmParams =
 //   CoreWord(j, t)                  the physical 4-byte word of a token's 128-byte block
 //                                   at position t of logical core j (the k order of
 //                                   Dequant's registers);
-//   Finish(p, group, warp, lane, tok, split, d)  the fp32 partial sums of one
-//                                   accumulator quad (rows g, g + 8 of the warp's strip,
-//                                   tokens tok, tok + 1), scaled;
+//   LoadRowScales(p, group, warp, lane)  the weight scales of rows g, g + 8 of the
+//                                   warp's strip (w4a16::RowScales);
+//   Finish(p, row_scales, tok, split, d)  the fp32 partial sums of one accumulator quad
+//                                   (those rows, tokens tok, tok + 1), scaled;
 //   PermuteSource(args) (unless kXPermuted), PermutedX(args), MakeParams(args, &p)
 //                                   (host) the activations to permute, where they are
 //                                   permuted to, and the launch parameters (an error
