@@ -40,13 +40,25 @@ inline bool Valid(const Options& options) {
 // = 256 8% (W2A8 12%) faster with 256, at M = 512 1-13% slower; 4096 x 14336 at M = 512
 // 12-19% faster, at M = 384 18-22% slower; where they need a K split to fill the SMs (N =
 // 4096 and 8192 at M = 256) 6-77% slower.
-inline int TokenTile(int64_t m, int64_t n, const Options& options, int sms, bool wide_tiles) {
+//
+// A format that permutes 64-token tiles in its stages but not 128-token ones
+// (`stage_permute_tokens`, F::kStagePermuteTokens: W8A16) pays a permute kernel ahead of
+// 128-token tiles, a second dependency between grids; on a short GEMM (K <= 4096, 128-token
+// tiles too few to fill the SMs unsplit) 64-token tiles, two groups a CTA, cost less at
+// 129-256 tokens: W8A16 4096 x 4096 at M = 256 18.46 us against 20.28 on the H200 (session 50),
+// where 8192 x 8192 and 14336 x 4096 (longer K) were 7-8% slower on them.
+inline int TokenTile(int64_t m, int64_t n, int64_t k, const Options& options, int sms,
+                     bool wide_tiles, int stage_permute_tokens) {
   if (m <= 32) return 32;
   const bool wide = m > 128 || (m > 64 && n >= 8192);
   if (!wide || options.groups == 2) return 64;
+  const int64_t groups = (n + 127) / 128;
+  if (stage_permute_tokens >= 64 && options.tokens == 0 && m > 128 && m <= 256 && k <= 4096 &&
+      groups * ((m + 127) / 128) < sms) {
+    return 64;
+  }
   if (m <= 128 || !wide_tiles) return 128;
   if (options.tokens != 0) return options.tokens;
-  const int64_t groups = (n + 127) / 128;
   const int64_t wide_ctas = groups * ((m + 255) / 256);
   const int64_t narrow_ctas = groups * ((m + 127) / 128);
   const auto turns = [&](int64_t ctas) { return (ctas + sms - 1) / sms; };

@@ -302,8 +302,9 @@ cudaError_t LaunchW2A8(const GemmArgs& args, const W2A8Options& options) {
   pro.zero_vectors = gemm && plan.atomics ? (ws.zero_end - ws.acc) / 16 : 0;
   if (wgmma) {
     pro.permuted = w2a8::WgmmaFormat::PermutedX(args);
-    pro.permuted_nt = wgmma_gemm::TokenTile(args.m, args.shape.n, wgmma_options, info.sms,
-                                            w2a8::WgmmaFormat::kWideTiles);
+    pro.permuted_nt = wgmma_gemm::TokenTile(args.m, args.shape.n, geo.k, wgmma_options, info.sms,
+                                            w2a8::WgmmaFormat::kWideTiles,
+                                            w2a8::WgmmaFormat::kStagePermuteTokens);
     if (cudaError_t err = wgmma_gemm::Resolve<w2a8::WgmmaFormat, false>(args, &wgmma_options);
         err != cudaSuccess) {
       return err;

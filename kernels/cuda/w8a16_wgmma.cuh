@@ -26,6 +26,14 @@ struct WgmmaFormat : wgmma_gemm::A16Format {
   // tokens 0.7-10.7% faster, 64 tokens 1-9.6% faster but 4096 x 14336 (+2.2%), 128-token
   // tiles 15-21% slower.
   static constexpr int kStagePermuteTokens = 64;
+  // A16Format's costs, but 0.56 where 64-token one-group CTAs split K at most two ways:
+  // on the H200 (session 50) 4096 x 14336 at M = 48 / 64 took 21.03 / 22.09 us on 112
+  // one-group CTAs, 20.35 / 20.96 on 56 two-group ones split two ways, which 0.56 picks;
+  // 4096 x 4096 keeps one group split two ways (0.588 would flip it; 11.80 against
+  // 12.12 in session 47).
+  static constexpr double OneGroupChunkCost(int nt, int splits, bool /*paired*/) {
+    return nt == 64 && splits <= 2 ? 0.56 : 0.65;
+  }
 
   // In a 64-k block (two 32-k layout chunks), logical core j holds the physical words
   // 16 (j / 4) + j % 4 + 4t: lane t's 8 k of a layout chunk are its k16 steps' fragments.

@@ -137,7 +137,8 @@ cudaError_t LaunchTile(const GemmArgs& args, const DeviceInfo& device, Options o
 template <typename F, typename Fn>
 cudaError_t ForTokenTile(const GemmArgs& args, const Options& options, const DeviceInfo& device,
                          Fn&& fn) {
-  switch (TokenTile(args.m, args.shape.n, options, device.sms, F::kWideTiles)) {
+  switch (TokenTile(args.m, args.shape.n, args.shape.k, options, device.sms, F::kWideTiles,
+                    F::kStagePermuteTokens)) {
     case 32:
       return fn(std::integral_constant<int, 32>{});
     case 64:

@@ -14,8 +14,11 @@ namespace {
 
 constexpr int kSms = 132;
 
-int Tile(int64_t m, int64_t n, bool wide_tiles = true, Options options = {}) {
-  return TokenTile(m, n, options, kSms, wide_tiles);
+// W4A16's and W2A8's tiles (256-token ones, no 64-token stage permute) unless said; K
+// enters only W8A16's rule (ShortGemmsKeep64 below).
+int Tile(int64_t m, int64_t n, bool wide_tiles = true, Options options = {}, int64_t k = 8192,
+         int stage_permute_tokens = 32) {
+  return TokenTile(m, n, k, options, kSms, wide_tiles, stage_permute_tokens);
 }
 
 TEST(TokenTileTest, UpTo128TokensByM) {
@@ -97,6 +100,27 @@ TEST(OptionsTest, ValidKnobsOnly) {
   EXPECT_FALSE(Valid(Options{0, 16, 0}));
   EXPECT_FALSE(Valid(Options{0, 0, 64}));
   EXPECT_FALSE(Valid(Options{0, 0, 512}));
+}
+
+// W8A16 (no 256-token tiles, 64-token tiles permuted in their stages): 64-token tiles at
+// 129-256 tokens where K <= 4096 and 128-token tiles would not fill the 132 SMs unsplit
+// (4096 x 4096 at M = 256: 18.46 against 20.28 us on the H200, session 50).
+TEST(TokenTileTest, ShortGemmsKeep64) {
+  auto w8a16 = [](int64_t m, int64_t n, int64_t k, Options options = {}) {
+    return Tile(m, n, false, options, k, 64);
+  };
+  EXPECT_EQ(w8a16(256, 4096, 4096), 64);
+  EXPECT_EQ(w8a16(129, 4096, 4096), 64);
+  EXPECT_EQ(w8a16(257, 4096, 4096), 128);   // beyond 256 tokens
+  EXPECT_EQ(w8a16(256, 4096, 14336), 128);  // 14336 x 4096: 52.88 against 57.05 us
+  EXPECT_EQ(w8a16(256, 8192, 8192), 128);   // 8192 x 8192: 57.38 against 77.05
+  EXPECT_EQ(w8a16(256, 14336, 4096), 128);  // 224 CTAs of 128 tokens fill the SMs
+  EXPECT_EQ(w8a16(128, 8192, 4096), 128);   // up to 128 tokens by the rule above
+  Options forced;
+  forced.tokens = 128;
+  EXPECT_EQ(w8a16(256, 4096, 4096, forced), 128);
+  // Formats without the 64-token stage permute keep 128.
+  EXPECT_EQ(Tile(256, 4096, false, {}, 4096, 32), 128);
 }
 
 }  // namespace
