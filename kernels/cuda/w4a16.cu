@@ -368,7 +368,7 @@ cudaError_t LaunchForM(const GemmArgs& args, const W4A16Options& options) {
     }
   }
   if (args.m <= 8) {
-    return w4a16::DeviceBytes(args.shape) < kSmallWeightBytes
+    return w4a16::DecodeBytes(args.shape) < kSmallWeightBytes
                ? LaunchDirect<1, kBf16>(args, options)
                : LaunchStaged<1, 2, kBf16>(args, options);
   }

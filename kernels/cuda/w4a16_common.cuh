@@ -46,6 +46,11 @@ struct Params {
   // Decode kernel: log2 of the CTAs (a cluster) that share a row set (decode_split.cuh).
   int32_t cluster_shift = 0;
   DType y_dtype;
+  // The wgmma GEMM on fp16 activations (w4a16_wgmma.cuh): s is then the gemm scales'
+  // region, whose sums the row factors multiply (w4a16_layout.h); with per-row scales
+  // (no such regions, row_factors nullptr) the dequantized weights are q * 2^-9.
+  bool gemm_f16 = false;
+  const float* row_factors = nullptr;
   // Decode kernel: let the next kernel launch as soon as this one's wait returns, not
   // only once its last loads are issued (dependent_launch.h says when each pays).
   bool early_trigger = false;

@@ -25,9 +25,18 @@
 //   scales:  [group][scale group][strip][g] pairs of fp16 (s[row g], s[row g + 8]),
 //     NumGroups * ScaleGroups * 256 bytes; ScaleGroups is K/128 for group_size 128 and 1
 //     for per-row scales. Padding rows have scale 0 and u = 8 (q = 0).
+//   With group_size 128 two more regions, for the wgmma GEMM on fp16 activations
+//   (w4a16_wgmma.cuh), which dequantizes by one fma a pair of weights where the decode
+//   kernels take two (w4a16_ptx.cuh, DequantScaledF16):
+//   gemm scales: the scales' region again, each pair (s[row g] * 2^(e[row g] + 24),
+//     s[row g + 8] * 2^(e[row g + 8] + 20)) in fp16, e[row] the row's exponent
+//     (RowExponent below);
+//   row factors: [group][strip][g] pairs of fp32 (2^-e[row g], 2^-e[row g + 8]),
+//     NumGroups * 512 bytes, which multiply the GEMM's sums.
 #ifndef QMM_KERNELS_CUDA_W4A16_LAYOUT_H_
 #define QMM_KERNELS_CUDA_W4A16_LAYOUT_H_
 
+#include <cmath>
 #include <cstdint>
 
 #include "kernels/format.h"
@@ -57,8 +66,31 @@ constexpr int64_t WeightRegionBytes(const WeightShape& s) {
 // two strips by 8T tokens.
 constexpr int StreamTileFloats(int t) { return 2 * kStripRows * 8 * t; }
 
+inline constexpr int kStripRowFactorBytes = 64;                                   // 16 fp32
+inline constexpr int kGroupRowFactorBytes = kGroupStrips * kStripRowFactorBytes;  // 512 bytes
+
+constexpr int64_t ScaleRegionBytes(const WeightShape& s) {
+  return NumGroups(s) * ScaleGroups(s) * kGroupScaleBytes;
+}
+// What the decode kernels read: the weights and the scales.
+constexpr int64_t DecodeBytes(const WeightShape& s) {
+  return WeightRegionBytes(s) + ScaleRegionBytes(s);
+}
+constexpr bool HasGemmScales(const WeightShape& s) { return s.group_size != 0; }
+constexpr int64_t GemmScalesOffset(const WeightShape& s) { return DecodeBytes(s); }
+constexpr int64_t RowFactorsOffset(const WeightShape& s) {
+  return GemmScalesOffset(s) + (HasGemmScales(s) ? ScaleRegionBytes(s) : 0);
+}
 constexpr int64_t DeviceBytes(const WeightShape& s) {
-  return WeightRegionBytes(s) + NumGroups(s) * ScaleGroups(s) * kGroupScaleBytes;
+  return RowFactorsOffset(s) + (HasGemmScales(s) ? NumGroups(s) * kGroupRowFactorBytes : 0);
+}
+
+// The exponent e of a row whose largest |scale| is `max_abs` (finite): the one that puts
+// max_abs * 2^(e + shift) in [2^15, 2^16), where shift is 24 for the rows g of a strip's
+// pairs and 20 for the rows g + 8 (the gemm scales above); 0 for a row of zero scales.
+inline int RowExponent(float max_abs, int shift) {
+  if (!(max_abs > 0.0f) || !std::isfinite(max_abs)) return 0;
+  return 15 - shift - std::ilogb(max_abs);
 }
 
 }  // namespace qmm::cuda::w4a16

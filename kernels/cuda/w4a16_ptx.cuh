@@ -125,6 +125,22 @@ __device__ inline void Dequant(uint32_t w, uint32_t (&a)[4]) {
   }
 }
 
+// One layout word -> its four A registers already scaled, fp16, one fma a pair: the
+// nibble u masked in place is the subnormal u * 2^-24 (bits 0-3) or u * 2^-20 (bits
+// 4-7), and fma(u * 2^-24, s * 2^(e + 24), -8 s * 2^e) = (u - 8) s * 2^e, rounded once,
+// as (u - 8) s is by DequantScaled. `scale_lo` / `scale_hi` hold the gemm scales of rows
+// g / g + 8 in both halves (s * 2^(e + 24) and s * 2^(e + 20), w4a16_layout.h), `bias_lo`
+// / `bias_hi` their -8 s * 2^e; the caller multiplies the sums by 2^-e. fp16 keeps
+// subnormals (no .ftz): the products and sums are exact, as the rounding is.
+__device__ inline void DequantScaledF16(uint32_t w, uint32_t scale_lo, uint32_t scale_hi,
+                                        uint32_t bias_lo, uint32_t bias_hi, uint32_t (&a)[4]) {
+  const uint32_t w8 = w >> 8;
+  a[0] = Fma2<false>(w & 0x000f000f, scale_lo, bias_lo);
+  a[1] = Fma2<false>(w & 0x00f000f0, scale_hi, bias_hi);
+  a[2] = Fma2<false>(w8 & 0x000f000f, scale_lo, bias_lo);
+  a[3] = Fma2<false>(w8 & 0x00f000f0, scale_hi, bias_hi);
+}
+
 // c += A * B, m16n8k16, fp32 accumulators.
 template <bool kBf16>
 __device__ inline void Mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {

@@ -1,9 +1,12 @@
 // Host side of W4A16: canonical packed form -> the device layout of w4a16_layout.h.
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "kernels/cuda/w4a16.h"
 #include "kernels/cuda/w4a16_layout.h"
 #include "kernels/cuda/wgmma_layout.h"
+#include "kernels/dtype.h"
 
 namespace qmm::cuda {
 namespace {
@@ -38,6 +41,43 @@ void PackLane(const PackedWeight& w, int64_t row0, int64_t k_block, int lane, ui
                           nib(g, 1) << 16 | nib(g + 8, 1) << 20 | nib(g, 3) << 24 |
                           nib(g + 8, 3) << 28;
     std::memcpy(dst + step * 4, &word, 4);
+  }
+}
+
+// The gemm scales and row factors (w4a16_layout.h) from the scales region of `out`.
+void PackGemmScales(const WeightShape& shape, uint8_t* out) {
+  const int64_t groups = w4a16::NumGroups(shape);
+  const int64_t scale_groups = w4a16::ScaleGroups(shape);
+  const uint8_t* scales = out + w4a16::WeightRegionBytes(shape);
+  uint8_t* gemm = out + w4a16::GemmScalesOffset(shape);
+  uint8_t* factors = out + w4a16::RowFactorsOffset(shape);
+  for (int64_t group = 0; group < groups; ++group) {
+    for (int strip = 0; strip < kGroupStrips; ++strip) {
+      for (int i = 0; i < kStripRows; ++i) {
+        // Row i of the strip: half i / 8 of pair i % 8, as in the scales.
+        const int64_t at = strip * kStripScaleBytes + (i % 8) * 4 + (i / 8) * 2;
+        auto scale = [&](int64_t sg) {
+          uint16_t h;
+          std::memcpy(&h, scales + (group * scale_groups + sg) * kGroupScaleBytes + at, 2);
+          return h;
+        };
+        float max_abs = 0.0f;
+        for (int64_t sg = 0; sg < scale_groups; ++sg) {
+          max_abs = std::max(max_abs, std::fabs(HalfToFloat(scale(sg))));
+        }
+        const int e = w4a16::RowExponent(max_abs, i < 8 ? 24 : 20);
+        for (int64_t sg = 0; sg < scale_groups; ++sg) {
+          // A power of two times an fp16 value: exact unless it falls below fp16's normal
+          // range (a scale far under its row's largest), where it rounds.
+          const uint16_t h = FloatToHalf(std::ldexp(HalfToFloat(scale(sg)), e + (i < 8 ? 24 : 20)));
+          std::memcpy(gemm + (group * scale_groups + sg) * kGroupScaleBytes + at, &h, 2);
+        }
+        const float factor = std::ldexp(1.0f, -e);
+        std::memcpy(factors + group * w4a16::kGroupRowFactorBytes +
+                        strip * w4a16::kStripRowFactorBytes + (i % 8) * 8 + (i / 8) * 4,
+                    &factor, 4);
+      }
+    }
   }
 }
 
@@ -83,6 +123,7 @@ std::vector<uint8_t> RepackW4A16(const PackedWeight& packed) {
       }
     }
   }
+  if (w4a16::HasGemmScales(shape)) PackGemmScales(shape, out.data());
   return out;
 }
 

@@ -1,9 +1,11 @@
 // The W4A16 weight format of the wgmma GEMM (wgmma_gemm.cuh): a group's chunk is its
 // 8 KB of weights and 256 bytes of scales (w4a16_layout.h), two bulk copies; each warp
-// dequantizes its strip with the magic-number trick and scales the weights in 16 bits
-// (the chunk's per-row scale, as Marlin does). Per-row scales (one per row for all of K)
-// multiply the fp32 sums at the end instead: exact, where bf16 would round each scale
-// and product to 8 bits the same way in every chunk.
+// dequantizes its strip and scales the weights in 16 bits (the chunk's per-row scale, as
+// Marlin does): fp16 by one fma a pair on the gemm scales (DequantScaledF16), its sums
+// multiplied by the row factors at the end; bf16 by the magic-number trick and a second
+// fma. Per-row scales (one per row for all of K) multiply the fp32 sums at the end
+// instead: exact, where bf16 would round each scale and product to 8 bits the same way in
+// every chunk.
 #ifndef QMM_KERNELS_CUDA_W4A16_WGMMA_CUH_
 #define QMM_KERNELS_CUDA_W4A16_WGMMA_CUH_
 
@@ -12,8 +14,16 @@
 
 namespace qmm::cuda::w4a16 {
 
-// fp16 (1, 1): the scale pair of per-row-scaled weights inside the loop.
+// The scale pair of per-row-scaled weights inside the loop: bf16's (1, 1); fp16's gemm
+// scales of 1 at e = -9, (2^15, 2^11), so that the weights come out as q * 2^-9.
 inline constexpr uint32_t kOnePair = 0x3c003c00;
+inline constexpr uint32_t kRowScaledF16Pair = 0x68007800;
+inline constexpr float kRowScaledF16Factor = 512.0f;
+// fp16 -2^-21 and -2^-17 (subnormal) in both halves: the gemm scales of rows g and g + 8
+// times these are their bias, -8 s * 2^e (exact: the product is a normal fp16 wherever
+// the scale is within 2^8 of its row's largest).
+inline constexpr uint32_t kBiasLoFactor = 0x80088008;
+inline constexpr uint32_t kBiasHiFactor = 0x80808080;
 
 struct WgmmaFormat : wgmma_gemm::A16Format {
   static constexpr int kGroupStageBytes = kGroupChunkBytes + kGroupScaleBytes;
@@ -45,29 +55,49 @@ struct WgmmaFormat : wgmma_gemm::A16Format {
     Raw raw;
     raw.w = *reinterpret_cast<const uint4*>(gs + warp * kStripChunkBytes + blk * kBlockBytes +
                                             lane * 16);
-    raw.scales = p.s_chunk_stride == 0
-                     ? kOnePair
-                     : *reinterpret_cast<const uint32_t*>(gs + kGroupChunkBytes +
-                                                          warp * kStripScaleBytes + lane / 4 * 4);
+    raw.scales = p.s_chunk_stride != 0
+                     ? *reinterpret_cast<const uint32_t*>(gs + kGroupChunkBytes +
+                                                          warp * kStripScaleBytes + lane / 4 * 4)
+                 : p.gemm_f16 ? kRowScaledF16Pair
+                              : kOnePair;
     return raw;
   }
 
   template <bool kBf16>
   __device__ static void Dequant(const Raw& raw, int /*blk*/, uint32_t (*a)[4]) {
-    const ChunkScales sc = SplatScales<kBf16>(raw.scales);
-    DequantScaled<kBf16>(raw.w.x, sc, a[0]);
-    DequantScaled<kBf16>(raw.w.y, sc, a[1]);
-    DequantScaled<kBf16>(raw.w.z, sc, a[2]);
-    DequantScaled<kBf16>(raw.w.w, sc, a[3]);
+    if constexpr (kBf16) {
+      const ChunkScales sc = SplatScales<true>(raw.scales);
+      DequantScaled<true>(raw.w.x, sc, a[0]);
+      DequantScaled<true>(raw.w.y, sc, a[1]);
+      DequantScaled<true>(raw.w.z, sc, a[2]);
+      DequantScaled<true>(raw.w.w, sc, a[3]);
+    } else {
+      const uint32_t lo = __byte_perm(raw.scales, 0, 0x1010);
+      const uint32_t hi = __byte_perm(raw.scales, 0, 0x3232);
+      const uint32_t bias_lo = Fma2<false>(lo, kBiasLoFactor, 0);  // the products
+      const uint32_t bias_hi = Fma2<false>(hi, kBiasHiFactor, 0);
+      DequantScaledF16(raw.w.x, lo, hi, bias_lo, bias_hi, a[0]);
+      DequantScaledF16(raw.w.y, lo, hi, bias_lo, bias_hi, a[1]);
+      DequantScaledF16(raw.w.z, lo, hi, bias_lo, bias_hi, a[2]);
+      DequantScaledF16(raw.w.w, lo, hi, bias_lo, bias_hi, a[3]);
+    }
   }
 
-  // Per-row scales multiply the sums (Finish); per-chunk ones were applied in Dequant.
+  // Per-row scales multiply the sums (Finish), as do fp16's row factors; bf16's per-chunk
+  // scales were applied in Dequant.
   __device__ static RowScales LoadRowScales(const Params& p, int64_t group, int warp, int lane) {
-    if (p.s_chunk_stride != 0) return RowScales{1.f, 1.f};
     if (group >= p.groups) group = p.groups - 1;  // never stored
+    if (p.s_chunk_stride != 0) {
+      if (!p.gemm_f16) return RowScales{1.f, 1.f};
+      const float2 f = *reinterpret_cast<const float2*>(
+          reinterpret_cast<const uint8_t*>(p.row_factors) + group * kGroupRowFactorBytes +
+          warp * kStripRowFactorBytes + lane / 4 * 8);
+      return RowScales{f.x, f.y};
+    }
     const __half2 s = *reinterpret_cast<const __half2*>(p.s + group * p.s_group_stride +
                                                         warp * kStripScaleBytes + lane / 4 * 4);
-    return RowScales{__low2float(s), __high2float(s)};
+    const float k = p.gemm_f16 ? kRowScaledF16Factor : 1.f;
+    return RowScales{__low2float(s) * k, __high2float(s) * k};
   }
 
   __device__ static float4 Finish(const Params& /*p*/, const RowScales& s, int64_t /*tok*/,
@@ -77,6 +107,11 @@ struct WgmmaFormat : wgmma_gemm::A16Format {
 
   static cudaError_t MakeParams(const GemmArgs& args, Params* p) {
     *p = w4a16::MakeParams(args);
+    p->gemm_f16 = args.x_dtype == DType::kF16;
+    if (p->gemm_f16 && HasGemmScales(args.shape)) {
+      p->s = p->w + GemmScalesOffset(args.shape);
+      p->row_factors = reinterpret_cast<const float*>(p->w + RowFactorsOffset(args.shape));
+    }
     return cudaSuccess;
   }
 };

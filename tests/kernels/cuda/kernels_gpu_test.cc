@@ -146,14 +146,18 @@ struct Weight {
   PackedWeight packed() const { return PackedWeight{scheme, shape, packed_bytes}; }
 };
 
-Weight RandomWeight(Scheme scheme, const WeightShape& shape, std::mt19937_64& rng,
-                    float sigma = 0.05f) {
-  const std::vector<float> w = RandomNormal(rng, shape.n * shape.k, sigma);
+// `w` ([n, k] fp32) quantized to `scheme` as an upload would.
+Weight QuantizedWeight(Scheme scheme, const WeightShape& shape, const std::vector<float>& w) {
   absl::StatusOr<std::vector<uint8_t>> packed = QuantizeWeight(
       scheme, shape, DType::kF32,
       std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(w.data()), w.size() * 4));
   EXPECT_TRUE(packed.ok()) << packed.status();
   return Weight{scheme, shape, packed.ok() ? *std::move(packed) : std::vector<uint8_t>{}};
+}
+
+Weight RandomWeight(Scheme scheme, const WeightShape& shape, std::mt19937_64& rng,
+                    float sigma = 0.05f) {
+  return QuantizedWeight(scheme, shape, RandomNormal(rng, shape.n * shape.k, sigma));
 }
 
 double OutputRoundoff(DType y_dtype) {
@@ -606,6 +610,46 @@ TEST_F(W4A16Test, EveryPathMatchesCpu) {
   variants.push_back({"decode 2 strips", &LaunchW4A16DecodeStrips<2>});
   CheckVariants(Scheme::kW4A16, {{1000, 2048, kW4GroupSize}, {300, 1152, 0}},
                 {1, 5, 17, 24, 32, 40, 100, 128, 129, 300}, variants, rng_);
+}
+
+// The wgmma GEMM's fp16 dequantization on its gemm scales (w4a16_layout.h: each row's
+// scales times a power of two of its own, its sums times the inverse) where the scales
+// span 2^15 within every row (the smallest far below the 2^-8 of the row's largest under
+// which the scaled bias rounds), rows of three magnitudes (three exponents), a row of
+// zeros and a row whose last group alone is large (the others' scales subnormal fp16),
+// 8 rows of padding; through the default launch and the wgmma kernel, against the CPU.
+TEST_F(W4A16Test, WideScaleRangesMatchCpu) {
+  const WeightShape shape{520, 2048, kW4GroupSize};
+  std::vector<float> w = RandomNormal(rng_, shape.n * shape.k, 1.0f);
+  for (int64_t n = 0; n < shape.n; ++n) {
+    for (int64_t k = 0; k < shape.k; ++k) {
+      const int group = static_cast<int>(k / kW4GroupSize);
+      float& v = w[n * shape.k + k];
+      if (n == 7) {
+        v = 0.0f;
+      } else if (n == 9) {
+        v *= group == 15 ? 1.0f : 0x1p-14f;
+      } else {
+        v *= std::ldexp(1.0f, static_cast<int>(n % 3) - 1 - group);
+      }
+    }
+  }
+  const Weight weight = QuantizedWeight(Scheme::kW4A16, shape, w);
+  GpuWeight gpu(*FindKernel(Scheme::kW4A16), weight);
+  ASSERT_TRUE(gpu.ok());
+  const Variants variants = {{"default", &LaunchWithSplits<W4A16Options, &LaunchW4A16, 0>},
+                             {"wgmma 1 group", &LaunchW4A16Wgmma<1, 0>},
+                             {"wgmma 2 groups", &LaunchW4A16Wgmma<2, 0>},
+                             {"wgmma 1 group, 256-token tiles", &LaunchW4A16Wgmma<1, 0, 256>}};
+  for (const auto& [label, launch] : variants) {
+    SCOPED_TRACE(label);
+    for (int64_t m : {1, 17, 64, 256}) {
+      for (DType x_dtype : {DType::kF16, DType::kBF16}) {
+        gpu.Check(x_dtype, DType::kF32, m, rng_, launch);
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
 }
 
 // The two-strip decode kernel's persistent grid over more than one turn (282 row sets

@@ -1,0 +1,115 @@
+// RepackW4A16's gemm scales and row factors (kernels/cuda/w4a16_layout.h): for every row,
+// each gemm scale times the row factor is the row's scale times 2^24 (rows g of a strip's
+// pairs) or 2^20 (rows g + 8), exactly wherever that stays a normal fp16; the row's
+// largest lands in [2^15, 2^16); a row of zero scales gets factor 1; per-row scales get
+// neither region.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <span>
+#include <vector>
+
+#include "kernels/cuda/w4a16.h"
+#include "kernels/cuda/w4a16_layout.h"
+#include "kernels/dtype.h"
+#include "kernels/format.h"
+#include "kernels/quantize.h"
+
+namespace qmm::cuda {
+namespace {
+
+using w4a16::kGroupScaleBytes;
+using w4a16::kStripScaleBytes;
+
+std::vector<uint8_t> Packed(const WeightShape& shape, const std::vector<float>& w) {
+  absl::StatusOr<std::vector<uint8_t>> packed = QuantizeWeight(
+      Scheme::kW4A16, shape, DType::kF32,
+      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(w.data()), w.size() * 4));
+  EXPECT_TRUE(packed.ok()) << packed.status();
+  return packed.ok() ? *std::move(packed) : std::vector<uint8_t>{};
+}
+
+float HalfAt(const std::vector<uint8_t>& layout, int64_t offset) {
+  uint16_t h;
+  std::memcpy(&h, layout.data() + offset, 2);
+  return HalfToFloat(h);
+}
+
+// Rows of three magnitudes, 16 groups spanning 2^-15 in each, one row of zeros.
+TEST(W4A16RepackTest, GemmScalesAreEachRowsScalesTimesItsFactor) {
+  const WeightShape shape{300, 2048, kW4GroupSize};
+  std::mt19937_64 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> w(shape.n * shape.k);
+  for (int64_t n = 0; n < shape.n; ++n) {
+    for (int64_t k = 0; k < shape.k; ++k) {
+      const int group = static_cast<int>(k / kW4GroupSize);
+      w[n * shape.k + k] =
+          n == 5 ? 0.0f : normal(rng) * std::ldexp(1.0f, static_cast<int>(n % 3) * 6 - group);
+    }
+  }
+  const std::vector<uint8_t> bytes = Packed(shape, w);
+  const std::vector<uint8_t> layout = RepackW4A16(PackedWeight{Scheme::kW4A16, shape, bytes});
+  ASSERT_EQ(static_cast<int64_t>(layout.size()), w4a16::DeviceBytes(shape));
+  const int64_t scale_groups = w4a16::ScaleGroups(shape);
+  int exact = 0;
+  for (int64_t row = 0; row < shape.n; ++row) {
+    const int64_t group = row / w4a16::kGroupRows;
+    const int strip = static_cast<int>(row % w4a16::kGroupRows / w4a16::kStripRows);
+    const int i = static_cast<int>(row % w4a16::kStripRows);
+    const int64_t at = strip * kStripScaleBytes + (i % 8) * 4 + (i / 8) * 2;
+    float factor;
+    std::memcpy(&factor,
+                layout.data() + w4a16::RowFactorsOffset(shape) +
+                    group * w4a16::kGroupRowFactorBytes + strip * w4a16::kStripRowFactorBytes +
+                    (i % 8) * 8 + (i / 8) * 4,
+                4);
+    const int shift = i < 8 ? 24 : 20;
+    float largest = 0.0f;
+    for (int64_t sg = 0; sg < scale_groups; ++sg) {
+      const int64_t offset = (group * scale_groups + sg) * kGroupScaleBytes + at;
+      const float s = HalfAt(layout, w4a16::WeightRegionBytes(shape) + offset);
+      const float g = HalfAt(layout, w4a16::GemmScalesOffset(shape) + offset);
+      largest = std::max(largest, std::fabs(g));
+      const float want = std::ldexp(s / factor, shift);
+      if (std::fabs(want) >= 0x1p-14f) {
+        EXPECT_EQ(g, want) << "row " << row << ", scale group " << sg;
+        ++exact;
+      } else {
+        // Below fp16's normal range: rounded to its subnormal step.
+        EXPECT_LE(std::fabs(g - want), 0x1p-25f) << "row " << row << ", scale group " << sg;
+      }
+    }
+    if (row == 5) {
+      EXPECT_EQ(largest, 0.0f);
+      EXPECT_EQ(factor, 1.0f);
+    } else {
+      EXPECT_GE(largest, 0x1p15f) << "row " << row;
+      EXPECT_LT(largest, 0x1p16f) << "row " << row;
+    }
+  }
+  EXPECT_GT(exact, shape.n * scale_groups / 2);
+}
+
+TEST(W4A16RepackTest, PerRowScalesHaveNoGemmScales) {
+  const WeightShape shape{130, 256, 0};
+  EXPECT_EQ(w4a16::DeviceBytes(shape), w4a16::DecodeBytes(shape));
+  const std::vector<uint8_t> bytes = Packed(shape, std::vector<float>(shape.n * shape.k, 0.5f));
+  EXPECT_EQ(static_cast<int64_t>(RepackW4A16(PackedWeight{Scheme::kW4A16, shape, bytes}).size()),
+            w4a16::DeviceBytes(shape));
+}
+
+TEST(W4A16RepackTest, RowExponent) {
+  EXPECT_EQ(w4a16::RowExponent(1.0f, 24), -9);  // 2^15
+  EXPECT_EQ(w4a16::RowExponent(1.5f, 20), -5);  // 1.5 * 2^15
+  EXPECT_EQ(w4a16::RowExponent(0x1p-24f, 24), 15);
+  EXPECT_EQ(w4a16::RowExponent(65504.0f, 24), -24);
+  EXPECT_EQ(w4a16::RowExponent(0.0f, 24), 0);
+  EXPECT_EQ(w4a16::RowExponent(INFINITY, 24), 0);
+}
+
+}  // namespace
+}  // namespace qmm::cuda
