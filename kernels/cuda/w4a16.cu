@@ -270,6 +270,15 @@ cudaError_t LaunchWideDecode(const GemmArgs& args, const DeviceInfo& device, int
 constexpr int64_t kMaxDecodeTurns = 4;
 
 // The wgmma GEMM's knobs in `options` (its K split is the mma.sync kernels' too).
+// The wgmma GEMM (sets *launched), its 64-token tiles permuting the activations in
+// their stages on weights of at most kNarrowGroups row groups (w4a16::WgmmaFormatNarrow).
+constexpr int64_t kNarrowGroups = 32;
+template <bool kBf16>
+cudaError_t LaunchWgmma(const GemmArgs& args, const wgmma_gemm::Options& options, bool* launched) {
+  return wgmma_gemm::Launch<w4a16::WgmmaFormat, kBf16, w4a16::WgmmaFormatNarrow>(
+      args, options, launched, w4a16::NumGroups(args.shape) <= kNarrowGroups);
+}
+
 wgmma_gemm::Options WgmmaOptions(const W4A16Options& options) {
   wgmma_gemm::Options wgmma_options;
   wgmma_options.groups = options.wgmma_groups;
@@ -311,8 +320,7 @@ cudaError_t LaunchForM(const GemmArgs& args, const W4A16Options& options) {
   const wgmma_gemm::Options wgmma_options = WgmmaOptions(options);
   if (options.wgmma_groups != 0) {
     bool launched = false;
-    const cudaError_t err =
-        wgmma_gemm::Launch<w4a16::WgmmaFormat, kBf16>(args, wgmma_options, &launched);
+    const cudaError_t err = LaunchWgmma<kBf16>(args, wgmma_options, &launched);
     if (err != cudaSuccess || launched) return err;
   }
   if (options.splits == 0 && args.m <= 32) {
@@ -375,8 +383,7 @@ cudaError_t LaunchForM(const GemmArgs& args, const W4A16Options& options) {
   if (args.m <= 16) return LaunchStaged<2, 1, kBf16>(args, options);
   if (options.splits == 0) {
     bool launched = false;
-    const cudaError_t err =
-        wgmma_gemm::Launch<w4a16::WgmmaFormat, kBf16>(args, wgmma_options, &launched);
+    const cudaError_t err = LaunchWgmma<kBf16>(args, wgmma_options, &launched);
     if (err != cudaSuccess || launched) return err;
   }
   return LaunchStaged<4, 2, kBf16>(args, options);

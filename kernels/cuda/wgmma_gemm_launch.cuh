@@ -183,8 +183,10 @@ cudaError_t Runs(const DeviceInfo& device, bool* runs) {
 // *launched; nothing is enqueued otherwise). Needs K % 128 == 0 and the format's
 // workspace (for A16 formats PermutedXBytes(m, k), wgmma_layout.h), on TokenTile's tiles;
 // several token tiles read each weight tile together (mostly once from HBM, then from L2).
-template <typename F, bool kBf16>
-cudaError_t Launch(const GemmArgs& args, const Options& options, bool* launched) {
+// With `f64` set, 64-token tiles run on F64 instead, a variant of F with another
+// kStagePermuteTokens (only its 64-token kernels exist).
+template <typename F, bool kBf16, typename F64 = F>
+cudaError_t Launch(const GemmArgs& args, const Options& options, bool* launched, bool f64 = false) {
   *launched = false;
   DeviceInfo device;
   cudaError_t err = CurrentDeviceInfo(&device);
@@ -194,7 +196,11 @@ cudaError_t Launch(const GemmArgs& args, const Options& options, bool* launched)
   if (args.workspace == nullptr || args.shape.k % kChunkK != 0) return cudaErrorInvalidValue;
   *launched = true;
   return ForTokenTile<F>(args, options, device, [&](auto nt) {
-    return LaunchTile<F, decltype(nt)::value, kBf16>(args, device, options);
+    constexpr int kNt = decltype(nt)::value;
+    if constexpr (kNt == 64 && !std::is_same_v<F, F64>) {
+      if (f64) return LaunchTile<F64, 64, kBf16>(args, device, options);
+    }
+    return LaunchTile<F, kNt, kBf16>(args, device, options);
   });
 }
 
