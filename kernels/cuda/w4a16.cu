@@ -269,7 +269,6 @@ cudaError_t LaunchWideDecode(const GemmArgs& args, const DeviceInfo& device, int
 // turns) 35.0 against 35.5. Not measured beyond.
 constexpr int64_t kMaxDecodeTurns = 4;
 
-// The wgmma GEMM's knobs in `options` (its K split is the mma.sync kernels' too).
 // The wgmma GEMM (sets *launched), its 64-token tiles permuting the activations in
 // their stages on weights of at most kNarrowGroups row groups (w4a16::WgmmaFormatNarrow).
 constexpr int64_t kNarrowGroups = 32;
@@ -279,6 +278,7 @@ cudaError_t LaunchWgmma(const GemmArgs& args, const wgmma_gemm::Options& options
       args, options, launched, w4a16::NumGroups(args.shape) <= kNarrowGroups);
 }
 
+// The wgmma GEMM's knobs in `options` (its K split is the mma.sync kernels' too).
 wgmma_gemm::Options WgmmaOptions(const W4A16Options& options) {
   wgmma_gemm::Options wgmma_options;
   wgmma_options.groups = options.wgmma_groups;

@@ -121,7 +121,7 @@ struct WgmmaFormat : wgmma_gemm::A16Format {
 // activations, so that work grows with the row groups while the permute kernel's, ahead
 // of the GEMM, does not. On the H200 (sessions 48 and 50) it took 14336 x 4096 at M = 48
 // / 64 5-7% off (28.71 / 28.91 -> 27.33 / 27.39 us in session 50) and 4096 x 4096 at M =
-// 128 8-12% off (14.11 -> 12.46), 4096 x 4096 at 48 / 64 within 0.3%; but 4096 x 14336
+// 128 8-12% off (14.11 -> 12.46), 4096 x 4096 at 48 / 64 within 0.7%; but 4096 x 14336
 // (112 row groups) 7-11% slower and 8192 x 8192 (64) up to 6%.
 struct WgmmaFormatNarrow : WgmmaFormat {
   static constexpr int kStagePermuteTokens = 64;
