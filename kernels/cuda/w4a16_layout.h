@@ -66,6 +66,13 @@ constexpr int64_t WeightRegionBytes(const WeightShape& s) {
 // two strips by 8T tokens.
 constexpr int StreamTileFloats(int t) { return 2 * kStripRows * 8 * t; }
 
+// Where row i of a strip finds its fp16 scale in the strip's 32 bytes: half i / 8 of
+// pair i % 8 (the scales and the gemm scales alike).
+constexpr int StripScaleOffset(int i) { return (i % 8) * 4 + (i / 8) * 2; }
+// The power of two of row i's gemm scales over its exponent e: 2^(e + 24) for the rows g of
+// the pairs, 2^(e + 20) for the rows g + 8 (the nibbles the dequantization masks in place).
+constexpr int GemmScaleShift(int i) { return i < 8 ? 24 : 20; }
+
 inline constexpr int kStripRowFactorBytes = 64;                                   // 16 fp32
 inline constexpr int kGroupRowFactorBytes = kGroupStrips * kStripRowFactorBytes;  // 512 bytes
 

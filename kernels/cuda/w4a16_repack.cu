@@ -54,8 +54,8 @@ void PackGemmScales(const WeightShape& shape, uint8_t* out) {
   for (int64_t group = 0; group < groups; ++group) {
     for (int strip = 0; strip < kGroupStrips; ++strip) {
       for (int i = 0; i < kStripRows; ++i) {
-        // Row i of the strip: half i / 8 of pair i % 8, as in the scales.
-        const int64_t at = strip * kStripScaleBytes + (i % 8) * 4 + (i / 8) * 2;
+        const int64_t at = strip * kStripScaleBytes + w4a16::StripScaleOffset(i);
+        const int shift = w4a16::GemmScaleShift(i);
         auto scale = [&](int64_t sg) {
           uint16_t h;
           std::memcpy(&h, scales + (group * scale_groups + sg) * kGroupScaleBytes + at, 2);
@@ -65,11 +65,11 @@ void PackGemmScales(const WeightShape& shape, uint8_t* out) {
         for (int64_t sg = 0; sg < scale_groups; ++sg) {
           max_abs = std::max(max_abs, std::fabs(HalfToFloat(scale(sg))));
         }
-        const int e = w4a16::RowExponent(max_abs, i < 8 ? 24 : 20);
+        const int e = w4a16::RowExponent(max_abs, shift);
         for (int64_t sg = 0; sg < scale_groups; ++sg) {
           // A power of two times an fp16 value: exact unless it falls below fp16's normal
           // range (a scale far under its row's largest), where it rounds.
-          const uint16_t h = FloatToHalf(std::ldexp(HalfToFloat(scale(sg)), e + (i < 8 ? 24 : 20)));
+          const uint16_t h = FloatToHalf(std::ldexp(HalfToFloat(scale(sg)), e + shift));
           std::memcpy(gemm + (group * scale_groups + sg) * kGroupScaleBytes + at, &h, 2);
         }
         const float factor = std::ldexp(1.0f, -e);
@@ -113,11 +113,10 @@ std::vector<uint8_t> RepackW4A16(const PackedWeight& packed) {
     for (int64_t sg = 0; sg < scale_groups; ++sg) {
       uint8_t* dst = sbase + (group * scale_groups + sg) * kGroupScaleBytes;
       for (int strip = 0; strip < kGroupStrips; ++strip) {
-        for (int64_t i = 0; i < kStripRows; ++i) {
+        for (int i = 0; i < kStripRows; ++i) {
           const int64_t row = (group * kGroupStrips + strip) * kStripRows + i;
           if (row >= shape.n) continue;
-          // Row i of the strip is the low (i < 8) or high half of pair i % 8.
-          std::memcpy(dst + strip * kStripScaleBytes + (i % 8) * 4 + (i / 8) * 2,
+          std::memcpy(dst + strip * kStripScaleBytes + w4a16::StripScaleOffset(i),
                       scales + (row * src_groups + sg) * 2, 2);
         }
       }
