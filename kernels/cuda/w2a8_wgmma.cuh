@@ -104,9 +104,11 @@ struct WgmmaFormat {
   // The warp's strip is row block warp % 2 of the group's row group warp / 2; both
   // halves of the chunk are fields of the same 16 bytes.
   using Raw = uint4;
-  __device__ static Raw Fetch(const Params&, const uint8_t* gs, int warp, int lane, int /*half*/) {
-    return *reinterpret_cast<const uint4*>(gs + warp / 2 * kUnitBytes +
-                                           warp % 2 * kBytesPerRowBlock + lane * 16);
+  __device__ static int2 ThreadOffsets(int warp, int lane) {
+    return make_int2(warp / 2 * kUnitBytes + warp % 2 * kBytesPerRowBlock + lane * 16, 0);
+  }
+  __device__ static Raw Fetch(const Params&, const uint8_t* w, const uint8_t*, int /*half*/) {
+    return *reinterpret_cast<const uint4*>(w);
   }
 
   template <bool>

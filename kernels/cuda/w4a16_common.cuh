@@ -51,6 +51,9 @@ struct Params {
   // (no such regions, row_factors nullptr) the dequantized weights are q * 2^-9.
   bool gemm_f16 = false;
   const float* row_factors = nullptr;
+  // The wgmma GEMM with per-row scales: the scale pair its loop applies to every chunk's
+  // weights (w4a16_wgmma.cuh); 0 where it reads each chunk's from the stage.
+  uint32_t gemm_fixed_pair = 0;
   // Decode kernel: let the next kernel launch as soon as this one's wait returns, not
   // only once its last loads are issued (dependent_launch.h says when each pays).
   bool early_trigger = false;

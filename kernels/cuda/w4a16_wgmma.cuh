@@ -51,15 +51,15 @@ struct WgmmaFormat : wgmma_gemm::A16Format {
     uint4 w;
     uint32_t scales;
   };
-  __device__ static Raw Fetch(const Params& p, const uint8_t* gs, int warp, int lane, int blk) {
+  __device__ static int2 ThreadOffsets(int warp, int lane) {
+    return make_int2(warp * kStripChunkBytes + lane * 16,
+                     kGroupChunkBytes + warp * kStripScaleBytes + lane / 4 * 4);
+  }
+  __device__ static Raw Fetch(const Params& p, const uint8_t* w, const uint8_t* side, int blk) {
     Raw raw;
-    raw.w = *reinterpret_cast<const uint4*>(gs + warp * kStripChunkBytes + blk * kBlockBytes +
-                                            lane * 16);
-    raw.scales = p.s_chunk_stride != 0
-                     ? *reinterpret_cast<const uint32_t*>(gs + kGroupChunkBytes +
-                                                          warp * kStripScaleBytes + lane / 4 * 4)
-                 : p.gemm_f16 ? kRowScaledF16Pair
-                              : kOnePair;
+    raw.w = *reinterpret_cast<const uint4*>(w + blk * kBlockBytes);
+    raw.scales =
+        p.gemm_fixed_pair != 0 ? p.gemm_fixed_pair : *reinterpret_cast<const uint32_t*>(side);
     return raw;
   }
 
@@ -108,6 +108,7 @@ struct WgmmaFormat : wgmma_gemm::A16Format {
   static cudaError_t MakeParams(const GemmArgs& args, Params* p) {
     *p = w4a16::MakeParams(args);
     p->gemm_f16 = args.x_dtype == DType::kF16;
+    if (p->s_chunk_stride == 0) p->gemm_fixed_pair = p->gemm_f16 ? kRowScaledF16Pair : kOnePair;
     if (p->gemm_f16 && HasGemmScales(args.shape)) {
       p->s = p->w + GemmScalesOffset(args.shape);
       p->row_factors = reinterpret_cast<const float*>(p->w + RowFactorsOffset(args.shape));

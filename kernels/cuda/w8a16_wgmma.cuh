@@ -59,8 +59,11 @@ struct WgmmaFormat : wgmma_gemm::A16Format {
   struct Raw {
     uint4 w[2];
   };
-  __device__ static Raw Fetch(const Params&, const uint8_t* gs, int warp, int lane, int blk) {
-    const uint8_t* tile = gs + warp * kRowTileChunkBytes + 2 * blk * kLayoutChunkBytes + lane * 16;
+  __device__ static int2 ThreadOffsets(int warp, int lane) {
+    return make_int2(warp * kRowTileChunkBytes + lane * 16, 0);
+  }
+  __device__ static Raw Fetch(const Params&, const uint8_t* w, const uint8_t*, int blk) {
+    const uint8_t* tile = w + 2 * blk * kLayoutChunkBytes;
     return Raw{{*reinterpret_cast<const uint4*>(tile),
                 *reinterpret_cast<const uint4*>(tile + kLayoutChunkBytes)}};
   }

@@ -249,8 +249,12 @@ using GemmParams =
 //                                   against a two-group one's, for the launch's plan;
 //   Load(dst, p, group, chunk, bar) a copy of them (the producer lane; bar counts the
 //                                   bytes);
-//   Raw, Fetch(p, gs, warp, lane, half)  what a warp reads of the group's stage bytes gs
-//                                   for half the chunk's steps of its 16 rows;
+//   ThreadOffsets(warp, lane)       (x) where a consumer thread's weights sit in a
+//                                   group's stage bytes, (y) its side bytes (W4A16's
+//                                   chunk scales; others' none);
+//   Raw, Fetch(p, w, side, half)    what a thread reads of those (w and side: the
+//                                   group's stage bytes plus ThreadOffsets) for half the
+//                                   chunk's steps of its warp's 16 rows;
 //   Dequant<kBf16>(raw, half, a)    a[0..kSteps/2) <- the A registers of those steps;
 //   Mma<J, kBf16>(d, a, desc, accumulate)  one wgmma of J n8 tiles;
 //   CoreWord(j, t)                  the physical 4-byte word of a token's 128-byte block
@@ -413,16 +417,25 @@ __global__ void __launch_bounds__((Tile<F, NT, G>::kThreads), (Tile<F, NT, G>::k
   uint32_t a[2][Tl::kBatchSteps][4];
   // The warp's bytes of the chunk: group r's half h.
   typename F::Raw raw[G][2];
+  // The thread's bytes of group 0 in the current stage (F::ThreadOffsets: its weights and
+  // its side bytes) and the stage's B descriptor, each moved a stage on as the loop goes,
+  // so that they stay in registers: ptxas had recomputed the offsets from the thread's
+  // index every chunk (W4A16's one-group loop at 64 tokens: 167 instructions, 150 with
+  // these and the barrier pointers below; scripts/sass-loops.py).
+  const int2 offsets = F::ThreadOffsets(warp, lane);
+  const uint8_t* tw = stages + Tl::kXBytes + offsets.x;
+  const uint8_t* ts = stages + Tl::kXBytes + offsets.y;
+  uint64_t stage_desc = wgmma::SmemDescSw128(stages, Tl::kAtomBytes);
   // Reads batch b's bytes: a batch's reads are issued before the previous batch's wait,
   // so that they complete while it runs (read after the wait, they were a quarter of
   // W8A16's stalls at M = 256: ncu, H200). Tl::kWhole: the whole chunk, b = 0.
-  auto fetch = [&](const uint8_t* stage, int b) {
-    const uint8_t* ws = stage + Tl::kXBytes;
+  auto fetch = [&](int b) {
     if constexpr (G == 2 || Tl::kWhole) {
-      raw[b][0] = F::Fetch(p, ws + b * F::kGroupStageBytes, warp, lane, 0);
-      raw[b][1] = F::Fetch(p, ws + b * F::kGroupStageBytes, warp, lane, 1);
+      const int g = b * F::kGroupStageBytes;
+      raw[b][0] = F::Fetch(p, tw + g, ts + g, 0);
+      raw[b][1] = F::Fetch(p, tw + g, ts + g, 1);
     } else {
-      raw[0][b] = F::Fetch(p, ws, warp, lane, b);
+      raw[0][b] = F::Fetch(p, tw, ts, b);
     }
   };
   // Dequantizes batch b of the chunk into a[b] (Tl::kWhole: the whole chunk into set b).
@@ -437,11 +450,10 @@ __global__ void __launch_bounds__((Tile<F, NT, G>::kThreads), (Tile<F, NT, G>::k
   };
   // Issues batch b's wgmmas on the chunk's B tiles and commits them as one group; `first`:
   // chunk 0, whose first step of each accumulator overwrites it.
-  // The B descriptors are the ring's advanced by the stage's and the step's offset: one
-  // add a wgmma, where building each from its address took ptxas six instructions (the
-  // loop is issue-bound at 64 tokens: ncu, H200).
-  const uint64_t ring_desc = wgmma::SmemDescSw128(stages, Tl::kAtomBytes);
-  auto issue = [&](uint64_t stage_desc, int b, bool first) {
+  // The B descriptors are the stage's advanced by the step's offset: one add a wgmma,
+  // where building each from its address took ptxas six instructions (the loop is
+  // issue-bound at 64 tokens: ncu, H200).
+  auto issue = [&](int b, bool first) {
     wgmma::Fence();
 #pragma unroll
     for (int i = 0; i < Tl::kBatchSteps; ++i) {
@@ -464,31 +476,41 @@ __global__ void __launch_bounds__((Tile<F, NT, G>::kThreads), (Tile<F, NT, G>::k
 
   // One batch stays in flight at each wait: the next is dequantized while the tensor
   // cores run it.
-  // Chunk c sits in stage s = c % kStages, filled for the (c / kStages)-th time (phase).
-  int s = 0;
-  int prev = kStages - 1;
+  // Chunk c sits in stage c % kStages (full barrier full_s), filled for the
+  // (c / kStages)-th time (phase); empty_prev is the empty barrier of the stage before.
+  // Kept as pointers: computed from the stage's index, the arrive on empty_prev had
+  // slipped behind the next batch's dequantization in W8A16's loop (H200: 1-3% slower).
   uint32_t phase = 0;
+  uint64_t* full_s = full;
+  uint64_t* empty_prev = empty + kStages - 1;
+  // On to the next stage: its full barrier and phase, the thread's bytes, the descriptor.
+  auto advance = [&] {
+    const bool wrap = full_s == full + (kStages - 1);
+    const int step = wrap ? (1 - kStages) * Tl::kStageBytes : Tl::kStageBytes;
+    full_s += wrap ? 1 - kStages : 1;
+    phase ^= wrap ? 1 : 0;
+    tw += step;
+    ts += step;
+    stage_desc = wgmma::DescAdvance(stage_desc, static_cast<uint32_t>(step / 16));
+  };
   if constexpr (Tl::kWhole) {
     // A chunk a batch, in register set c % 2: chunk c's wgmmas run while chunk c + 1's
     // bytes are read and dequantized. Two chunks a turn keep the sets static; with the
     // second one conditional instead (an odd count), ptxas serialized the wgmmas (C7513).
-    w4a16::MbarWait(&full[0], 0);
-    fetch(stages, 0);
+    w4a16::MbarWait(full_s, 0);
+    fetch(0);
     auto whole = [&](int c, int b) {
       dequant(b);
-      issue(wgmma::DescAdvance(ring_desc, s * (Tl::kStageBytes / 16)), b, c == 0);
-      const int cur = s;
-      if (++s == kStages) {
-        s = 0;
-        phase ^= 1;
-      }
+      issue(b, c == 0);
+      uint64_t* const empty_cur = full_s + kStages;
+      advance();
       if (c + 1 < count) {  // the next chunk's bytes, read while this one's wgmmas run
-        w4a16::MbarWait(&full[s], phase);
-        fetch(stages + s * Tl::kStageBytes, 0);
+        w4a16::MbarWait(full_s, phase);
+        fetch(0);
       }
       wgmma::Wait<1>();  // chunk c - 1: its register set and its stage are free
-      if (c > 0 && lane == 0) w4a16::MbarArrive(&empty[prev]);
-      prev = cur;
+      if (c > 0 && lane == 0) w4a16::MbarArrive(empty_prev);
+      empty_prev = empty_cur;
     };
     int c = 0;
     for (; c + 1 < count; c += 2) {
@@ -498,23 +520,18 @@ __global__ void __launch_bounds__((Tile<F, NT, G>::kThreads), (Tile<F, NT, G>::k
     if (c < count) whole(c, 0);
   } else {
     for (int c = 0; c < count; ++c) {
-      const uint8_t* stage = stages + s * Tl::kStageBytes;
-      w4a16::MbarWait(&full[s], phase);
-      fetch(stage, 0);
+      w4a16::MbarWait(full_s, phase);
+      fetch(0);
       dequant(0);  // a[0] is free: batch 0 of chunk c - 1 completed below
-      fetch(stage, 1);
-      const uint64_t stage_desc = wgmma::DescAdvance(ring_desc, s * (Tl::kStageBytes / 16));
-      issue(stage_desc, 0, c == 0);
+      fetch(1);
+      issue(0, c == 0);
       wgmma::Wait<1>();  // batch 1 of chunk c - 1: a[1] and its stage are free
-      if (c > 0 && lane == 0) w4a16::MbarArrive(&empty[prev]);
+      if (c > 0 && lane == 0) w4a16::MbarArrive(empty_prev);
       dequant(1);
-      issue(stage_desc, 1, c == 0);
+      issue(1, c == 0);
       wgmma::Wait<1>();  // batch 0 of chunk c
-      prev = s;
-      if (++s == kStages) {
-        s = 0;
-        phase ^= 1;
-      }
+      empty_prev = full_s + kStages;
+      advance();
     }
   }
   wgmma::Wait<0>();
