@@ -40,6 +40,7 @@
 #include "kernels/dtype.h"
 #include "kernels/format.h"
 #include "kernels/quantize.h"
+#include "tests/test_seed.h"
 
 namespace qmm::cuda {
 namespace {
@@ -92,18 +93,12 @@ class SyncWords {
   bool ok_ = false;
 };
 
-// A fresh seed per test (printed in every failure's trace); QMM_TEST_SEED=<n> repeats one.
-uint64_t FreshSeed() {
-  if (const char* fixed = std::getenv("QMM_TEST_SEED")) return std::strtoull(fixed, nullptr, 10);
-  std::random_device rd;
-  return (static_cast<uint64_t>(rd()) << 32) | rd();
-}
-
-// A test with its own seed (in the trace of every failure) and generator.
+// A test with its own seed (in the trace of every failure; QMM_TEST_SEED=<n> repeats one)
+// and generator.
 template <typename Base = ::testing::Test>
 class Seeded : public Base {
  protected:
-  const uint64_t seed_ = FreshSeed();
+  const uint64_t seed_ = TestSeed();
   const ::testing::ScopedTrace trace_{__FILE__, __LINE__, ::testing::Message() << "seed " << seed_};
   std::mt19937_64 rng_{seed_};
 };
@@ -1321,7 +1316,7 @@ std::vector<uint8_t> HostConvert(DType from, const std::vector<uint8_t>& src, DT
 }
 
 TEST(ConvertTest, MatchesHostRoundingBitForBit) {
-  std::mt19937_64 rng(FreshSeed());
+  std::mt19937_64 rng(TestSeed());
   constexpr size_t kCount = 100003;  // not a multiple of any block size
   std::vector<float> values = RandomNormal(rng, kCount, 3e4f);
   // Edge values: fp16 overflow and max, subnormals, signed zero, Inf, NaN.
@@ -1367,7 +1362,7 @@ TEST(ConvertTest, MatchesHostRoundingBitForBit) {
 }
 
 TEST(ActQuantTest, MatchesHostRuleBitForBit) {
-  std::mt19937_64 rng(FreshSeed());
+  std::mt19937_64 rng(TestSeed());
   for (const auto& [m, k] : {std::pair<int64_t, int64_t>{1, 7}, {5, 128}, {33, 4096}, {3, 1000}}) {
     std::vector<float> values = RandomNormal(rng, m * k, 2.0f);
     std::fill(values.begin(), values.begin() + k, 0.0f);  // a zero row: scale 0, q 0

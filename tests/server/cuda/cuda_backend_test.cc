@@ -21,6 +21,7 @@
 #include "kernels/dtype.h"
 #include "kernels/quantize.h"
 #include "server/cpu_backend.h"
+#include "tests/test_seed.h"
 
 namespace qmm {
 namespace {
@@ -296,8 +297,8 @@ TEST(CudaBackendTest, AWorkerOutOfRangeIsInternal) {
 class CudaForwardTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    // A fresh seed every run, printed so that a failure can be replayed.
-    const uint64_t seed = std::random_device{}();
+    // A fresh seed every run, printed so that a failure can be replayed (QMM_TEST_SEED).
+    const uint64_t seed = TestSeed();
     rng_.seed(seed);
     std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
     cuda_ = MakeBackend(2);
