@@ -66,8 +66,8 @@ ABSL_FLAG(int, decode_cluster, 0,
 ABSL_FLAG(int, w2a8_wgmma_groups, 0,
           "W2A8 tuning: force the wgmma kernel at every M with 1 or 2 row groups per CTA");
 ABSL_FLAG(int, wgmma_tokens, 0,
-          "Tuning: the W4A16 and W2A8 wgmma kernels' token tile beyond 128 tokens (128 or 256; "
-          "0 = auto)");
+          "Tuning: the W4A16 and W2A8 wgmma kernels' token tile: 64 up to 64 tokens, or "
+          "beyond 128 tokens 128 or 256 (0 = auto)");
 ABSL_FLAG(int, w2a8_wgmma_splits, 0,
           "W2A8 tuning: the wgmma kernel's K split (1, 2, 4 or 8; 0 = auto)");
 

@@ -161,6 +161,25 @@ inline bool W2A8TwoGroupsPay(int64_t one_group_ctas, int64_t two_group_ctas) {
 inline bool W4A16WidePays(const DecodeGrid& grid, int sms, int64_t strips, int64_t wide_slots) {
   return grid.cluster == 1 && grid.ctas < sms && strips <= wide_slots;
 }
+// Whether the W4A16 wgmma GEMM takes a launch of 17-32 tokens (m) that the decode kernel's
+// grid of four token tiles covers at once (`sets` one-strip sets on `slots` CTAs that fit),
+// for a K of k. The decode kernel's fixed costs are smaller, but its time grows faster
+// with K and with the tokens: on the H200 (session 52; N = 4096, us at M = 17 / 32)
+// decode 7.05 / 8.35 against the GEMM's 8.87 at K = 4096, 11.91 / 14.01 against 13.67 at
+// 8192, 19.42 / 22.91 against 20.8 at 14336, 37.73 / 45.78 against 37.8 at 28672, where
+// the crossing moves from about 30 tokens (K = 8192) to 26 (14336) and 18 (28672). The
+// GEMM takes a launch where K (m - 16) reaches 128 Ki, so that the decode kernel keeps
+// only cells where the GEMM was at most 2% faster. Where half the decode grid's slots
+// stay idle (N = 2048: 128 sets for 264 CTAs) the GEMM won at every token count from K =
+// 8192 on (8192 x 2048 9.50-10.35 against 9.3; 14336 x 2048 15.5-17.1 against 12.9).
+// (The GEMM's times are those of two groups a CTA, which w4a16.cu takes on these weights.)
+inline bool W4A16GemmBeatsDecode(int64_t m, int64_t k, int64_t sets, int64_t slots) {
+  constexpr int64_t kMinHalfGridK = 8192;
+  constexpr int64_t kCrossing = 128 * 1024;
+  if (2 * sets <= slots) return k >= kMinHalfGridK;
+  return k * (m - 16) >= kCrossing;
+}
+
 // Whether `grid` can run CTAs of more warps, all on one row set (W8A16's 16-warp CTAs,
 // w8a16_decode.cuh kWideWarps), of which `wide_slots` fit at once: one set a CTA, no
 // cluster.

@@ -9,8 +9,8 @@
 namespace qmm::cuda::wgmma_gemm {
 
 // Tuning knobs (0: the launch's choice): 128-row groups per CTA (1 or 2), the K split
-// (1, 2, 4 or 8) and the token tile beyond 128 tokens (128, or 256 for formats that
-// have it).
+// (1, 2, 4 or 8) and the token tile: 64 up to 64 tokens (where 32 would be the choice up
+// to 32), or beyond 128 tokens 128 or 256 (for formats that have it).
 struct Options {
   int groups = 0;
   int splits = 0;
@@ -22,7 +22,8 @@ struct Options {
 inline bool Valid(const Options& options) {
   return options.groups >= 0 && options.groups <= 2 && options.splits >= 0 && options.splits <= 8 &&
          (options.splits & (options.splits - 1)) == 0 &&
-         (options.tokens == 0 || options.tokens == 128 || options.tokens == 256);
+         (options.tokens == 0 || options.tokens == 64 || options.tokens == 128 ||
+          options.tokens == 256);
 }
 
 // The token tile for a launch of m rows on N = n on `sms` SMs, of a format with 256-token
@@ -49,6 +50,7 @@ inline bool Valid(const Options& options) {
 // where 8192 x 8192 and 14336 x 4096 (longer K) were 7-8% slower on them.
 inline int TokenTile(int64_t m, int64_t n, int64_t k, const Options& options, int sms,
                      bool wide_tiles, int stage_permute_tokens) {
+  if (options.tokens == 64 && m <= 64) return 64;
   if (m <= 32) return 32;
   const bool wide = m > 128 || (m > 64 && n >= 8192);
   if (!wide || options.groups == 2) return 64;

@@ -309,7 +309,8 @@ cudaError_t LaunchW2A8(const GemmArgs& args, const W2A8Options& options) {
         err != cudaSuccess) {
       return err;
     }
-    pro.trigger_at_exit = pro.permuted_nt > 32 || wgmma_options.groups == 2;
+    pro.trigger_at_exit =
+        pro.permuted_nt > 32 || wgmma_options.groups == 2 || wgmma_options.splits < 4;
   }
   pro.dyt_alpha = args.dyt.alpha;
   pro.dyt_gamma = args.dyt.gamma;

@@ -75,7 +75,8 @@ struct W2A8Options {
   // The wgmma GEMM's K split (1, 2, 4 or 8; clamped to the chunks); 0 lets the launch
   // choose.
   int wgmma_splits = 0;
-  // The wgmma GEMM's token tile beyond 128 tokens (128 or 256; 0 lets the launch choose).
+  // The wgmma GEMM's token tile: 64 up to 64 tokens, or beyond 128 tokens 128 or 256 (0
+  // lets the launch choose).
   int wgmma_tokens = 0;
 };
 cudaError_t LaunchW2A8(const GemmArgs& args, const W2A8Options& options);

@@ -38,8 +38,11 @@ struct PrologueParams {
   // they start, the wgmma GEMM fetches its first weights during this kernel, but its CTAs
   // share the SMs with these: on the H200 that measured from 16% faster to 27% slower by
   // shape and token count (8192 x 8192 at M = 64: 22.7 -> 28.7 us), and it is kept only
-  // for one-group tiles of 32 tokens, which measured faster or within 1% in every run
-  // (4096 x 4096 at M = 17: 11.9 -> 10.0 us; 8192 x 28672 41.2 -> 39.3).
+  // for one-group tiles of 32 tokens that split K four ways or more (4096 x 4096 at M =
+  // 17-32 8.9-9.1 us against 10.6-10.8 at their exit, 14336 x 4096 18.7-19.0 against
+  // 22.0-22.1). Where they split K two ways, launching as these CTAs start cost 22-28%
+  // (session 52, at 17-32 tokens: 8192 x 8192 18.5 against 14.2-14.4 us, 14336 x 8192
+  // 28.9-29.1 against 20.7-21.1, 4096 x 8192 11.6 against 9.8-10.0).
   bool trigger_at_exit;
   // DyT applied to x before it is quantized (GemmArgs::dyt; off while gamma is nullptr).
   float dyt_alpha;

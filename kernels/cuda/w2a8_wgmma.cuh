@@ -68,15 +68,17 @@ struct WgmmaFormat {
   // two-group ones (8192 x 28672 at M = 64: 41.31 against 38.05 us; 16384 x 28672 72.41
   // against 63.33; 4096 x 28672 26.08 against 25.16; 8192 x 22016 at M = 48 40.41
   // against 36.73), so 0.55 a chunk in the plan's count. Paired 32-token tiles took
-  // 0.96x (4096 x 28672) to 1.06x (16384 x 28672) of it, about even, so 0.45 stays there
-  // (fitted in session 33, at 0.91x on 8192 x 28672). One group a CTA alone on its SM:
-  // 0.5 for 64-token tiles, by which 4096 x 14336 at M = 48 / 64 takes 112 one-group
-  // CTAs (16.73 / 17.02 us in session 46) rather than 112 two-group ones split two ways
-  // (18.33 / 18.53); 0.65 for 32-token tiles, which session 33 measured 2-6% slower
-  // there and faster on 8192 x 8192 at M = 32 (19.5 against 22.3 us).
+  // 0.96x (4096 x 28672) to 1.06x (16384 x 28672) of it in session 46, and in session 52
+  // 1.07x on 8192 x 28672 (30.7-32.0 against 28.3-30.0 us at 17-32 tokens) and 1.01x on
+  // 4096 x 28672 (17.5-18.4 against 17.3-18.3), so 0.5 there, where a tie takes two
+  // groups (0.45 since session 33, fitted at 0.91x on 8192 x 28672). One group a CTA
+  // alone on its SM: 0.5 for 64-token tiles, by which 4096 x 14336 at M = 48 / 64 takes
+  // 112 one-group CTAs (16.73 / 17.02 us in session 46) rather than 112 two-group ones
+  // split two ways (18.33 / 18.53); 0.65 for 32-token tiles, which session 33 measured
+  // 2-6% slower there and faster on 8192 x 8192 at M = 32 (19.5 against 22.3 us).
   static constexpr double OneGroupChunkCost(int nt, int /*splits*/, bool paired) {
     if (nt >= 64) return paired ? 0.55 : 0.5;
-    return paired ? 0.45 : 0.65;
+    return paired ? 0.5 : 0.65;
   }
 
   // Logical core c (16 k) of step c / 2 holds the physical words 16 (c % 2) + 4t + c / 2.

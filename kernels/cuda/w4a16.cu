@@ -305,12 +305,13 @@ cudaError_t LaunchForM(const GemmArgs& args, const W4A16Options& options) {
   // (W4A16WidePays, decode_plan.h).
   // Up to 32 tokens the decode kernel too (four token tiles a warp) where its grid
   // covers the strips in one turn (N <= 4224 on the H200), or in two (N <= 8448) on a
-  // device without the wgmma GEMM. On the H200 at 17-32 tokens (session 39) the decode
-  // kernel won at N = 4096 (8192 x 4096: 12.0-14.0 us against the GEMM's 15.4-15.5;
-  // 4096 x 4096 7.1-8.4 against 10.2-10.3; 14336 x 4096 19.5-22.8 against 23.4-23.5),
-  // the GEMM from N = 6144 (8192 x 6144: 16.6-16.7 against 23.5-26.8; 8192 x 8192
-  // 19.0-19.1 against 22.5-26.3; 4096 x 8192 11.3-11.4 against 12.6-14.8; 14336 x 8192
-  // 30.4-30.6 against 38.3-45.0). Then the wgmma kernel (sm_90a). A forced split count
+  // device without the wgmma GEMM, but for long K and the upper token counts, which the
+  // wgmma GEMM takes (W4A16GemmBeatsDecode, decode_plan.h; session 52). On the H200 at
+  // 17-32 tokens (session 39) the decode kernel won at N = 4096 (8192 x 4096: 12.0-14.0
+  // us against the GEMM's 15.4-15.5, 13.7 since; 4096 x 4096 7.1-8.4 against 10.2-10.3,
+  // 8.9 since), the GEMM from N = 6144 (8192 x 6144: 16.6-16.7 against 23.5-26.8; 8192 x
+  // 8192 19.0-19.1 against 22.5-26.3; 4096 x 8192 11.3-11.4 against 12.6-14.8; 14336 x
+  // 8192 30.4-30.6 against 38.3-45.0). Then the wgmma kernel (sm_90a). A forced split count
   // (tuning) takes the mma.sync cluster kernels at every M, as does a device without
   // wgmma. Those: up to 8 tokens, small weights stream through registers
   // and larger ones through 2-group shared-memory stages; up to 16 tokens one group per
@@ -335,8 +336,19 @@ cudaError_t LaunchForM(const GemmArgs& args, const W4A16Options& options) {
           (err = wgmma_gemm::Runs<w4a16::WgmmaFormat, kBf16>(device, &wgmma)) != cudaSuccess) {
         return err;
       }
-      if (DecodeSets(args.shape, 1) <= (wgmma ? 1 : 2) * slots) {
-        return LaunchDecode<4, 1, kBf16>(args, device, nullptr, cluster);
+      const int64_t sets = DecodeSets(args.shape, 1);
+      if (sets <= (wgmma ? 1 : 2) * slots) {
+        if (!(wgmma && W4A16GemmBeatsDecode(args.m, args.shape.k, sets, slots))) {
+          return LaunchDecode<4, 1, kBf16>(args, device, nullptr, cluster);
+        }
+        // On weights this narrow two groups a CTA: on the H200 (session 52, M = 17-32)
+        // 14336 x 4096 20.8 us against one group's 22.6, 28672 x 4096 37.8 against 42.1,
+        // 14336 x 2048 12.9 against 13.3, 8192 x 2048 9.3 against 9.2.
+        wgmma_gemm::Options two = wgmma_options;
+        two.groups = 2;
+        bool launched = false;
+        err = LaunchWgmma<kBf16>(args, two, &launched);
+        if (err != cudaSuccess || launched) return err;
       }
     } else if (options.decode_warps == w4a16::kWideWarps) {
       return args.m > 8 ? LaunchWideDecode<2, kBf16>(args, device, options.decode_stream)

@@ -52,8 +52,8 @@ struct W4A16Options {
   // nonzero value forces the wgmma kernel at every M on a device that runs it (sm_90a),
   // with `splits` if that is set too.
   int wgmma_groups = 0;
-  // The wgmma kernel's token tile beyond 128 tokens (128 or 256; 0 lets the launch
-  // choose); tests and tuning.
+  // The wgmma kernel's token tile: 64 up to 64 tokens, or beyond 128 tokens 128 or 256
+  // (0 lets the launch choose); tests and tuning.
   int wgmma_tokens = 0;
   // Strips per warp of the decode kernel up to 8 tokens (1 or 2; 0 lets the launch
   // choose), where that kernel runs (one strip: its grid covers the row sets at once;

@@ -162,5 +162,23 @@ TEST(DecodePlanTest, W4A16WideCtasOnlyWhereTheSetsLeaveSmsStarved) {
   EXPECT_FALSE(W4A16WidePays(few, kSms, 256, 255));
 }
 
+// W4A16GemmBeatsDecode against session 52's H200 crossings, 264 decode CTAs at once.
+TEST(DecodePlanTest, W4A16GemmTakesLongKAt17To32Tokens) {
+  auto gemm = [](int64_t m, int64_t k, int64_t n) {
+    return W4A16GemmBeatsDecode(m, k, n / 16, kSlots);
+  };
+  for (int64_t m : {17, 24, 32}) EXPECT_FALSE(gemm(m, 4096, 4096)) << m;  // 7.05-8.35 < 8.87
+  EXPECT_FALSE(gemm(28, 8192, 4096));                                     // 13.41 against 13.69
+  EXPECT_TRUE(gemm(32, 8192, 4096));                                      // 14.01 against 13.68
+  EXPECT_FALSE(gemm(24, 14336, 4096));                                    // 20.56 against 20.77
+  EXPECT_TRUE(gemm(28, 14336, 4096));                                     // 21.89 against 20.86
+  EXPECT_FALSE(gemm(20, 28672, 4096));  // 38.23 against 37.60: within 2%
+  EXPECT_TRUE(gemm(24, 28672, 4096));   // 40.45 against 37.74
+  // Half the decode grid idle: the GEMM from K = 8192 on.
+  EXPECT_TRUE(gemm(17, 8192, 2048));   // 9.50 against 9.18
+  EXPECT_TRUE(gemm(17, 14336, 2048));  // 15.53 against 12.89
+  EXPECT_FALSE(gemm(17, 4096, 2048));  // not measured: short K keeps the decode kernel
+}
+
 }  // namespace
 }  // namespace qmm::cuda

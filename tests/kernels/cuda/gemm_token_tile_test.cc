@@ -75,6 +75,11 @@ TEST(TokenTileTest, KnobsAndFormats) {
   EXPECT_EQ(Tile(128, 28672, true, forced), 128);  // only beyond 128 tokens
   forced.tokens = 128;
   EXPECT_EQ(Tile(256, 28672, true, forced), 128);
+  forced.tokens = 64;  // 64-token tiles up to 64 tokens, 32-token ones' range included
+  EXPECT_EQ(Tile(17, 8192, true, forced), 64);
+  EXPECT_EQ(Tile(32, 8192, false, forced), 64);
+  EXPECT_EQ(Tile(64, 8192, true, forced), 64);
+  EXPECT_EQ(Tile(65, 8192, true, forced), 128);
   Options two_groups;
   two_groups.groups = 2;
   EXPECT_EQ(Tile(256, 28672, true, two_groups), 64);
@@ -86,7 +91,7 @@ TEST(OptionsTest, ValidKnobsOnly) {
   EXPECT_TRUE(Valid(Options{}));
   for (int groups : {0, 1, 2}) {
     for (int splits : {0, 1, 2, 4, 8}) {
-      for (int tokens : {0, 128, 256}) {
+      for (int tokens : {0, 64, 128, 256}) {
         EXPECT_TRUE(Valid(Options{groups, splits, tokens}))
             << groups << " " << splits << " " << tokens;
       }
@@ -98,7 +103,7 @@ TEST(OptionsTest, ValidKnobsOnly) {
   EXPECT_FALSE(Valid(Options{0, 3, 0}));
   EXPECT_FALSE(Valid(Options{0, 6, 0}));
   EXPECT_FALSE(Valid(Options{0, 16, 0}));
-  EXPECT_FALSE(Valid(Options{0, 0, 64}));
+  EXPECT_FALSE(Valid(Options{0, 0, 32}));
   EXPECT_FALSE(Valid(Options{0, 0, 512}));
 }
 
