@@ -421,8 +421,8 @@ Variants SplitVariants(const DeviceInfo& device) {
 }
 
 // The W4A16 wgmma kernel at every M with G groups per CTA, a forced split and token
-// tile beyond 128 tokens (0: the launch's choice); where it cannot run, the launch falls
-// back to the other kernels.
+// tile (64 up to 64 tokens, 128 or 256 beyond 128; 0: the launch's choice); where it
+// cannot run, the launch falls back to the other kernels.
 template <int kGroups, int kSplits, int kTokens = 0>
 cudaError_t LaunchW4A16Wgmma(const GemmArgs& args) {
   W4A16Options options;
@@ -524,7 +524,7 @@ TEST_F(W8A16Test, EverySplitMatchesCpu) {
 }
 
 // A W2A8 launch with the wgmma GEMM forced (kGroups 1 or 2, its K split kWgmmaSplits, its
-// token tile beyond 128 tokens kWgmmaTokens), or with a forced k split (the mma.sync
+// token tile kWgmmaTokens: 64, 128 or 256), or with a forced k split (the mma.sync
 // kernels the default launch leaves on sm_90a beyond 16 tokens), or with the decode
 // kernel's units a slot, row groups a set or stream-K grid forced.
 template <int kGroups, int kSplits, int kDecodeUnits = 0, int kDecodeGroups = 0,
@@ -562,6 +562,7 @@ TEST_F(W2A8Test, EveryPathMatchesCpu) {
                  {"wgmma 1 group, splits 4", &LaunchW2A8With<1, 0, 0, 0, 0, 4>},
                  {"wgmma 2 groups, splits 2", &LaunchW2A8With<2, 0, 0, 0, 0, 2>},
                  {"wgmma 2 groups, splits 8", &LaunchW2A8With<2, 0, 0, 0, 0, 8>},
+                 {"wgmma 64-token tiles", &LaunchW2A8With<1, 0, 0, 0, 0, 0, 64>},
                  {"wgmma 256-token tiles", &LaunchW2A8With<1, 0, 0, 0, 0, 0, 256>},
                  {"wgmma 256-token tiles, splits 4", &LaunchW2A8With<1, 0, 0, 0, 0, 4, 256>},
                  {"wgmma 256-token tiles, splits 8", &LaunchW2A8With<1, 0, 0, 0, 0, 8, 256>}},
@@ -595,6 +596,7 @@ TEST_F(W4A16Test, EveryPathMatchesCpu) {
   variants.insert(variants.begin(), {"default", &LaunchWithSplits<W4A16Options, &LaunchW4A16, 0>});
   variants.push_back({"wgmma 1 group", &LaunchW4A16Wgmma<1, 0>});
   variants.push_back({"wgmma 2 groups", &LaunchW4A16Wgmma<2, 0>});
+  variants.push_back({"wgmma 1 group, 64-token tiles", &LaunchW4A16Wgmma<1, 0, 64>});
   variants.push_back({"wgmma 1 group, 256-token tiles", &LaunchW4A16Wgmma<1, 0, 256>});
   if (device.clusters()) {
     variants.push_back({"wgmma 1 group, splits 4", &LaunchW4A16Wgmma<1, 4>});
@@ -605,6 +607,14 @@ TEST_F(W4A16Test, EveryPathMatchesCpu) {
   variants.push_back({"decode 2 strips", &LaunchW4A16DecodeStrips<2>});
   CheckVariants(Scheme::kW4A16, {{1000, 2048, kW4GroupSize}, {300, 1152, 0}},
                 {1, 5, 17, 24, 32, 40, 100, 128, 129, 300}, variants, rng_);
+}
+
+// Narrow weights of long K, which the default launch gives the wgmma GEMM on two groups a
+// CTA at 17-32 tokens rather than the decode kernel (W4A16GemmBeatsDecode), around that
+// range.
+TEST_F(W4A16Test, NarrowLongWeightsMatchCpuAt17To32Tokens) {
+  CheckVariants(Scheme::kW4A16, {{264, 8192, kW4GroupSize}}, {16, 17, 24, 32, 33},
+                {{"default", &LaunchWithSplits<W4A16Options, &LaunchW4A16, 0>}}, rng_);
 }
 
 // The wgmma GEMM's fp16 dequantization on its gemm scales (w4a16_layout.h: each row's
@@ -1232,7 +1242,7 @@ TEST_F(W4A16Test, RejectsBadOptions) {
   options.decode_warps = -1;
   EXPECT_EQ(LaunchW4A16(args, options), cudaErrorInvalidValue);
   options = {};
-  options.wgmma_tokens = 64;
+  options.wgmma_tokens = 32;
   EXPECT_EQ(LaunchW4A16(args, options), cudaErrorInvalidValue);
   options.wgmma_tokens = 512;
   EXPECT_EQ(LaunchW4A16(args, options), cudaErrorInvalidValue);
@@ -1246,7 +1256,7 @@ TEST_F(W2A8Test, RejectsBadOptions) {
   alignas(16) int dummy[8] = {};
   args.weight = args.x = args.y = args.workspace = dummy;
   W2A8Options options;
-  options.wgmma_tokens = 64;
+  options.wgmma_tokens = 32;
   EXPECT_EQ(LaunchW2A8(args, options), cudaErrorInvalidValue);
   options.wgmma_tokens = 257;
   EXPECT_EQ(LaunchW2A8(args, options), cudaErrorInvalidValue);
