@@ -65,8 +65,19 @@ cudaError_t Plan(const GemmArgs& args, const DeviceInfo& device, Options* option
     if ((err = FitGemm<F, NT, 2, kBf16>(device, &fit)) != cudaSuccess) return err;
     two =
         ChooseSplits(token_tiles * ((groups + 1) / 2), chunks, device.sms, fit, false, kFillChunks);
+    // Where both split K alike four ways or more (few row groups: N <= 4096 on the H200)
+    // and K is 8192 or longer, two groups at 33-64 tokens, whatever the per-chunk costs:
+    // on the H200 (session 52, M = 40 and 64) W2A8 8192 x 4096 16.6-16.8 -> 16.3-16.4
+    // us, 14336 x 4096 23.4-23.6 -> 22.3-22.4, 28672 x 4096 39.3-39.5 -> 36.3-36.4; at K =
+    // 4096 one group stays 0.5-3% faster. (W4A16 and W8A16 8192 x 4096 ran 8-10% faster on
+    // two groups too, 17.9 and 17.8 us against 19.6 and 19.8, but their two plans split K
+    // differently, which this leaves to the costs.)
+    constexpr int kLongChunks = 64;
+    const bool alike =
+        NT == 64 && one.splits >= 4 && two.splits == one.splits && chunks >= kLongChunks;
     if (options->groups == 0) {
-      options->groups = one.cost * F::OneGroupChunkCost(NT, one.splits, paired) < two.cost ? 1 : 2;
+      options->groups =
+          !alike && one.cost * F::OneGroupChunkCost(NT, one.splits, paired) < two.cost ? 1 : 2;
     }
   } else {
     options->groups = 1;
