@@ -175,7 +175,7 @@ TEST(DecodePlanTest, W4A16GemmTakesLongKAt17To32Tokens) {
   EXPECT_FALSE(gemm(20, 28672, 4096));  // 38.23 against 37.60: within 2%
   EXPECT_TRUE(gemm(24, 28672, 4096));   // 40.45 against 37.74
   // Half the decode grid idle: the GEMM from K = 8192 on.
-  EXPECT_TRUE(gemm(17, 8192, 2048));   // 9.50 against 9.18
+  EXPECT_TRUE(gemm(17, 8192, 2048));   // 9.50 against 9.29
   EXPECT_TRUE(gemm(17, 14336, 2048));  // 15.53 against 12.89
   EXPECT_FALSE(gemm(17, 4096, 2048));  // not measured: short K keeps the decode kernel
 }
