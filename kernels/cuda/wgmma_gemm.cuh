@@ -420,7 +420,7 @@ __global__ void __launch_bounds__((Tile<F, NT, G>::kThreads), (Tile<F, NT, G>::k
   // The thread's bytes of group 0 in the current stage (F::ThreadOffsets: its weights and
   // its side bytes) and the stage's B descriptor, each moved a stage on as the loop goes,
   // so that they stay in registers: ptxas had recomputed the offsets from the thread's
-  // index every chunk (W4A16's one-group loop at 64 tokens: 167 instructions, 150 with
+  // index every chunk (W4A16's one-group loop at 64 tokens: 167 instructions, 149 with
   // these and the barrier pointers below; scripts/sass-loops.py).
   const int2 offsets = F::ThreadOffsets(warp, lane);
   const uint8_t* tw = stages + Tl::kXBytes + offsets.x;
@@ -450,9 +450,10 @@ __global__ void __launch_bounds__((Tile<F, NT, G>::kThreads), (Tile<F, NT, G>::k
   };
   // Issues batch b's wgmmas on the chunk's B tiles and commits them as one group; `first`:
   // chunk 0, whose first step of each accumulator overwrites it.
-  // The B descriptors are the stage's advanced by the step's offset: one add a wgmma,
-  // where building each from its address took ptxas six instructions (the loop is
-  // issue-bound at 64 tokens: ncu, H200).
+  // The B descriptors are the stage's advanced by the step's offset: one add a wgmma
+  // (and two moves that ptxas adds to build the register pair), where building each from
+  // its address took six instructions. One uniform 64-bit add each instead measured no
+  // faster on the H200 (session 52): the loop waits on its chains, not on issue slots.
   auto issue = [&](int b, bool first) {
     wgmma::Fence();
 #pragma unroll
