@@ -69,16 +69,21 @@ cudaError_t Plan(const GemmArgs& args, const DeviceInfo& device, Options* option
     // and K is 8192 or longer, two groups at 33-64 tokens, whatever the per-chunk costs:
     // on the H200 (session 52, M = 40 and 64) W2A8 8192 x 4096 16.6-16.8 -> 16.3-16.4
     // us, 14336 x 4096 23.4-23.6 -> 22.3-22.4, 28672 x 4096 39.3-39.5 -> 36.3-36.4; at K =
-    // 4096 one group stays 0.5-3% faster. (W4A16 and W8A16 8192 x 4096 ran 8-10% faster on
-    // two groups too, 17.9 and 17.8 us against 19.6 and 19.8, but their two plans split K
-    // differently, which this leaves to the costs.)
+    // 4096 one group stays 0.5-3% faster.
     constexpr int kLongChunks = 64;
     const bool alike =
         NT == 64 && one.splits >= 4 && two.splits == one.splits && chunks >= kLongChunks;
-    if (options->groups == 0) {
-      options->groups =
-          !alike && one.cost * F::OneGroupChunkCost(NT, one.splits, paired) < two.cost ? 1 : 2;
-    }
+    // Where both plans run as many CTAs, all in one turn, and K is 8192 or longer, two
+    // groups too (their CTAs split K twice as many ways, with half the activation bytes a
+    // weight byte): on the H200 (session 53, M = 40 and 64) W8A16 8192 x 4096 / 5120 /
+    // 6144 6-10.6% faster, W4A16 8192 x 4096 8.5%, W4A16 and W2A8 14336 x 6144 4-6%;
+    // W4A16 and W2A8 8192 x 6144 (96 CTAs) 0.8-1.7% slower.
+    const int64_t two_ctas = token_tiles * ((groups + 1) / 2) * two.splits;
+    const bool even =
+        NT == 64 && two_ctas == one_ctas && one_ctas <= device.sms && chunks >= kLongChunks;
+    const bool one_group =
+        !alike && !even && one.cost * F::OneGroupChunkCost(NT, one.splits, paired) < two.cost;
+    if (options->groups == 0) options->groups = one_group ? 1 : 2;
   } else {
     options->groups = 1;
   }
@@ -144,12 +149,13 @@ cudaError_t LaunchTile(const GemmArgs& args, const DeviceInfo& device, Options o
   return LaunchGemm<F, NT, 1, kBf16>(args, device, options.splits);
 }
 
-// fn(std::integral_constant<int, NT>{}) for TokenTile's tile NT of args.
+// fn(std::integral_constant<int, NT>{}) for TokenTile's tile NT of args, where the
+// 64-token tiles permute the activations in their stages up to stage_permute_tokens.
 template <typename F, typename Fn>
 cudaError_t ForTokenTile(const GemmArgs& args, const Options& options, const DeviceInfo& device,
-                         Fn&& fn) {
+                         int stage_permute_tokens, Fn&& fn) {
   switch (TokenTile(args.m, args.shape.n, args.shape.k, options, device.sms, F::kWideTiles,
-                    F::kStagePermuteTokens)) {
+                    stage_permute_tokens)) {
     case 32:
       return fn(std::integral_constant<int, 32>{});
     case 64:
@@ -168,7 +174,7 @@ template <typename F, bool kBf16>
 cudaError_t Resolve(const GemmArgs& args, Options* options) {
   DeviceInfo device;
   if (const cudaError_t err = CurrentDeviceInfo(&device); err != cudaSuccess) return err;
-  return ForTokenTile<F>(args, *options, device, [&](auto nt) {
+  return ForTokenTile<F>(args, *options, device, F::kStagePermuteTokens, [&](auto nt) {
     return Plan<F, decltype(nt)::value, kBf16>(args, device, options);
   });
 }
@@ -206,7 +212,8 @@ cudaError_t Launch(const GemmArgs& args, const Options& options, bool* launched,
   if ((err = Runs<F, kBf16>(device, &runs)) != cudaSuccess || !runs) return err;
   if (args.workspace == nullptr || args.shape.k % kChunkK != 0) return cudaErrorInvalidValue;
   *launched = true;
-  return ForTokenTile<F>(args, options, device, [&](auto nt) {
+  const int stage_permute_tokens = f64 ? F64::kStagePermuteTokens : F::kStagePermuteTokens;
+  return ForTokenTile<F>(args, options, device, stage_permute_tokens, [&](auto nt) {
     constexpr int kNt = decltype(nt)::value;
     if constexpr (kNt == 64 && !std::is_same_v<F, F64>) {
       if (f64) return LaunchTile<F64, 64, kBf16>(args, device, options);
