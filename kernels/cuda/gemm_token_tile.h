@@ -43,11 +43,13 @@ inline bool Valid(const Options& options) {
 // 4096 and 8192 at M = 256) 6-77% slower.
 //
 // A format that permutes 64-token tiles in its stages but not 128-token ones
-// (`stage_permute_tokens`, F::kStagePermuteTokens: W8A16) pays a permute kernel ahead of
-// 128-token tiles, a second dependency between grids; on a short GEMM (K <= 4096, 128-token
-// tiles too few to fill the SMs unsplit) 64-token tiles, two groups a CTA, cost less at
-// 129-256 tokens: W8A16 4096 x 4096 at M = 256 18.46 us against 20.28 on the H200 (session 50),
-// where 8192 x 8192 and 14336 x 4096 (longer K) were 7-8% slower on them.
+// (`stage_permute_tokens`, F::kStagePermuteTokens: W8A16, and W4A16 on weights of at most
+// 32 row groups) pays a permute kernel ahead of 128-token tiles, a second dependency between
+// grids; on a short GEMM (K <= 4096, 128-token tiles too few to fill the SMs unsplit)
+// 64-token tiles, two groups a CTA, cost less at 129-256 tokens: on the H200 W8A16 4096 x
+// 4096 at M = 256 18.46 us against 20.28 (session 50), W4A16 at M = 192 / 256 17.84 / 18.47
+// against 19.07 / 19.40 (session 53), where 8192 x 8192 and 14336 x 4096 (longer K) were 7-8%
+// slower on them (W8A16).
 inline int TokenTile(int64_t m, int64_t n, int64_t k, const Options& options, int sms,
                      bool wide_tiles, int stage_permute_tokens) {
   if (options.tokens == 64 && m <= 64) return 64;
