@@ -73,20 +73,20 @@ cudaError_t Plan(const GemmArgs& args, const DeviceInfo& device, Options* option
     constexpr int kLongChunks = 64;
     const bool alike =
         NT == 64 && one.splits >= 4 && two.splits == one.splits && chunks >= kLongChunks;
-    // Where both plans run as many CTAs, all in one turn, and K is 8192 or longer, two
-    // groups too (their CTAs split K twice as many ways, with half the activation bytes a
-    // weight byte): on the H200 (session 53, M = 40 and 64) W8A16 8192 x 4096 / 5120 /
-    // 6144 6-10.6% faster, W4A16 8192 x 4096 8.5%, W4A16 and W2A8 14336 x 6144 4-6%;
-    // W4A16 and W2A8 8192 x 6144 (96 CTAs) 0.8-1.7% slower.
+    // Where both plans run as many CTAs, all in one turn, two groups too (their CTAs
+    // split K twice as many ways, with half the activation bytes a weight byte) where K is
+    // 8192 or longer or the tiles are the 64-token ones beyond 128 tokens (TokenTile's
+    // short GEMMs of few row groups). On the H200 (session 53): at M = 40 and 64 W8A16
+    // 8192 x 4096 / 5120 / 6144 6-14% faster, W4A16 8192 x 4096 8.5%, W4A16 and W2A8 14336
+    // x 6144 4-6%, W4A16 and W2A8 8192 x 6144 (96 CTAs) 0.8-1.8% slower; at M = 136-256
+    // W4A16 4096 x 4096 4-7%, 2048 x 4096 16-19%, 4096 x 2048 at 136-192 (96 CTAs) 20%,
+    // W8A16 2048 x 4096 at 256 3.4% slower. (4096 x 2048 at 256, where two groups would run
+    // half the CTAs, took 30% longer on them.)
     const int64_t two_ctas = token_tiles * ((groups + 1) / 2) * two.splits;
-    const bool even =
-        NT == 64 && two_ctas == one_ctas && one_ctas <= device.sms && chunks >= kLongChunks;
-    // 64-token tiles beyond 128 tokens (TokenTile's short GEMMs of few row groups) take two
-    // groups: on the H200 (session 53) W4A16 4096 x 4096 at M = 192 / 256 17.84 / 18.47 us
-    // against one group's 19.40 / 19.77 (and 19.07 / 19.40 on 128-token tiles).
-    const bool many_tiles = NT == 64 && args.m > 128;
-    const bool one_group = !alike && !even && !many_tiles &&
-                           one.cost * F::OneGroupChunkCost(NT, one.splits, paired) < two.cost;
+    const bool even = NT == 64 && two_ctas == one_ctas && one_ctas <= device.sms &&
+                      (chunks >= kLongChunks || args.m > 128);
+    const bool one_group =
+        !alike && !even && one.cost * F::OneGroupChunkCost(NT, one.splits, paired) < two.cost;
     if (options->groups == 0) options->groups = one_group ? 1 : 2;
   } else {
     options->groups = 1;
