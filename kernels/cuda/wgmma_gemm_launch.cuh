@@ -13,6 +13,7 @@
 #include "kernels/cuda/dependent_launch.h"
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/gemm_args.h"
+#include "kernels/cuda/gemm_groups.h"
 #include "kernels/cuda/gemm_token_tile.h"
 #include "kernels/cuda/tensor_map.h"
 #include "kernels/cuda/wgmma_gemm.cuh"
@@ -39,59 +40,40 @@ cudaError_t FitGemm(const DeviceInfo& device, KernelFit* fit) {
       device.ordinal, device.cc_major, fit);
 }
 
-// Groups per CTA and split for NT-token tiles, unless forced. Per chunk a CTA of one
-// group does about half the work of one of two (the same activation traffic, half the
-// weights and MMAs), measured on the H200 at F::OneGroupChunkCost of it; a CTA's
-// pipeline fill and reduction cost about kFillChunks. 128-token tiles take one group:
-// two would need more registers than a thread has.
+// Groups per CTA and split for NT-token tiles, unless forced (TakesTwoGroups,
+// gemm_groups.h). 128-token tiles take one group: two would need more registers than a
+// thread has.
 template <typename F, int NT, bool kBf16>
 cudaError_t Plan(const GemmArgs& args, const DeviceInfo& device, Options* options) {
-  constexpr int kFillChunks = 2;
   const int64_t token_tiles = (args.m + NT - 1) / NT;
   const int64_t groups = (args.shape.n + 127) / 128;
   const int chunks = static_cast<int>(args.shape.k / kChunkK);
   KernelFit fit;
   cudaError_t err = FitGemm<F, NT, 1, kBf16>(device, &fit);
   if (err != cudaSuccess) return err;
-  const SplitChoice one =
-      ChooseSplits(token_tiles * groups, chunks, device.sms, fit, false, kFillChunks);
+  GroupPlans plans;
+  plans.one = ChooseSplits(token_tiles * groups, chunks, device.sms, fit, false, kFillChunks);
+  plans.one_ctas = token_tiles * groups * plans.one.splits;
   // Whether the one-group CTAs run two an SM at once (more than one an SM, all in one
   // turn), which the split's cost counts one after the other.
-  const int64_t one_ctas = token_tiles * groups * one.splits;
-  const bool paired = fit.occupancy >= 2 && one_ctas > device.sms &&
-                      one_ctas <= int64_t{device.sms} * fit.occupancy;
-  SplitChoice two = one;
+  const bool paired = fit.occupancy >= 2 && plans.one_ctas > device.sms &&
+                      plans.one_ctas <= int64_t{device.sms} * fit.occupancy;
+  plans.two = plans.one;
   if constexpr (NT < 128) {
     if ((err = FitGemm<F, NT, 2, kBf16>(device, &fit)) != cudaSuccess) return err;
-    two =
-        ChooseSplits(token_tiles * ((groups + 1) / 2), chunks, device.sms, fit, false, kFillChunks);
-    // Where both split K alike four ways or more (few row groups: N <= 4096 on the H200)
-    // and K is 8192 or longer, two groups at 33-64 tokens, whatever the per-chunk costs:
-    // on the H200 (session 52, M = 40 and 64) W2A8 8192 x 4096 16.6-16.8 -> 16.3-16.4
-    // us, 14336 x 4096 23.4-23.6 -> 22.3-22.4, 28672 x 4096 39.3-39.5 -> 36.3-36.4; at K =
-    // 4096 one group stays 0.5-3% faster.
-    constexpr int kLongChunks = 64;
-    const bool alike =
-        NT == 64 && one.splits >= 4 && two.splits == one.splits && chunks >= kLongChunks;
-    // Where both plans run as many CTAs, all in one turn, two groups too (their CTAs
-    // split K twice as many ways, with half the activation bytes a weight byte) where K is
-    // 8192 or longer or the tiles are the 64-token ones beyond 128 tokens (TokenTile's
-    // short GEMMs of few row groups). On the H200 (session 53): at M = 40 and 64 W8A16
-    // 8192 x 4096 / 5120 / 6144 6-14% faster, W4A16 8192 x 4096 8.5%, W4A16 and W2A8 14336
-    // x 6144 4-6%, W4A16 and W2A8 8192 x 6144 (96 CTAs) 0.8-1.8% slower; at M = 136-256
-    // W4A16 4096 x 4096 4-7%, 2048 x 4096 16-19%, 4096 x 2048 at 136-192 (96 CTAs) 20%,
-    // W8A16 2048 x 4096 at 256 3.4% slower. (4096 x 2048 at 256, where two groups would run
-    // half the CTAs, took 30% longer on them.)
-    const int64_t two_ctas = token_tiles * ((groups + 1) / 2) * two.splits;
-    const bool even = NT == 64 && two_ctas == one_ctas && one_ctas <= device.sms &&
-                      (chunks >= kLongChunks || args.m > 128);
-    const bool one_group =
-        !alike && !even && one.cost * F::OneGroupChunkCost(NT, one.splits, paired) < two.cost;
-    if (options->groups == 0) options->groups = one_group ? 1 : 2;
+    const int64_t pairs = token_tiles * ((groups + 1) / 2);
+    plans.two = ChooseSplits(pairs, chunks, device.sms, fit, false, kFillChunks);
+    plans.two_ctas = pairs * plans.two.splits;
+    if (options->groups == 0) {
+      const double cost = F::OneGroupChunkCost(NT, plans.one.splits, paired);
+      options->groups = TakesTwoGroups(NT, args.m, chunks, device.sms, plans, cost) ? 2 : 1;
+    }
   } else {
     options->groups = 1;
   }
-  if (options->splits == 0) options->splits = options->groups == 1 ? one.splits : two.splits;
+  if (options->splits == 0) {
+    options->splits = options->groups == 1 ? plans.one.splits : plans.two.splits;
+  }
   // Every CTA must own at least one chunk (the kernel's accumulators start at its first).
   while (options->splits > chunks) options->splits /= 2;
   return cudaSuccess;

@@ -1,0 +1,125 @@
+// TakesTwoGroups (kernels/cuda/gemm_groups.h) on the H200's numbers, as the wgmma GEMM's
+// plan (wgmma_gemm_launch.cuh) sees them: 132 SMs, the clusters that fit (as in
+// cluster_fit_test.cc) and each format's one-group cost factor (OneGroupChunkCost in
+// wgmma_a16_format.cuh, w8a16_wgmma.cuh and w2a8_wgmma.cuh, repeated here). Each case's
+// groups and split are the plan's as printed on the H200 in session 53, where measured
+// against the other group count (us in the comments, docs/performance-log.md), so that a
+// change which moves a choice fails here.
+#include "kernels/cuda/gemm_groups.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <ostream>
+
+namespace qmm::cuda::wgmma_gemm {
+namespace {
+
+constexpr int kSms = 132;
+constexpr int kChunkK = 128;
+const KernelFit kOneCtaAnSm = {1, {0, 0, 66, 0, 30, 0, 0, 0, 15}};
+const KernelFit kTwoCtasAnSm = {2, {0, 0, 132, 0, 62, 0, 0, 0, 30}};
+
+enum class Format { kW8A16, kW4A16, kW2A8 };
+
+double OneGroupChunkCost(Format format, int nt, int splits, bool paired) {
+  switch (format) {
+    case Format::kW8A16:
+      return nt == 64 && splits <= 2 ? 0.56 : 0.65;
+    case Format::kW4A16:
+      return nt == 64 && splits <= 2 ? 0.52 : 0.65;
+    case Format::kW2A8:
+      if (nt >= 64) return paired ? 0.55 : 0.5;
+      return paired ? 0.5 : 0.65;
+  }
+  return 0;
+}
+
+struct Choice {
+  int groups;
+  int splits;
+};
+
+bool operator==(const Choice& a, const Choice& b) {
+  return a.groups == b.groups && a.splits == b.splits;
+}
+
+std::ostream& operator<<(std::ostream& os, const Choice& c) {
+  return os << c.groups << " group(s) split " << c.splits << " ways";
+}
+
+// The plan of Plan<F, nt> for m x (K x N): two CTAs an SM fit for one-group tiles of 32
+// tokens but W8A16's and for W2A8's of 64 (Tile::kCtasPerSm), one elsewhere.
+Choice PlanOf(Format format, int nt, int64_t m, int64_t k, int64_t n) {
+  const bool two_an_sm = nt == 32 ? format != Format::kW8A16 : format == Format::kW2A8;
+  const KernelFit& one_fit = two_an_sm ? kTwoCtasAnSm : kOneCtaAnSm;
+  const int64_t tiles = (m + nt - 1) / nt;
+  const int64_t groups = (n + 127) / 128;
+  const int chunks = static_cast<int>(k / kChunkK);
+  GroupPlans plans;
+  plans.one = ChooseSplits(tiles * groups, chunks, kSms, one_fit, false, kFillChunks);
+  plans.one_ctas = tiles * groups * plans.one.splits;
+  const bool paired = one_fit.occupancy >= 2 && plans.one_ctas > kSms &&
+                      plans.one_ctas <= int64_t{kSms} * one_fit.occupancy;
+  const int64_t pairs = tiles * ((groups + 1) / 2);
+  plans.two = ChooseSplits(pairs, chunks, kSms, kOneCtaAnSm, false, kFillChunks);
+  plans.two_ctas = pairs * plans.two.splits;
+  const double cost = OneGroupChunkCost(format, nt, plans.one.splits, paired);
+  return TakesTwoGroups(nt, m, chunks, kSms, plans, cost) ? Choice{2, plans.two.splits}
+                                                          : Choice{1, plans.one.splits};
+}
+
+// Both plans run 64 CTAs in one turn at 33-64 tokens on N = 4096, K = 8192 (one group
+// split two ways, two four): two groups, W8A16 20.08 -> 17.96 us at 64 tokens, W4A16
+// 19.77 -> 18.06. At K = 4096 one group stays (0.5-3% faster).
+TEST(GemmGroupsTest, EvenPlansOfLongKTakeTwoGroups) {
+  EXPECT_EQ(PlanOf(Format::kW8A16, 64, 64, 8192, 4096), (Choice{2, 4}));
+  EXPECT_EQ(PlanOf(Format::kW4A16, 64, 40, 8192, 4096), (Choice{2, 4}));
+  EXPECT_EQ(PlanOf(Format::kW8A16, 64, 64, 8192, 6144), (Choice{2, 4}));   // 21.07 -> 19.73
+  EXPECT_EQ(PlanOf(Format::kW4A16, 64, 64, 14336, 6144), (Choice{2, 4}));  // 30.72 -> 29.19
+  EXPECT_EQ(PlanOf(Format::kW4A16, 64, 64, 4096, 4096), (Choice{1, 2}));
+  EXPECT_EQ(PlanOf(Format::kW8A16, 64, 64, 4096, 4096), (Choice{1, 2}));
+}
+
+// 8192 x 8192 at 64 tokens: two groups would run 64 CTAs where one runs 128 (30-45%
+// slower, session 52).
+TEST(GemmGroupsTest, FewerTwoGroupCtasKeepOneGroup) {
+  EXPECT_EQ(PlanOf(Format::kW8A16, 64, 64, 8192, 8192), (Choice{1, 2}));
+  EXPECT_EQ(PlanOf(Format::kW4A16, 64, 64, 8192, 8192), (Choice{1, 2}));
+  EXPECT_EQ(PlanOf(Format::kW2A8, 64, 64, 8192, 8192), (Choice{1, 2}));
+}
+
+// W2A8's plans split K alike four ways on N = 4096 at K >= 8192 (session 52: 14336 x
+// 4096 at 64 tokens 23.6 -> 22.4 us); at K = 4096 one group.
+TEST(GemmGroupsTest, AlikeSplitsTakeTwoGroups) {
+  EXPECT_EQ(PlanOf(Format::kW2A8, 64, 64, 8192, 4096), (Choice{2, 4}));
+  EXPECT_EQ(PlanOf(Format::kW2A8, 64, 64, 14336, 4096), (Choice{2, 4}));
+  EXPECT_EQ(PlanOf(Format::kW2A8, 64, 64, 4096, 4096), (Choice{1, 4}));
+}
+
+// 64-token tiles beyond 128 tokens (TokenTile's short GEMMs): two groups where both
+// plans run as many CTAs (W4A16 4096 x 4096 at 256 19.40 -> 18.47 us against one group),
+// one where two groups would run half the CTAs (4096 x 2048 at 256: 17.11 on two, 12.32 on
+// one).
+TEST(GemmGroupsTest, ShortGemmsBeyond128Tokens) {
+  EXPECT_EQ(PlanOf(Format::kW4A16, 64, 256, 4096, 4096), (Choice{2, 2}));
+  EXPECT_EQ(PlanOf(Format::kW4A16, 64, 192, 4096, 4096), (Choice{2, 2}));
+  EXPECT_EQ(PlanOf(Format::kW4A16, 64, 192, 4096, 2048), (Choice{2, 4}));
+  EXPECT_EQ(PlanOf(Format::kW4A16, 64, 256, 4096, 2048), (Choice{1, 2}));
+  EXPECT_EQ(PlanOf(Format::kW8A16, 64, 256, 4096, 2048), (Choice{1, 2}));
+  EXPECT_EQ(PlanOf(Format::kW8A16, 64, 256, 4096, 4096), (Choice{2, 2}));
+}
+
+// The per-chunk costs decide elsewhere: wide short weights (4096 x 14336: W8A16 two
+// groups split two ways, W4A16 one unsplit) and 32-token tiles (W2A8's one-group CTAs of
+// 8192 x 28672 paired two an SM: two groups; 8192 x 8192: one group split two ways).
+TEST(GemmGroupsTest, CostsDecideTheRest) {
+  EXPECT_EQ(PlanOf(Format::kW8A16, 64, 64, 4096, 14336), (Choice{2, 2}));
+  EXPECT_EQ(PlanOf(Format::kW4A16, 64, 64, 4096, 14336), (Choice{1, 1}));
+  EXPECT_EQ(PlanOf(Format::kW2A8, 32, 32, 8192, 28672), (Choice{2, 1}));
+  EXPECT_EQ(PlanOf(Format::kW2A8, 32, 24, 8192, 8192), (Choice{1, 2}));
+  EXPECT_EQ(PlanOf(Format::kW8A16, 32, 32, 8192, 28672), (Choice{2, 1}));
+}
+
+}  // namespace
+}  // namespace qmm::cuda::wgmma_gemm
