@@ -22,7 +22,25 @@ struct GroupPlans {
   SplitChoice two;
   int64_t one_ctas = 0;
   int64_t two_ctas = 0;
+  // Whether the one-group CTAs run two an SM at once (more than one an SM, all in one
+  // turn), which the split's cost counts one after the other.
+  bool paired = false;
 };
+
+// The plans for `token_tiles` x `groups` tiles (128 rows each) over `chunks` chunks of K,
+// of CTAs that fit as `one_fit` (one group) and `two_fit` (two groups) on `sms` SMs.
+inline GroupPlans MakeGroupPlans(int64_t token_tiles, int64_t groups, int chunks, int sms,
+                                 const KernelFit& one_fit, const KernelFit& two_fit) {
+  GroupPlans plans;
+  plans.one = ChooseSplits(token_tiles * groups, chunks, sms, one_fit, false, kFillChunks);
+  plans.one_ctas = token_tiles * groups * plans.one.splits;
+  plans.paired = one_fit.occupancy >= 2 && plans.one_ctas > sms &&
+                 plans.one_ctas <= int64_t{sms} * one_fit.occupancy;
+  const int64_t pairs = token_tiles * ((groups + 1) / 2);
+  plans.two = ChooseSplits(pairs, chunks, sms, two_fit, false, kFillChunks);
+  plans.two_ctas = pairs * plans.two.splits;
+  return plans;
+}
 
 // Whether a launch of m rows on nt-token tiles over `chunks` chunks of K takes two groups
 // a CTA. Per chunk a CTA of one group does about half the work of one of two (the same

@@ -48,28 +48,20 @@ cudaError_t Plan(const GemmArgs& args, const DeviceInfo& device, Options* option
   const int64_t token_tiles = (args.m + NT - 1) / NT;
   const int64_t groups = (args.shape.n + 127) / 128;
   const int chunks = static_cast<int>(args.shape.k / kChunkK);
-  KernelFit fit;
-  cudaError_t err = FitGemm<F, NT, 1, kBf16>(device, &fit);
+  KernelFit one_fit;
+  cudaError_t err = FitGemm<F, NT, 1, kBf16>(device, &one_fit);
   if (err != cudaSuccess) return err;
-  GroupPlans plans;
-  plans.one = ChooseSplits(token_tiles * groups, chunks, device.sms, fit, false, kFillChunks);
-  plans.one_ctas = token_tiles * groups * plans.one.splits;
-  // Whether the one-group CTAs run two an SM at once (more than one an SM, all in one
-  // turn), which the split's cost counts one after the other.
-  const bool paired = fit.occupancy >= 2 && plans.one_ctas > device.sms &&
-                      plans.one_ctas <= int64_t{device.sms} * fit.occupancy;
-  plans.two = plans.one;
+  KernelFit two_fit = one_fit;
   if constexpr (NT < 128) {
-    if ((err = FitGemm<F, NT, 2, kBf16>(device, &fit)) != cudaSuccess) return err;
-    const int64_t pairs = token_tiles * ((groups + 1) / 2);
-    plans.two = ChooseSplits(pairs, chunks, device.sms, fit, false, kFillChunks);
-    plans.two_ctas = pairs * plans.two.splits;
-    if (options->groups == 0) {
-      const double cost = F::OneGroupChunkCost(NT, plans.one.splits, paired);
-      options->groups = TakesTwoGroups(NT, args.m, chunks, device.sms, plans, cost) ? 2 : 1;
-    }
-  } else {
+    if ((err = FitGemm<F, NT, 2, kBf16>(device, &two_fit)) != cudaSuccess) return err;
+  }
+  const GroupPlans plans =
+      MakeGroupPlans(token_tiles, groups, chunks, device.sms, one_fit, two_fit);
+  if (NT >= 128) {
     options->groups = 1;
+  } else if (options->groups == 0) {
+    const double cost = F::OneGroupChunkCost(NT, plans.one.splits, plans.paired);
+    options->groups = TakesTwoGroups(NT, args.m, chunks, device.sms, plans, cost) ? 2 : 1;
   }
   if (options->splits == 0) {
     options->splits = options->groups == 1 ? plans.one.splits : plans.two.splits;

@@ -53,18 +53,10 @@ std::ostream& operator<<(std::ostream& os, const Choice& c) {
 Choice PlanOf(Format format, int nt, int64_t m, int64_t k, int64_t n) {
   const bool two_an_sm = nt == 32 ? format != Format::kW8A16 : format == Format::kW2A8;
   const KernelFit& one_fit = two_an_sm ? kTwoCtasAnSm : kOneCtaAnSm;
-  const int64_t tiles = (m + nt - 1) / nt;
-  const int64_t groups = (n + 127) / 128;
   const int chunks = static_cast<int>(k / kChunkK);
-  GroupPlans plans;
-  plans.one = ChooseSplits(tiles * groups, chunks, kSms, one_fit, false, kFillChunks);
-  plans.one_ctas = tiles * groups * plans.one.splits;
-  const bool paired = one_fit.occupancy >= 2 && plans.one_ctas > kSms &&
-                      plans.one_ctas <= int64_t{kSms} * one_fit.occupancy;
-  const int64_t pairs = tiles * ((groups + 1) / 2);
-  plans.two = ChooseSplits(pairs, chunks, kSms, kOneCtaAnSm, false, kFillChunks);
-  plans.two_ctas = pairs * plans.two.splits;
-  const double cost = OneGroupChunkCost(format, nt, plans.one.splits, paired);
+  const GroupPlans plans =
+      MakeGroupPlans((m + nt - 1) / nt, (n + 127) / 128, chunks, kSms, one_fit, kOneCtaAnSm);
+  const double cost = OneGroupChunkCost(format, nt, plans.one.splits, plans.paired);
   return TakesTwoGroups(nt, m, chunks, kSms, plans, cost) ? Choice{2, plans.two.splits}
                                                           : Choice{1, plans.one.splits};
 }
