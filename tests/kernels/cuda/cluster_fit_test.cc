@@ -1,7 +1,5 @@
 // ChooseSplits (kernels/cuda/cluster_fit.h) on the H200's numbers, as the wgmma GEMM's plan
-// (wgmma_gemm_launch.cuh) sees them at 64-token tiles: 132 SMs; tiles of one CTA an SM fit
-// clusters of 2, 4 and 8 CTAs 66, 30 and 15 at once, W2A8's one-group tiles (two CTAs an
-// SM) 132, 62 and 30 (cudaOccupancyMaxActiveClusters, printed on the H200 in session 22).
+// (wgmma_gemm_launch.cuh) sees them at 64-token tiles (h200_gemm_fits.h).
 // The plan's one-group cost factors (OneGroupChunkCost in wgmma_a16_format.cuh and
 // w2a8_wgmma.cuh) were measured against exactly these costs, so a change that moves them
 // moves the plan's choices: re-measure the factors with it.
@@ -9,13 +7,14 @@
 
 #include <gtest/gtest.h>
 
+#include "kernels/cuda/gemm_groups.h"
+#include "tests/kernels/cuda/h200_gemm_fits.h"
+
 namespace qmm::cuda {
 namespace {
 
-constexpr int kSms = 132;
-constexpr int kFillChunks = 2;  // the wgmma plan's
-const KernelFit kOneCtaAnSm = {1, {0, 0, 66, 0, 30, 0, 0, 0, 15}};
-const KernelFit kTwoCtasAnSm = {2, {0, 0, 132, 0, 62, 0, 0, 0, 30}};
+constexpr int kSms = kH200Sms;
+using wgmma_gemm::kFillChunks;  // the wgmma plan's
 
 SplitChoice Gemm(int64_t ctas, int chunks, const KernelFit& fit) {
   return ChooseSplits(ctas, chunks, kSms, fit, false, kFillChunks);

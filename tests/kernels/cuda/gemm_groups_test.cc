@@ -1,6 +1,6 @@
 // TakesTwoGroups (kernels/cuda/gemm_groups.h) on the H200's numbers, as the wgmma GEMM's
-// plan (wgmma_gemm_launch.cuh) sees them: 132 SMs, the clusters that fit (as in
-// cluster_fit_test.cc) and each format's one-group cost factor (OneGroupChunkCost in
+// plan (wgmma_gemm_launch.cuh) sees them: 132 SMs, the clusters that fit
+// (h200_gemm_fits.h) and each format's one-group cost factor (OneGroupChunkCost in
 // wgmma_a16_format.cuh, w8a16_wgmma.cuh and w2a8_wgmma.cuh, repeated here). Each case's
 // groups and split are the plan's as printed on the H200 in session 53, where measured
 // against the other group count (us in the comments, docs/performance-log.md), so that a
@@ -12,13 +12,13 @@
 #include <cstdint>
 #include <ostream>
 
+#include "tests/kernels/cuda/h200_gemm_fits.h"
+
 namespace qmm::cuda::wgmma_gemm {
 namespace {
 
-constexpr int kSms = 132;
+constexpr int kSms = kH200Sms;
 constexpr int kChunkK = 128;
-const KernelFit kOneCtaAnSm = {1, {0, 0, 66, 0, 30, 0, 0, 0, 15}};
-const KernelFit kTwoCtasAnSm = {2, {0, 0, 132, 0, 62, 0, 0, 0, 30}};
 
 enum class Format { kW8A16, kW4A16, kW2A8 };
 
