@@ -12,8 +12,15 @@
 namespace qmm::cuda::wgmma_gemm {
 
 // A CTA's pipeline fill and reduction, in chunks, as the plan counts them (ChooseSplits'
-// fill_chunks).
+// fill_chunks): the default, W8A16's, and that of every format's 128- and 256-token tiles.
 inline constexpr int kFillChunks = 2;
+
+// The fill of a one-group and of a two-group CTA, in chunks (each format's
+// GroupFillChunks).
+struct GroupFill {
+  int one = kFillChunks;
+  int two = kFillChunks;
+};
 
 // A launch's plans of one and of two row groups a CTA: each one's split and cost
 // (ChooseSplits) and its CTAs.
@@ -28,16 +35,18 @@ struct GroupPlans {
 };
 
 // The plans for `token_tiles` x `groups` tiles (128 rows each) over `chunks` chunks of K,
-// of CTAs that fit as `one_fit` (one group) and `two_fit` (two groups) on `sms` SMs.
+// of CTAs that fit as `one_fit` (one group) and `two_fit` (two groups) on `sms` SMs, each
+// CTA filling and reducing as `fill` counts.
 inline GroupPlans MakeGroupPlans(int64_t token_tiles, int64_t groups, int chunks, int sms,
-                                 const KernelFit& one_fit, const KernelFit& two_fit) {
+                                 const KernelFit& one_fit, const KernelFit& two_fit,
+                                 const GroupFill& fill = {}) {
   GroupPlans plans;
-  plans.one = ChooseSplits(token_tiles * groups, chunks, sms, one_fit, false, kFillChunks);
+  plans.one = ChooseSplits(token_tiles * groups, chunks, sms, one_fit, false, fill.one);
   plans.one_ctas = token_tiles * groups * plans.one.splits;
   plans.paired = one_fit.occupancy >= 2 && plans.one_ctas > sms &&
                  plans.one_ctas <= int64_t{sms} * one_fit.occupancy;
   const int64_t pairs = token_tiles * ((groups + 1) / 2);
-  plans.two = ChooseSplits(pairs, chunks, sms, two_fit, false, kFillChunks);
+  plans.two = ChooseSplits(pairs, chunks, sms, two_fit, false, fill.two);
   plans.two_ctas = pairs * plans.two.splits;
   return plans;
 }

@@ -10,6 +10,7 @@
 #ifndef QMM_KERNELS_CUDA_W2A8_WGMMA_CUH_
 #define QMM_KERNELS_CUDA_W2A8_WGMMA_CUH_
 
+#include "kernels/cuda/gemm_groups.h"
 #include "kernels/cuda/tensor_map.h"
 #include "kernels/cuda/w2a8_layout.h"
 #include "kernels/cuda/w4a16_common.cuh"
@@ -79,6 +80,16 @@ struct WgmmaFormat {
   static constexpr double OneGroupChunkCost(int nt, int /*splits*/, bool paired) {
     if (nt >= 64) return paired ? 0.55 : 0.5;
     return paired ? 0.5 : 0.65;
+  }
+  // A CTA's fill and reduction in the plan's count, up to 64 tokens: 10 chunks a one-group
+  // CTA, 6 a two-group one (whose chunks count double). On the H200 (session 54, 22
+  // shapes at 24-64 tokens against 2 and 2) every plan this moves measured faster: 4096
+  // x 22016 at 24 / 32 tokens 23.7 / 24.8 -> 17.0 / 17.1 us and 8192 x 22016 32.7 / 34.3
+  // -> 28.0 (two groups unsplit, not split four ways), 14336 x 11008 13-23%, 4096 x 57344
+  // at 48 / 64 13%, 2048 x 5120 at 24 / 32 9% (one group); 12 for both (an offline fit)
+  // also moved 8192-28672 x 3072 to one group split four ways, 12-45% slower there.
+  static constexpr wgmma_gemm::GroupFill GroupFillChunks(int nt) {
+    return nt <= 64 ? wgmma_gemm::GroupFill{10, 6} : wgmma_gemm::GroupFill{};
   }
 
   // Logical core c (16 k) of step c / 2 holds the physical words 16 (c % 2) + 4t + c / 2.

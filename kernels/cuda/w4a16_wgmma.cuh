@@ -9,6 +9,7 @@
 #ifndef QMM_KERNELS_CUDA_W4A16_WGMMA_CUH_
 #define QMM_KERNELS_CUDA_W4A16_WGMMA_CUH_
 
+#include "kernels/cuda/gemm_groups.h"
 #include "kernels/cuda/w4a16_common.cuh"
 #include "kernels/cuda/wgmma_a16_format.cuh"
 
@@ -27,6 +28,16 @@ inline constexpr uint32_t kBiasHiFactor = 0x80808080;
 
 struct WgmmaFormat : wgmma_gemm::A16Format {
   static constexpr int kGroupStageBytes = kGroupChunkBytes + kGroupScaleBytes;
+  // Six chunks a CTA's fill and reduction up to 64 tokens, either group count: fewer K
+  // splits where the row groups fill the SMs. On the H200 (session 54, 22 shapes at 24-64
+  // tokens against a fill of 2) 4096 x 22016 at 24 / 32 tokens 29.5 -> 23.0 us, 4096 x
+  // 57344 at 48 80.8 -> 64.2, 2048 x 22016 at 48 / 64 20% faster, 14336 x 11008 8-10%,
+  // 5120 x 3072 at 48 / 64 14%, 2048 x 5120 and 2048 x 14336 at 24 / 32 7-9% (one group);
+  // 4096 x 5120 at 24 / 32 and 5120 x 11008 at 48 / 64 2.5-3% slower, 28672 x 11008 at
+  // 24-48 2.5-5.9%.
+  static constexpr wgmma_gemm::GroupFill GroupFillChunks(int nt) {
+    return nt <= 64 ? wgmma_gemm::GroupFill{6, 6} : wgmma_gemm::GroupFill{};
+  }
 
   // On the H200, permuting in the stages against PermuteKernel's copy (session 38): 32
   // tokens 0-3% faster, 64 tokens from 5% faster to 10% slower, 128 up to 20% slower.

@@ -247,6 +247,8 @@ using GemmParams =
 //                                   their stages fit; TokenTile chooses them);
 //   OneGroupChunkCost(NT, splits, paired)  (host) a one-group CTA's cost per chunk
 //                                   against a two-group one's, for the launch's plan;
+//   GroupFillChunks(NT)             (host) a one- and a two-group CTA's pipeline fill
+//                                   and reduction in chunks, for the same plan;
 //   Load(dst, p, group, chunk, bar) a copy of them (the producer lane; bar counts the
 //                                   bytes);
 //   ThreadOffsets(warp, lane)       (x) where a consumer thread's weights sit in a

@@ -55,8 +55,8 @@ cudaError_t Plan(const GemmArgs& args, const DeviceInfo& device, Options* option
   if constexpr (NT < 128) {
     if ((err = FitGemm<F, NT, 2, kBf16>(device, &two_fit)) != cudaSuccess) return err;
   }
-  const GroupPlans plans =
-      MakeGroupPlans(token_tiles, groups, chunks, device.sms, one_fit, two_fit);
+  const GroupPlans plans = MakeGroupPlans(token_tiles, groups, chunks, device.sms, one_fit, two_fit,
+                                          F::GroupFillChunks(NT));
   if (NT >= 128) {
     options->groups = 1;
   } else if (options->groups == 0) {

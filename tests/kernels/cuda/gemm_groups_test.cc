@@ -1,10 +1,11 @@
 // TakesTwoGroups (kernels/cuda/gemm_groups.h) on the H200's numbers, as the wgmma GEMM's
 // plan (wgmma_gemm_launch.cuh) sees them: 132 SMs, the clusters that fit
-// (h200_gemm_fits.h) and each format's one-group cost factor (OneGroupChunkCost in
-// wgmma_a16_format.cuh, w8a16_wgmma.cuh and w2a8_wgmma.cuh, repeated here). Each case's
-// groups and split are the plan's as printed on the H200 in session 53, where measured
-// against the other group count (us in the comments, docs/performance-log.md), so that a
-// change which moves a choice fails here.
+// (h200_gemm_fits.h) and each format's one-group cost factor and CTA fill
+// (OneGroupChunkCost and GroupFillChunks in wgmma_a16_format.cuh, w8a16_wgmma.cuh,
+// w4a16_wgmma.cuh and w2a8_wgmma.cuh, repeated here). Each case's groups and split are
+// the plan's as printed on the H200 in session 53 or measured against the plan it
+// replaced in session 54 (us in the comments, docs/performance-log.md), so that a change
+// which moves a choice fails here.
 #include "kernels/cuda/gemm_groups.h"
 
 #include <gtest/gtest.h>
@@ -35,6 +36,19 @@ double OneGroupChunkCost(Format format, int nt, int splits, bool paired) {
   return 0;
 }
 
+GroupFill GroupFillChunks(Format format, int nt) {
+  if (nt > 64) return {};
+  switch (format) {
+    case Format::kW8A16:
+      return {};
+    case Format::kW4A16:
+      return {6, 6};
+    case Format::kW2A8:
+      return {10, 6};
+  }
+  return {};
+}
+
 struct Choice {
   int groups;
   int splits;
@@ -54,8 +68,8 @@ Choice PlanOf(Format format, int nt, int64_t m, int64_t k, int64_t n) {
   const bool two_an_sm = nt == 32 ? format != Format::kW8A16 : format == Format::kW2A8;
   const KernelFit& one_fit = two_an_sm ? kTwoCtasAnSm : kOneCtaAnSm;
   const int chunks = static_cast<int>(k / kChunkK);
-  const GroupPlans plans =
-      MakeGroupPlans((m + nt - 1) / nt, (n + 127) / 128, chunks, kSms, one_fit, kOneCtaAnSm);
+  const GroupPlans plans = MakeGroupPlans((m + nt - 1) / nt, (n + 127) / 128, chunks, kSms, one_fit,
+                                          kOneCtaAnSm, GroupFillChunks(format, nt));
   const double cost = OneGroupChunkCost(format, nt, plans.one.splits, plans.paired);
   return TakesTwoGroups(nt, m, chunks, kSms, plans, cost) ? Choice{2, plans.two.splits}
                                                           : Choice{1, plans.one.splits};
@@ -111,6 +125,20 @@ TEST(GemmGroupsTest, CostsDecideTheRest) {
   EXPECT_EQ(PlanOf(Format::kW2A8, 32, 32, 8192, 28672), (Choice{2, 1}));
   EXPECT_EQ(PlanOf(Format::kW2A8, 32, 24, 8192, 8192), (Choice{1, 2}));
   EXPECT_EQ(PlanOf(Format::kW8A16, 32, 32, 8192, 28672), (Choice{2, 1}));
+}
+
+// The fills of W4A16 and W2A8 (session 54, against fills of 2): fewer K splits where the
+// row groups fill the SMs, W2A8 4096 x 22016 at 32 tokens 24.8 -> 17.1 us unsplit, W4A16
+// 29.5 -> 23.1, W4A16 4096 x 57344 at 48 80.8 -> 64.2; one group where it runs as many
+// CTAs unsplit, W4A16 2048 x 14336 at 32 9.51 -> 8.79; W2A8 keeps two groups split eight
+// ways on 28672 x 3072 (22.4 us; 32.5 on one group split four ways).
+TEST(GemmGroupsTest, FillsOfW4A16AndW2A8) {
+  EXPECT_EQ(PlanOf(Format::kW2A8, 32, 32, 4096, 22016), (Choice{2, 1}));
+  EXPECT_EQ(PlanOf(Format::kW4A16, 32, 32, 4096, 22016), (Choice{2, 1}));
+  EXPECT_EQ(PlanOf(Format::kW4A16, 64, 48, 4096, 57344), (Choice{2, 1}));
+  EXPECT_EQ(PlanOf(Format::kW4A16, 32, 32, 2048, 14336), (Choice{1, 1}));
+  EXPECT_EQ(PlanOf(Format::kW2A8, 32, 32, 28672, 3072), (Choice{2, 8}));
+  EXPECT_EQ(PlanOf(Format::kW2A8, 64, 64, 14336, 11008), (Choice{2, 2}));  // 37.90 -> 33.06
 }
 
 }  // namespace
