@@ -12,7 +12,7 @@
 namespace qmm::cuda::wgmma_gemm {
 
 // A CTA's pipeline fill and reduction, in chunks, as the plan counts them (ChooseSplits'
-// fill_chunks): the default, W8A16's, and that of every format's 128- and 256-token tiles.
+// fill_chunks) of every format's 128- and 256-token tiles, and by default.
 inline constexpr int kFillChunks = 2;
 
 // The fill of a one-group and of a two-group CTA, in chunks (each format's

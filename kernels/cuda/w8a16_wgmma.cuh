@@ -11,6 +11,7 @@
 
 #include <type_traits>
 
+#include "kernels/cuda/gemm_groups.h"
 #include "kernels/cuda/tensor_map.h"
 #include "kernels/cuda/w4a16_common.cuh"
 #include "kernels/cuda/w8a16_ptx.cuh"
@@ -33,6 +34,16 @@ struct WgmmaFormat : wgmma_gemm::A16Format {
   // 12.12 in session 47).
   static constexpr double OneGroupChunkCost(int nt, int splits, bool /*paired*/) {
     return nt == 64 && splits <= 2 ? 0.56 : 0.65;
+  }
+  // A CTA's fill and reduction in the plan's count, up to 64 tokens: 5 chunks a one-group
+  // CTA, 4 a two-group one. On the H200 (session 54, 23 shapes at 24-64 tokens against 2
+  // and 2, and fills of 4 / 4, 6 / 6 and 10 / 6, each plan measured) 2048 x 22016 at 48 /
+  // 64 tokens 25.0 -> 18.2 us (two groups unsplit), 4096 x 22016 5.7-12.4% faster, 5120 x
+  // 3072 6-13% (one group split four ways), 14336 x 11008 at 48 / 64 7.5-10.3%, 2048 x
+  // 4096 / 5120 at 24 / 32 1.5-1.9%; 14336 x 11008 at 24 / 32 5% slower, 5120 x 22016 at
+  // 24 / 32 1%. The benchmark shapes keep their plans.
+  static constexpr wgmma_gemm::GroupFill GroupFillChunks(int nt) {
+    return nt <= 64 ? wgmma_gemm::GroupFill{5, 4} : wgmma_gemm::GroupFill{};
   }
 
   // In a 64-k block (two 32-k layout chunks), logical core j holds the physical words

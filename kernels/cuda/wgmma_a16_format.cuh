@@ -8,7 +8,6 @@
 #include <cstdint>
 
 #include "kernels/cuda/gemm_args.h"
-#include "kernels/cuda/gemm_groups.h"
 #include "kernels/cuda/w4a16_common.cuh"
 #include "kernels/cuda/wgmma.cuh"
 
@@ -51,9 +50,6 @@ struct A16Format {
   static constexpr double OneGroupChunkCost(int nt, int splits, bool /*paired*/) {
     return nt == 64 && splits <= 2 ? 0.52 : 0.65;
   }
-  // A CTA's fill and reduction in the plan's count: kFillChunks (gemm_groups.h) for both
-  // group counts; W4A16 counts more up to 64 tokens (w4a16_wgmma.cuh).
-  static constexpr GroupFill GroupFillChunks(int /*nt*/) { return {}; }
 
   template <int J, bool kBf16>
   __device__ static void Mma(float (&d)[J][4], const uint32_t (&a)[4], uint64_t desc,

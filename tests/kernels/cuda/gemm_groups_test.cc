@@ -40,7 +40,7 @@ GroupFill GroupFillChunks(Format format, int nt) {
   if (nt > 64) return {};
   switch (format) {
     case Format::kW8A16:
-      return {};
+      return {5, 4};
     case Format::kW4A16:
       return {6, 6};
     case Format::kW2A8:
@@ -127,12 +127,15 @@ TEST(GemmGroupsTest, CostsDecideTheRest) {
   EXPECT_EQ(PlanOf(Format::kW8A16, 32, 32, 8192, 28672), (Choice{2, 1}));
 }
 
-// The fills of W4A16 and W2A8 (session 54, against fills of 2): fewer K splits where the
-// row groups fill the SMs, W2A8 4096 x 22016 at 32 tokens 24.8 -> 17.1 us unsplit, W4A16
-// 29.5 -> 23.1, W4A16 4096 x 57344 at 48 80.8 -> 64.2; one group where it runs as many
-// CTAs unsplit, W4A16 2048 x 14336 at 32 9.51 -> 8.79; W2A8 keeps two groups split eight
-// ways on 28672 x 3072 (22.4 us; 32.5 on one group split four ways).
-TEST(GemmGroupsTest, FillsOfW4A16AndW2A8) {
+// The formats' fills (session 54, against fills of 2): fewer K splits where the row
+// groups fill the SMs, W2A8 4096 x 22016 at 32 tokens 24.8 -> 17.1 us unsplit, W4A16
+// 29.5 -> 23.1, W4A16 4096 x 57344 at 48 80.8 -> 64.2, W8A16 2048 x 22016 at 48 25.0 ->
+// 18.2; one group where it runs as many CTAs unsplit, W4A16 2048 x 14336 at 32 9.51 ->
+// 8.79, or split four ways, W8A16 5120 x 3072 at 64 11.16 -> 9.67; W2A8 keeps two groups
+// split eight ways on 28672 x 3072 (22.4 us; 32.5 on one group split four ways).
+TEST(GemmGroupsTest, FillsOfEachFormat) {
+  EXPECT_EQ(PlanOf(Format::kW8A16, 64, 48, 2048, 22016), (Choice{2, 1}));
+  EXPECT_EQ(PlanOf(Format::kW8A16, 64, 64, 5120, 3072), (Choice{1, 4}));
   EXPECT_EQ(PlanOf(Format::kW2A8, 32, 32, 4096, 22016), (Choice{2, 1}));
   EXPECT_EQ(PlanOf(Format::kW4A16, 32, 32, 4096, 22016), (Choice{2, 1}));
   EXPECT_EQ(PlanOf(Format::kW4A16, 64, 48, 4096, 57344), (Choice{2, 1}));
