@@ -40,9 +40,6 @@ ABSL_FLAG(int64_t, worker_spin_us, -1,
 ABSL_FLAG(int, completion_threads, -1,
           "threads that hand the results of multi-request launches to gRPC; 0 = none (the "
           "batch worker does it); -1 = half the hardware threads, at most 8 (0 below 4)");
-ABSL_FLAG(int, matmul_threads, -1,
-          "threads that take unary MatMul calls from gRPC, each blocking on a completion "
-          "queue of its own; -1 = a quarter of the hardware threads, 1 to 4");
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464",
           "host:port of the Prometheus endpoint (/metrics); port 0 picks one; empty turns it off");
 ABSL_FLAG(bool, metrics_per_weight, false,
@@ -102,9 +99,6 @@ int main(int argc, char** argv) {
   options.completion_threads = completion_threads >= 0 ? completion_threads
                                : hardware_threads >= 4 ? std::clamp(hardware_threads / 2, 1, 8)
                                                        : 0;  // no core to spread them over
-  const int matmul_threads = absl::GetFlag(FLAGS_matmul_threads);
-  options.matmul_threads =
-      matmul_threads >= 0 ? matmul_threads : std::clamp(hardware_threads / 4, 1, 4);
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   options.metrics_per_weight = absl::GetFlag(FLAGS_metrics_per_weight);
   qmm::QmmServer server(*std::move(backend), options);

@@ -87,21 +87,12 @@ absl::Status RunMatMul(Backend& backend, int worker, const MatMulJob& job,
 void DispatchMatMul(const ServiceContext& context, RpcMethod method,
                     grpc::CallbackServerContext* rpc, MatMulJob job, v1::MatMulResponse* response,
                     absl::AnyInvocable<void(const absl::Status&) &&> done) {
-  DispatchMatMul(
-      context, method, absl::FromChrono(rpc->deadline()), [rpc] { return rpc->IsCancelled(); },
-      std::move(job), response, std::move(done));
-}
-
-void DispatchMatMul(const ServiceContext& context, RpcMethod method, absl::Time deadline,
-                    absl::AnyInvocable<bool() const> cancelled, MatMulJob job,
-                    v1::MatMulResponse* response,
-                    absl::AnyInvocable<void(const absl::Status&) &&> done) {
   context.batcher->Enqueue(BatchRequest{
       .job = std::move(job),
       .response = response,
       .method = method,
-      .deadline = deadline,
-      .cancelled = std::move(cancelled),
+      .deadline = absl::FromChrono(rpc->deadline()),
+      .cancelled = [rpc] { return rpc->IsCancelled(); },
       .done = std::move(done),
   });
 }

@@ -12,7 +12,6 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/time/time.h"
 #include "qmm/v1/qmm.pb.h"
 #include "server/backend.h"
 #include "server/metrics.h"
@@ -58,13 +57,6 @@ std::string* StartResponse(const MatMulJob& job, v1::MatMulResponse* response);
 // `rpc`, `job.request` and `response` must stay valid until then.
 void DispatchMatMul(const ServiceContext& context, RpcMethod method,
                     grpc::CallbackServerContext* rpc, MatMulJob job, v1::MatMulResponse* response,
-                    absl::AnyInvocable<void(const absl::Status&) &&> done);
-
-// The same for a call of the async API: its `deadline`, and `cancelled`, true once its
-// client cancelled, which must stay callable until `done` runs.
-void DispatchMatMul(const ServiceContext& context, RpcMethod method, absl::Time deadline,
-                    absl::AnyInvocable<bool() const> cancelled, MatMulJob job,
-                    v1::MatMulResponse* response,
                     absl::AnyInvocable<void(const absl::Status&) &&> done);
 
 }  // namespace qmm

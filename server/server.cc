@@ -38,9 +38,8 @@ absl::Status CheckOptions(const ServerOptions& options) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_rows = ", options.max_rows, " must be at least 1"));
   }
-  if (options.max_queued_requests < 1 || options.upload_threads < 1 || options.matmul_threads < 1) {
-    return absl::InvalidArgumentError(
-        "max_queued_requests, matmul_threads and upload_threads must be >= 1");
+  if (options.max_queued_requests < 1 || options.upload_threads < 1) {
+    return absl::InvalidArgumentError("max_queued_requests and upload_threads must be >= 1");
   }
   return absl::OkStatus();
 }
@@ -102,16 +101,12 @@ absl::StatusOr<int> QmmServer::Start() {
   builder.SetMaxReceiveMessageSize(static_cast<int>(options_.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(options_.max_message_bytes));
   builder.RegisterService(service_.get());
-  unary_matmul_ =
-      std::make_unique<UnaryMatMul>(context, service_.get(), builder, options_.matmul_threads);
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || port == 0) {
     server_.reset();
-    unary_matmul_.reset();
     return absl::UnavailableError(
         absl::StrCat("cannot listen on \"", options_.listen_address, "\""));
   }
-  unary_matmul_->Start();
   return port;
 }
 
@@ -121,14 +116,10 @@ void QmmServer::Shutdown() {
     server_->Shutdown(std::chrono::system_clock::now() +
                       absl::ToChronoNanoseconds(options_.shutdown_grace));
     server_->Wait();
+    server_.reset();
   }
-  // Every callback call has finished. The unary MatMuls run outside what the server
-  // waits for: a late arrival is turned away, and the rest end as the batcher answers
-  // them (cancelled ones unlaunched); then the batcher has no request left and may go.
-  // The server goes only after its completion queues.
-  unary_matmul_.reset();
+  // Every call has finished; what is still queued only finishes already-ended work.
   batcher_.reset();
-  server_.reset();
   loader_.reset();
   exposer_.reset();
   if (metrics_ != nullptr) metrics_->SetCollectHook(nullptr);

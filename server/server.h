@@ -20,7 +20,6 @@
 #include "server/metrics_exposer.h"
 #include "server/model_store.h"
 #include "server/service.h"
-#include "server/unary_matmul.h"
 #include "server/weight_store.h"
 
 namespace qmm {
@@ -44,9 +43,6 @@ struct ServerOptions {
   // BatcherOptions::worker_spin and completion_threads.
   absl::Duration worker_spin = absl::ZeroDuration();
   int completion_threads = 2;
-  // Threads that serve the unary MatMul, each on a completion queue of its own
-  // (server/unary_matmul.h).
-  int matmul_threads = 2;
   // Threads that quantize and load uploads.
   int upload_threads = 2;
   // How long Shutdown lets in-flight calls run before cancelling them.
@@ -107,7 +103,6 @@ class QmmServer {
   std::unique_ptr<ComputePool> loader_;
   std::unique_ptr<Batcher> batcher_;
   std::unique_ptr<QmmService> service_;
-  std::unique_ptr<UnaryMatMul> unary_matmul_;
   std::unique_ptr<grpc::Server> server_;
 };
 

@@ -87,6 +87,19 @@ grpc::ServerUnaryReactor* QmmService::ServerInfo(grpc::CallbackServerContext* rp
   return FinishNow(rpc, clock, absl::OkStatus());
 }
 
+grpc::ServerUnaryReactor* QmmService::MatMul(grpc::CallbackServerContext* rpc,
+                                             const v1::MatMulRequest* request,
+                                             v1::MatMulResponse* response) {
+  const RequestClock clock(context_.metrics, RpcMethod::kMatMul);
+  absl::StatusOr<MatMulJob> job = PrepareMatMul(*request, *context_.store, context_.limits);
+  if (!job.ok()) return FinishNow(rpc, clock, job.status());
+  grpc::ServerUnaryReactor* reactor = rpc->DefaultReactor();
+  DispatchMatMul(
+      context_, RpcMethod::kMatMul, rpc, *std::move(job), response,
+      [reactor, clock](const absl::Status& status) { reactor->Finish(clock.Finish(status)); });
+  return reactor;
+}
+
 grpc::ServerBidiReactor<v1::MatMulRequest, v1::MatMulResponse>* QmmService::MatMulStream(
     grpc::CallbackServerContext* rpc) {
   return new MatMulStreamReactor(context_, rpc);

@@ -1,6 +1,5 @@
-// The qmm.v1.Qmm gRPC service on the callback API, but for the unary MatMul (on the async
-// API: server/unary_matmul.h). Handlers only parse, validate and enqueue; kernels and
-// weight conversion run on the pools in ServiceContext.
+// The qmm.v1.Qmm gRPC service on the callback API. Handlers only parse, validate and
+// enqueue; kernels and weight conversion run on the pools in ServiceContext.
 #ifndef QMM_SERVER_SERVICE_H_
 #define QMM_SERVER_SERVICE_H_
 
@@ -8,11 +7,10 @@
 
 #include "qmm/v1/qmm.grpc.pb.h"
 #include "server/service_context.h"
-#include "server/unary_matmul.h"
 
 namespace qmm {
 
-class QmmService final : public AsyncMatMulService {
+class QmmService final : public v1::Qmm::CallbackService {
  public:
   // Everything `context` points to must outlive every call this service handles.
   explicit QmmService(const ServiceContext& context) : context_(context) {}
@@ -31,6 +29,9 @@ class QmmService final : public AsyncMatMulService {
   grpc::ServerUnaryReactor* ServerInfo(grpc::CallbackServerContext* rpc,
                                        const v1::ServerInfoRequest* request,
                                        v1::ServerInfoResponse* response) override;
+  grpc::ServerUnaryReactor* MatMul(grpc::CallbackServerContext* rpc,
+                                   const v1::MatMulRequest* request,
+                                   v1::MatMulResponse* response) override;
   grpc::ServerBidiReactor<v1::MatMulRequest, v1::MatMulResponse>* MatMulStream(
       grpc::CallbackServerContext* rpc) override;
 
