@@ -427,6 +427,32 @@ TEST_F(BatchingServerTest, DeletingAWeightFinishesTheLaunchAndFailsTheQueue) {
   EXPECT_EQ(used, 0);
 }
 
+// A shutdown whose grace runs out with one unary call launched and one queued behind it:
+// both are cancelled, the launch still completes, and the shutdown ends without a crash
+// or a hang (the batcher goes only after every request it held has finished).
+TEST_F(BatchingServerTest, ShutdownEndsUnaryCallsLaunchedAndQueued) {
+  ServerOptions options;
+  options.shutdown_grace = absl::Milliseconds(200);
+  Start(options, /*workers=*/1);
+  UploadWeight("w");
+  std::unique_ptr<Sent> running = MakeRequest("w", 2);
+  std::unique_ptr<Sent> queued = MakeRequest("w", 3);
+  gate_->Close();
+  std::thread first([&] { Call(*running); });
+  ASSERT_TRUE(gate_->WaitForCalls(1));
+  std::thread second([&] { Call(*queued); });
+  ASSERT_TRUE(WaitForWaiting(1));
+  std::thread shutdown([&] { server_->Shutdown(); });
+  absl::SleepFor(absl::Milliseconds(500));  // past the grace: both calls cancelled
+  gate_->Open();
+  shutdown.join();
+  first.join();
+  second.join();
+  EXPECT_FALSE(running->status.ok());
+  EXPECT_FALSE(queued->status.ok());
+  EXPECT_EQ(CallRows(), std::vector<int64_t>{2});
+}
+
 TEST(BatchingServerOptionsTest, BadBatchingOptionsStopTheStart) {
   auto start = [](void (*change)(ServerOptions&)) {
     ServerOptions options;
