@@ -81,8 +81,9 @@ struct WgmmaFormat {
     if (nt >= 64) return paired ? 0.55 : 0.5;
     return paired ? 0.5 : 0.65;
   }
-  // A CTA's fill and reduction in the plan's count, up to 64 tokens: 10 chunks a one-group
-  // CTA, 6 a two-group one (whose chunks count double). On the H200 (session 54, 22
+  // A CTA's fill and reduction in the plan's count, up to 64 tokens: 10 of a one-group
+  // CTA's chunks, 6 of a two-group one's (which cost about twice as much: the factor
+  // above), so about the same time either way. On the H200 (session 54, 22
   // shapes at 24-64 tokens against 2 and 2) every plan this moves measured faster: 4096
   // x 22016 at 24 / 32 tokens 23.7 / 24.8 -> 17.0 / 17.1 us and 8192 x 22016 32.7 / 34.3
   // -> 28.0 (two groups unsplit, not split four ways), 14336 x 11008 13-23%, 4096 x 57344
