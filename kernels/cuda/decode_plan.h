@@ -23,8 +23,11 @@ struct DecodeGrid {
 // The fewest bytes of weights per warp a cluster split leaves: below, the cluster's
 // barrier and reduction cost more than the spread stream gains (on the H200 at M = 1,
 // 4096 x 4096 with clusters of 2 at 4 KB a warp: W4A16 5.37 us against 4.65, W2A8 at 2
-// KB 5.78 against 5.39; W8A16 at 8 KB 7.74 against 8.95).
+// KB 5.78 against 5.39; W8A16 at 8 KB 7.74 against 8.95). W2A8's clusters pay from less:
+// 11008 x 4096 in clusters of 2 (5.4 KB a warp) took 8.28 / 8.54 us at M = 1 / 4 against
+// 9.40 / 9.59 without, and as long at M = 8 (10.04 against 10.05; session 55).
 inline constexpr int kMinClusterWarpBytes = 6 << 10;
+inline constexpr int kW2A8MinClusterWarpBytes = 5 << 10;
 
 // `sets` row sets of `chunks` chunks of `chunk_bytes` each, 8-warp CTAs of which `slots`
 // fit on the device at once, and cluster_slots[c] clusters of c = 2 to 8 CTAs
@@ -35,12 +38,13 @@ inline constexpr int kMinClusterWarpBytes = 6 << 10;
 // turn leaves CTAs idle and fewer bytes in flight); ties go to more warps per set, which
 // shortens each warp's run. Where even S = 8 leaves SMs without a set, a cluster of C = 4
 // or 2 CTAs shares each set (the largest whose clusters all fit at once, with
-// kMinClusterWarpBytes a warp); `cluster` > 0 forces C. Beyond one turn, units / turns
+// min_cluster_warp_bytes a warp); `cluster` > 0 forces C. Beyond one turn, units / turns
 // clusters, so that every cluster has as many units and no last turn runs on a fraction
 // of the grid.
 inline DecodeGrid MakeDecodeGrid(int64_t sets, int chunks, int chunk_bytes, int sms, int64_t slots,
                                  const int (&cluster_slots)[9], int min_split = 1,
-                                 int max_split = 8, int cluster = 0) {
+                                 int max_split = 8, int cluster = 0,
+                                 int min_cluster_warp_bytes = kMinClusterWarpBytes) {
   constexpr int kWarps = 8;
   DecodeGrid grid;
   double best_cost = -1;
@@ -61,7 +65,7 @@ inline DecodeGrid MakeDecodeGrid(int64_t sets, int chunks, int chunk_bytes, int 
   if (cluster == 0 && grid.split == kWarps && grid.units < sms) {
     for (int c = 4; c >= 2; c /= 2) {
       if (grid.units <= cluster_slots[c] &&
-          int64_t{chunks} * chunk_bytes >= int64_t{c} * kWarps * kMinClusterWarpBytes) {
+          int64_t{chunks} * chunk_bytes >= int64_t{c} * kWarps * min_cluster_warp_bytes) {
         cluster = c;
         break;
       }
@@ -89,10 +93,36 @@ inline constexpr int64_t kStreamMinRunK = 12288;
 // (not `one_tile`) only up to twice as many, beyond which the tile kernel streams faster
 // (on the H200 at M = 16, 8192 x 28672: 66.17 us against 72.70; session 35). With 8-warp
 // CTAs (session 34) it was 45-50% slower than the tile kernel: this kernel streams at the
-// rate of its warps an SM.
-inline bool W8A16StreamPays(const DecodeGrid& grid, int64_t wide_slots, int64_t sets,
-                            bool one_tile) {
-  return grid.cluster == 1 && sets > wide_slots && (one_tile || sets < 2 * wide_slots);
+// rate of its warps an SM. Where the whole sets fit those CTAs but a set's K is longer than
+// one CTA takes (`long_k`: the launch would fall to the tile kernel), the stream-K grid too:
+// on the H200 (session 55) 28672 x 8192 at M = 1 / 4 / 8 / 16 took 57.20 / 57.59 / 57.97 /
+// 69.14 us on it against the tile kernel's 60.96 / 61.95 / 63.36 / 80.08.
+inline bool W8A16StreamPays(const DecodeGrid& grid, int64_t wide_slots, int64_t sets, bool one_tile,
+                            bool long_k) {
+  if (grid.cluster != 1) return false;
+  if (sets <= wide_slots) return long_k;
+  return one_tile || sets < 2 * wide_slots;
+}
+
+// Whether W8A16's wgmma GEMM takes a launch of 9-16 tokens on N = n from the decode
+// kernels, of whose 16-warp CTAs `wide_slots` fit at once on `sms` SMs: where the
+// two-row-tile sets outnumber those CTAs (so that the decode launch would run its
+// stream-K grid or the tile kernel) and the GEMM's 128-row groups fill between three
+// quarters of the SMs and all of them (its one-group CTAs of 32 tokens, one an SM, in one
+// turn). On the H200 (session 55, M = 9 / 16, us; decode against the GEMM): 4096 x 14336
+// (448 sets, 112 groups) 20.12 / 20.59 against 17.54 / 17.56, 2048 x 14336 11.94 / 12.17
+// against 10.69 / 10.67, 8192 x 14336 35.92 / 37.27 against 33.16 / 33.26, 5120 x 13824
+// 22.81 / 23.41 against 21.20 / 21.31, 6144 x 16384 31.23 / 32.72 against 26.81 / 26.95.
+// With fewer groups the GEMM splits K into a second turn (14336 x 11008, 86 groups: 46.66
+// / 48.71 against 52.35 / 52.07; 4096 x 11008 even); with more, its grid runs in turns
+// too, and the two kernels came within 8% either way (4096 x 22016 29.73 / 29.52 against
+// 31.03 / 31.24, 8192 x 22016 55.76 / 58.42 against 52.97 / 53.46; 5120 x 17920, 4096 x
+// 28672 and 8192 x 28672 within 1-2%). Where the sets fit at once the decode kernel won
+// (8192 x 8192: 18.51 / 18.91 against 19.94 / 19.53).
+inline bool W8A16GemmBeatsDecode(int64_t n, int64_t wide_slots, int sms) {
+  const int64_t sets = ((n + 15) / 16 + 1) / 2;
+  const int64_t groups = (n + 127) / 128;
+  return sets > wide_slots && 4 * groups >= 3 * int64_t{sms} && groups <= sms;
 }
 
 // Whether a W4A16 decode launch takes the stream-K grid (decode_stream.cuh) rather than `grid`, the

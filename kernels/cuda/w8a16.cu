@@ -440,16 +440,17 @@ cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& device, int clu
   p.k = args.shape.k;
   p.y_dtype = args.y_dtype;
   const int64_t sets = (p.row_tiles + R - 1) / R;
-  // Where the two-row-tile sets outnumber the 16-warp CTAs that fit, the stream-K grid of
-  // those CTAs (W8A16StreamPays, decode_plan.h). On the H200 against the tile kernel
-  // (session 35), M = 1 / 8 / 16: 4096 x 14336 17.59 / 18.23 / 22.25 -> 16.83 / 17.28 /
-  // 20.67 us, 8192 x 10240 23.95 / 24.22 / 36.74 -> 22.31 / 22.80 / 26.63, 8192 x 28672
-  // 61.84 / 62.84 (-> 57.34 / 59.45) / 66.17 (-> 72.70, not taken).
+  // Where the two-row-tile sets outnumber the 16-warp CTAs that fit, or fit them with
+  // more K than one takes, the stream-K grid of those CTAs (W8A16StreamPays,
+  // decode_plan.h). On the H200 against the tile kernel (session 35), M = 1 / 8 / 16: 4096
+  // x 14336 17.59 / 18.23 / 22.25 -> 16.83 / 17.28 / 20.67 us, 8192 x 10240 23.95 / 24.22
+  // / 36.74 -> 22.31 / 22.80 / 26.63, 8192 x 28672 61.84 / 62.84 (-> 57.34 / 59.45) /
+  // 66.17 (-> 72.70, not taken).
   if constexpr (R == 2) {
     constexpr auto* kStreamKernel =
         w8a16::DecodeKernel<T, NT, R, false, false, w8a16::kWideWarps, true>;
-    const bool on =
-        stream == 2 || (stream == 0 && W8A16StreamPays(grid, wide_slots, sets, NT == 1));
+    const bool on = stream == 2 || (stream == 0 && W8A16StreamPays(grid, wide_slots, sets, NT == 1,
+                                                                   args.shape.k > 2 * kDecodeMaxK));
     if (on && args.sync != nullptr && grid.cluster == 1 && warps != w8a16::kDecodeWarps) {
       *launched = true;
       return LaunchStreamGrid(kStreamKernel, p, args, wide_slots, sets, R * NT * 32 * 4,
@@ -519,16 +520,26 @@ wgmma_gemm::Options WgmmaOptions(const W8A16Options& options) {
 template <typename T>
 cudaError_t LaunchFor(const GemmArgs& args, const W8A16Options& options, const DeviceInfo& device) {
   // Beyond 16 tokens (or forced) the wgmma GEMM where K allows it (K % 128 == 0) and the
-  // device runs it (sm_90a). Up to 16 tokens the decode kernel where it is faster
-  // (LaunchDecode), unless a split count is forced (tuning). Otherwise (and wherever the
-  // wgmma GEMM cannot run) the mma.sync kernel with the token tile by M. Each config takes
-  // 96 KB of ring per CTA (two CTAs per SM). Up to 32 tokens: 4 warps x 2 row tiles, 32-48
-  // KB of weights in flight per CTA. From 33 tokens on: 64-token tiles with 4 row tiles
-  // per warp, so that each activation fragment feeds 4 MMAs (the MMA and shared-memory
-  // rates, not HBM, set the pace there).
+  // device runs it (sm_90a), and at 9-16 tokens on the widths where it streams faster than
+  // the decode kernels (W8A16GemmBeatsDecode, decode_plan.h). Up to 16 tokens the decode
+  // kernel where it is faster (LaunchDecode), unless a split count is forced (tuning).
+  // Otherwise (and wherever the wgmma GEMM cannot run) the mma.sync kernel with the token
+  // tile by M. Each config takes 96 KB of ring per CTA (two CTAs per SM). Up to 32 tokens:
+  // 4 warps x 2 row tiles, 32-48 KB of weights in flight per CTA. From 33 tokens on:
+  // 64-token tiles with 4 row tiles per warp, so that each activation fragment feeds 4
+  // MMAs (the MMA and shared-memory rates, not HBM, set the pace there).
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
-  if ((options.wgmma_groups != 0 || (options.splits == 0 && args.m > 16)) &&
-      args.shape.k % 128 == 0) {
+  bool gemm = options.wgmma_groups != 0 || (options.splits == 0 && args.m > 16);
+  if (!gemm && args.m > 8 && options.splits == 0 && !options.tile && options.decode_rows == 0 &&
+      options.decode_cluster == 0 && options.decode_warps == 0 && options.decode_stream == 0) {
+    int64_t wide_slots = 0;
+    if (cudaError_t err = DecodeFit<T, 2, 2, false, false, w8a16::kWideWarps>(device, &wide_slots);
+        err != cudaSuccess) {
+      return err;
+    }
+    gemm = W8A16GemmBeatsDecode(args.shape.n, wide_slots, device.sms);
+  }
+  if (gemm && args.shape.k % 128 == 0) {
     bool launched = false;
     const cudaError_t err =
         wgmma_gemm::Launch<w8a16::WgmmaFormat, kBf16>(args, WgmmaOptions(options), &launched);

@@ -180,5 +180,57 @@ TEST(DecodePlanTest, W4A16GemmTakesLongKAt17To32Tokens) {
   EXPECT_FALSE(gemm(17, 4096, 2048));  // not measured: short K keeps the decode kernel
 }
 
+// W8A16StreamPays on the H200's 264 16-warp CTAs: beyond them up to twice as many sets at
+// two token tiles; within them only where a set's K is longer than a CTA takes (28672 x
+// 8192: 256 sets).
+TEST(DecodePlanTest, W8A16StreamKWhereTheSetsOrTheirKOutgrowTheCtas) {
+  const DecodeGrid grid = MakeDecodeGrid(256, 896, 1024, kSms, kSlots, kClusterSlots);
+  ASSERT_EQ(grid.cluster, 1);
+  EXPECT_TRUE(W8A16StreamPays(grid, kSlots, 256, true, true));
+  EXPECT_TRUE(W8A16StreamPays(grid, kSlots, 256, false, true));
+  EXPECT_FALSE(W8A16StreamPays(grid, kSlots, 256, true, false));   // 8192 x 8192
+  EXPECT_TRUE(W8A16StreamPays(grid, kSlots, 448, false, false));   // 4096 x 14336
+  EXPECT_FALSE(W8A16StreamPays(grid, kSlots, 896, false, false));  // 8192 x 28672, M = 16
+  EXPECT_TRUE(W8A16StreamPays(grid, kSlots, 896, true, false));    // the same, M = 1
+  // Clusters share narrow sets of long K instead (14336 x 4096: 128 sets).
+  const DecodeGrid pairs = MakeDecodeGrid(128, 448, 1024, kSms, kSlots, kClusterSlots);
+  ASSERT_EQ(pairs.cluster, 2);
+  EXPECT_FALSE(W8A16StreamPays(pairs, kSlots, 128, true, true));
+}
+
+// W2A8's clusters take 5 KB a warp where the others take 6: 11008 x 4096 (128 row groups
+// of 86 1 KB chunks) in clusters of two, which the default threshold leaves alone.
+TEST(DecodePlanTest, W2A8ClustersFromFiveKilobytesAWarp) {
+  EXPECT_EQ(
+      MakeDecodeGrid(128, 86, 1024, kSms, kSlots, kClusterSlots, 1, 8, 0, kW2A8MinClusterWarpBytes)
+          .cluster,
+      2);
+  EXPECT_EQ(MakeDecodeGrid(128, 86, 1024, kSms, kSlots, kClusterSlots).cluster, 1);
+  // 79 chunks (9.9 KB a warp at 4.9 KB a cluster's warp): none.
+  EXPECT_EQ(
+      MakeDecodeGrid(128, 79, 1024, kSms, kSlots, kClusterSlots, 1, 8, 0, kW2A8MinClusterWarpBytes)
+          .cluster,
+      1);
+}
+
+// W8A16GemmBeatsDecode on the H200 (264 16-warp CTAs at once on 132 SMs), session 55's
+// shapes: the GEMM where the sets outnumber those CTAs and the 128-row groups fill 99-132
+// SMs.
+TEST(DecodePlanTest, W8A16GemmTakesWidthsWhoseGroupsFillTheSms) {
+  auto gemm = [](int64_t n) { return W8A16GemmBeatsDecode(n, kSlots, kSms); };
+  EXPECT_TRUE(gemm(14336));   // 112 groups: 20.59 -> 17.56 us at M = 16 (K = 4096)
+  EXPECT_TRUE(gemm(13824));   // 108: 23.41 -> 21.31 (K = 5120)
+  EXPECT_TRUE(gemm(16384));   // 128: 32.72 -> 26.95 (K = 6144)
+  EXPECT_TRUE(gemm(16896));   // 132, the last that fit
+  EXPECT_FALSE(gemm(17024));  // 133
+  EXPECT_TRUE(gemm(12545));   // 99 groups
+  EXPECT_FALSE(gemm(12544));  // 98: 73.5% of the SMs
+  EXPECT_FALSE(gemm(11008));  // 86: 48.71 -> 52.07 at K = 14336
+  EXPECT_FALSE(gemm(22016));  // 172: 29.52 -> 31.24 at K = 4096
+  EXPECT_FALSE(gemm(8192));   // 256 sets fit at once: 18.91 -> 19.53
+  // Sets that fit the CTAs keep the decode kernel whatever the groups (a device of more SMs).
+  EXPECT_FALSE(W8A16GemmBeatsDecode(14336, 448, kSms));
+}
+
 }  // namespace
 }  // namespace qmm::cuda

@@ -784,11 +784,30 @@ TEST_F(W4A16Test, DecodeClustersMatchCpu) {
                 {1, 5, 9, 16}, ClusterVariants<W4A16Options, &LaunchW4A16>(), rng_);
 }
 
+// The default launch up to 16 tokens where the row sets fit the 16-warp CTAs but their K
+// (16512) is longer than one CTA takes: the stream-K grid (W8A16StreamPays' long_k), 135
+// sets, the last one of a single row tile, over both token tiles.
+TEST_F(W8A16Test, DecodeStreamForLongKMatchesCpu) {
+  CheckVariants(Scheme::kW8A16, {{4300, 16512, 0}}, {1, 8, 9, 16},
+                {{"default", &LaunchWithSplits<W8A16Options, &LaunchW8A16, 0>}}, rng_);
+}
+
 // The default launch up to 16 tokens where the tile kernel takes over from the decode kernel
 // (TileBeatsDecode: K of 8192, 94 row sets), over both token tiles.
 TEST_F(W8A16Test, TileOverDecodeMatchesCpu) {
   CheckVariants(Scheme::kW8A16, {{3000, 8192, 0}}, {1, 3, 8, 9, 16},
                 {{"default", &LaunchWithSplits<W8A16Options, &LaunchW8A16, 0>}}, rng_);
+}
+
+// The default launch at 9-16 tokens on the widths where the wgmma GEMM takes over from the
+// decode kernels (W8A16GemmBeatsDecode: more two-row-tile sets than 16-warp CTAs, and 128-row
+// groups filling 3/4 of the SMs or more): 12600 (99 groups on the H200's 132 SMs, the last
+// one partial) and 16896 (132), around that range; and K = 576, which the GEMM cannot take
+// (K % 128), so the decode kernels still do.
+TEST_F(W8A16Test, GemmOverDecodeMatchesCpu) {
+  CheckVariants(Scheme::kW8A16, {{12600, 1024, 0}, {16896, 256, 0}, {12600, 576, 0}},
+                {8, 9, 13, 16, 17}, {{"default", &LaunchWithSplits<W8A16Options, &LaunchW8A16, 0>}},
+                rng_);
 }
 
 // The W8A16 decode kernel with its warps a CTA forced (8, or 16 for the wide CTAs; 0: the
@@ -833,9 +852,12 @@ TEST_F(W8A16Test, DecodeClustersMatchCpu) {
                 ClusterVariants<W8A16Options, &LaunchW8A16>(), rng_);
 }
 
+// As above for W2A8, and K = 10240 (80 KB of codes a row group), which the default launch
+// shares between a cluster of two at kW2A8MinClusterWarpBytes a warp.
 TEST_F(W2A8Test, DecodeClustersMatchCpu) {
-  CheckVariants(Scheme::kW2A8, {{1000, 16384, 0}, {300, 1152, 0}, {20000, 1024, 0}}, {1, 5, 9, 16},
-                ClusterVariants<W2A8Options, &LaunchW2A8>(), rng_);
+  CheckVariants(Scheme::kW2A8,
+                {{1000, 16384, 0}, {1000, 10240, 0}, {300, 1152, 0}, {20000, 1024, 0}},
+                {1, 5, 9, 16}, ClusterVariants<W2A8Options, &LaunchW2A8>(), rng_);
 }
 
 // The SwiGLU launch (gate, up and silu(gate) * up at once) against CpuMatMul of each
