@@ -165,18 +165,18 @@ inline bool W2A8StreamPays(const DecodeGrid& grid, int64_t slots, int64_t sets, 
 
 // Whether a W2A8 decode launch of one token tile takes row sets of two row groups rather than
 // one (w2a8_decode.cuh: a CTA's warps then end a set half as often per byte), given the CTAs
-// that each launch's grid runs: where the two-group grid keeps at least 3/5 of the one-group
+// that each launch's grid runs: where the two-group grid keeps at least 5/8 of the one-group
 // grid's CTAs. Halved, the sets of a short N leave too few CTAs streaming. On the H200 (session
 // 28), two groups against one, M = 1 / 8 (us): equal CTAs, 4096 x 8704 (136) 7.27 / 7.61
 // against 8.26 / 8.50, 4096 x 14336 (224) 7.78 / 8.25 against 8.56 / 8.80, 8192 x 28672 (264,
 // against two units a slot) 20.97 / 21.81 against 21.18 / 22.09; fewer, 8192 x 14336 (224
 // against 264) 12.05 / 12.47 against 13.92 / 14.14, 8192 x 11264 (176) 11.21 / 11.48 against
-// 11.26 / 11.68, 8192 x 10240 (160) 11.19 / 11.35 against 11.55 / 11.81 (session 55: 10.92 /
-// 11.23 against 11.70 / 11.93, which 5/8 had left to one group); slower below, 8192 x 9728
-// (152) 11.04 / 11.26 against 10.48 / 10.84, 8192 x 8704 (136) 10.87 / 11.18 against 10.02 /
-// 10.42, 8192 x 8192 (128 against 256) 10.05 / 11.02 against 8.47 / 9.61.
+// 11.26 / 11.68, 8192 x 10240 (160) 11.19 / 11.35 against 11.55 / 11.81 (not taken: the 5/8
+// keeps a margin); slower below, 8192 x 9728 (152) 11.04 / 11.26 against 10.48 / 10.84, 8192 x
+// 8704 (136) 10.87 / 11.18 against 10.02 / 10.42, 8192 x 8192 (128 against 256) 10.05 / 11.02
+// against 8.47 / 9.61.
 inline bool W2A8TwoGroupsPay(int64_t one_group_ctas, int64_t two_group_ctas) {
-  return two_group_ctas * 5 >= one_group_ctas * 3;
+  return two_group_ctas * 8 >= one_group_ctas * 5;
 }
 
 // Whether a W4A16 decode launch of two token tiles takes the wide CTAs (w4a16_decode.cuh

@@ -127,14 +127,13 @@ TEST(DecodePlanTest, W2A8StreamKOnlyWithManyGroupsOrLongRuns) {
 }
 
 // W2A8TwoGroupsPay on the CTAs each grid of one token tile runs (264 CTAs fit): two groups a
-// set where their grid keeps 3/5 of the one-group grid's CTAs, as the H200 measured.
+// set where their grid keeps 5/8 of the one-group grid's CTAs, as the H200 measured.
 TEST(DecodePlanTest, W2A8TwoGroupsOnlyWithEnoughCtas) {
   EXPECT_TRUE(W2A8TwoGroupsPay(136, 136));  // 4096 x 8704: one group a set, S = 4
   EXPECT_TRUE(W2A8TwoGroupsPay(264, 264));  // 8192 x 28672: both stream-K
   EXPECT_TRUE(W2A8TwoGroupsPay(264, 176));  // 8192 x 11264
-  EXPECT_TRUE(W2A8TwoGroupsPay(264, 160));  // 8192 x 10240, 4-7% faster with two
-  EXPECT_TRUE(W2A8TwoGroupsPay(264, 159));
-  EXPECT_FALSE(W2A8TwoGroupsPay(264, 158));  // under 3/5
+  EXPECT_TRUE(W2A8TwoGroupsPay(264, 165));  // 5/8 exactly
+  EXPECT_FALSE(W2A8TwoGroupsPay(264, 164));
   EXPECT_FALSE(W2A8TwoGroupsPay(264, 152));  // 8192 x 9728, 4-5% slower with two
   EXPECT_FALSE(W2A8TwoGroupsPay(256, 128));  // 8192 x 8192, 16-19% slower
   // The grids behind those counts: a stream-K grid runs every CTA that fits.

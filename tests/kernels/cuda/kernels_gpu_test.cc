@@ -583,15 +583,6 @@ TEST_F(W2A8Test, DecodeGridsMatchCpu) {
                 rng_);
 }
 
-// The default launch of one token tile where the two-group sets' grid keeps 3/5 of the
-// one-group stream-K grid's CTAs (W2A8TwoGroupsPay: 160 two-group sets of N = 10240 against
-// the 264 CTAs that fit on the H200; K = 6144 gives the one-group grid runs long enough for
-// its stream-K grid).
-TEST_F(W2A8Test, TwoGroupSetsAtThreeFifthsOfTheCtasMatchCpu) {
-  CheckVariants(Scheme::kW2A8, {{10240, 6144, 0}}, {1, 8}, {{"default", &LaunchW2A8With<0, 0>}},
-                rng_);
-}
-
 // Every W4A16 path beyond the main sweep: token counts around the kernels' tile sizes
 // through the default launch, the cluster kernels through every forced split count
 // (which the default launch never picks for some M on an H200), and the wgmma kernel
