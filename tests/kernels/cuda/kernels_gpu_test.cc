@@ -802,8 +802,8 @@ TEST_F(W8A16Test, TileOverDecodeMatchesCpu) {
 // The default launch at 9-16 tokens on the widths where the wgmma GEMM takes over from the
 // decode kernels (W8A16GemmBeatsDecode: more two-row-tile sets than 16-warp CTAs, and 128-row
 // groups filling 3/4 of the SMs or more): 12600 (99 groups on the H200's 132 SMs, the last
-// one partial) and 16896 (132), around that range; and K = 576, which the GEMM cannot take
-// (K % 128), so the decode kernels still do.
+// one partial) and 16896 (132), the range's two ends; and K = 576, which the GEMM cannot
+// take (K % 128), so the decode kernels still do. 8 and 17 tokens: the neighbours.
 TEST_F(W8A16Test, GemmOverDecodeMatchesCpu) {
   CheckVariants(Scheme::kW8A16, {{12600, 1024, 0}, {16896, 256, 0}, {12600, 576, 0}},
                 {8, 9, 13, 16, 17}, {{"default", &LaunchWithSplits<W8A16Options, &LaunchW8A16, 0>}},
@@ -852,8 +852,8 @@ TEST_F(W8A16Test, DecodeClustersMatchCpu) {
                 ClusterVariants<W8A16Options, &LaunchW8A16>(), rng_);
 }
 
-// As above for W2A8, and K = 10240 (80 KB of codes a row group), which the default launch
-// shares between a cluster of two at kW2A8MinClusterWarpBytes a warp.
+// W2A8's decode clusters as W4A16's above, and K = 10240 (80 KB of codes a row group), which
+// the default launch shares between a cluster of two at kW2A8MinClusterWarpBytes a warp.
 TEST_F(W2A8Test, DecodeClustersMatchCpu) {
   CheckVariants(Scheme::kW2A8,
                 {{1000, 16384, 0}, {1000, 10240, 0}, {300, 1152, 0}, {20000, 1024, 0}},
