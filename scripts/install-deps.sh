@@ -20,6 +20,8 @@ packages=(
   libbenchmark-dev
   prometheus-cpp-dev
   prometheus
+  clang
+  libclang-rt-14-dev
 )
 
 missing=()
