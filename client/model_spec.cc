@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "kernels/format.h"
 #include "nlohmann/json.hpp"
 
 namespace qmm {
@@ -45,6 +46,11 @@ absl::Status Vector(const Json& layer, const char* key, const std::string& path,
       return Bad(at, "a single number needs \"features\", a positive integer, beside it");
     }
     const int64_t n = layer.at("features").get<int64_t>();
+    // No weight has more features (the server's max_dim), so no more values are sent.
+    if (n > kMaxDim) {
+      return Bad(absl::StrCat(path, ".features"),
+                 absl::StrCat(n, " exceeds the largest dimension of a weight, ", kMaxDim));
+    }
     for (int64_t i = 0; i < n; ++i) out->Add(v.get<float>());
     return absl::OkStatus();
   }

@@ -74,6 +74,11 @@ TEST(ModelSpecTest, NamesTheBadPart) {
   ExpectBad(R"({"name": "m", "layers": [{"dyt": {"alpha": 1}}]})", "needs \"gamma\"");
   ExpectBad(R"({"name": "m", "layers": [{"dyt": {"alpha": 1, "gamma": 1}}]})",
             "layers[0].dyt.gamma: a single number needs \"features\"");
+  // Not 9e12 values in memory: no weight is that wide.
+  ExpectBad(
+      R"({"name": "m", "layers": [{"dyt": {"alpha": 1, "gamma": 1, "features": 9000000000000}}]})",
+      "layers[0].dyt.features: 9000000000000 exceeds the largest dimension of a weight, "
+      "1048576");
   ExpectBad(R"({"name": "m", "layers": [{"dyt": {"alpha": 1, "gamma": "x"}}]})",
             "must be a number or a list of numbers");
   ExpectBad(R"({"name": "m", "layers": [{"activation": "tanh"}]})",
