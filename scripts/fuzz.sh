@@ -27,8 +27,9 @@ fi
 mkdir -p "$build_dir/artifacts"
 for target in "${targets[@]}"; do
   dict=()
-  [[ -f $root/tests/fuzz/${target%_fuzz}.dict ]] && dict=(-dict="$root/tests/fuzz/${target%_fuzz}.dict")
-  seeds=()
+  dict_file="$root/tests/fuzz/${target%_fuzz}.dict"
+  [[ -f $dict_file ]] && dict=(-dict="$dict_file")
+  seeds=()  # read, never written: new inputs go to the first directory
   [[ -d $root/tests/fuzz/seeds/$target ]] && seeds=("$root/tests/fuzz/seeds/$target")
   mkdir -p "$build_dir/corpus/$target"
   # Leak checking is off: gRPC and protobuf keep process-lifetime allocations by design.
