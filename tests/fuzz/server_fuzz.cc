@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <string>
@@ -84,6 +85,17 @@ std::unique_ptr<grpc::ClientContext> Context() {
   auto context = std::make_unique<grpc::ClientContext>();
   context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
   return context;
+}
+
+// Calls the stub's `method` with a request that carries only `name`.
+template <typename Request, typename Response>
+void CallByName(grpc::Status (v1::Qmm::Stub::*method)(grpc::ClientContext*, const Request&,
+                                                      Response*),
+                const std::string& name) {
+  Request request;
+  request.set_name(name);
+  Response response;
+  (harness->stub.get()->*method)(Context().get(), request, &response);
 }
 
 bool IsFixtureName(std::string_view name) {
@@ -289,10 +301,7 @@ void Upload(FuzzedDataProvider& in) {
   request.mutable_input()->set_data(PickData(in, rows * header.k() * 4));
   v1::MatMulResponse response;
   Count("MatMul new", harness->stub->MatMul(Context().get(), request, &response));
-  v1::DeleteWeightRequest del;
-  del.set_name(name);
-  v1::DeleteWeightResponse deleted;
-  harness->stub->DeleteWeight(Context().get(), del, &deleted);
+  CallByName(&v1::Qmm::Stub::DeleteWeight, name);
 }
 
 void AddLayer(FuzzedDataProvider& in, int64_t features, v1::CreateModelRequest* request) {
@@ -363,47 +372,34 @@ void CreateModelAndForward(FuzzedDataProvider& in, bool raw) {
   Count(raw ? "CreateModel raw" : "CreateModel", created);
   if (!created.ok()) return;
   Forward(in, request.name(), info.in_features());
-  v1::DeleteModelRequest del;
-  del.set_name(request.name());
-  v1::DeleteModelResponse deleted;
-  harness->stub->DeleteModel(Context().get(), del, &deleted);
+  CallByName(&v1::Qmm::Stub::DeleteModel, request.name());
 }
 
 void GetOrDelete(FuzzedDataProvider& in) {
   const std::string name = in.ConsumeRandomLengthString(300);
   switch (in.ConsumeIntegralInRange<int>(0, 3)) {
-    case 0: {
-      v1::GetWeightRequest request;
-      request.set_name(name);
-      v1::WeightInfo info;
-      harness->stub->GetWeight(Context().get(), request, &info);
+    case 0:
+      CallByName(&v1::Qmm::Stub::GetWeight, name);
       break;
-    }
-    case 1: {
-      v1::GetModelRequest request;
-      request.set_name(name);
-      v1::ModelInfo info;
-      harness->stub->GetModel(Context().get(), request, &info);
+    case 1:
+      CallByName(&v1::Qmm::Stub::GetModel, name);
       break;
-    }
-    case 2: {
-      if (IsFixtureName(name)) return;
-      v1::DeleteWeightRequest request;
-      request.set_name(name);
-      v1::DeleteWeightResponse response;
-      harness->stub->DeleteWeight(Context().get(), request, &response);
+    case 2:
+      if (!IsFixtureName(name)) CallByName(&v1::Qmm::Stub::DeleteWeight, name);
       break;
-    }
-    default: {
-      if (IsFixtureName(name)) return;
-      v1::DeleteModelRequest request;
-      request.set_name(name);
-      v1::DeleteModelResponse response;
-      harness->stub->DeleteModel(Context().get(), request, &response);
+    default:
+      if (!IsFixtureName(name)) CallByName(&v1::Qmm::Stub::DeleteModel, name);
       break;
-    }
   }
 }
+
+void NewModel(FuzzedDataProvider& in) { CreateModelAndForward(in, /*raw=*/false); }
+void RawNewModel(FuzzedDataProvider& in) { CreateModelAndForward(in, /*raw=*/true); }
+void ForwardFixedModel(FuzzedDataProvider& in) { Forward(in, kModel, 64); }
+
+// What one input does; its last byte picks the action.
+constexpr void (*kActions[])(FuzzedDataProvider&) = {
+    MatMul, RawMatMul, MatMulStream, Upload, NewModel, RawNewModel, ForwardFixedModel, GetOrDelete};
 
 // Starts the server and uploads the fixtures; exits on failure (nothing to fuzz).
 void Start() {
@@ -467,28 +463,7 @@ extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FuzzedDataProvider in(data, size);
-  switch (in.ConsumeIntegralInRange<int>(0, 7)) {
-    case 0:
-      qmm::MatMul(in);
-      break;
-    case 1:
-      qmm::RawMatMul(in);
-      break;
-    case 2:
-      qmm::MatMulStream(in);
-      break;
-    case 3:
-      qmm::Upload(in);
-      break;
-    case 4:
-      qmm::CreateModelAndForward(in, /*raw=*/in.ConsumeBool());
-      break;
-    case 5:
-      qmm::Forward(in, qmm::kModel, 64);
-      break;
-    default:
-      qmm::GetOrDelete(in);
-      break;
-  }
+  const auto& actions = qmm::kActions;
+  actions[in.ConsumeIntegralInRange<size_t>(0, std::size(actions) - 1)](in);
   return 0;
 }
