@@ -22,6 +22,7 @@
 #include <iterator>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -29,6 +30,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/dtype.h"
+#include "kernels/format.h"
+#include "proto/enum_convert.h"
 #include "qmm/v1/qmm.grpc.pb.h"
 #include "server/backend.h"
 #include "server/cpu_backend.h"
@@ -233,7 +236,7 @@ void MatMulStream(FuzzedDataProvider& in) {
   Count("MatMulStream", stream->Finish());
 }
 
-// The payload bytes a header describes for float or BitNet sources, when that is small.
+// The payload bytes a header describes, when that is small.
 int64_t ExpectedPayload(const v1::WeightHeader& h) {
   if (h.n() <= 0 || h.k() <= 0 || h.n() > 4096 || h.k() > 4096) return -1;
   const int64_t values = h.n() * h.k();
@@ -244,7 +247,12 @@ int64_t ExpectedPayload(const v1::WeightHeader& h) {
       h.encoding() == v1::SOURCE_ENCODING_BITNET_LIGER) {
     return values / 4;
   }
-  return -1;  // packed: each scheme's own size, left for the fuzzer to find
+  const std::optional<Scheme> scheme = SchemeFromProto(h.scheme());
+  const WeightShape shape{h.n(), h.k(), h.group_size()};
+  if (h.encoding() == v1::SOURCE_ENCODING_PACKED && scheme && ValidateShape(*scheme, shape).ok()) {
+    return PackedBytes(*scheme, shape);  // the packed form's codes and scales, as they come
+  }
+  return -1;
 }
 
 void Upload(FuzzedDataProvider& in) {
