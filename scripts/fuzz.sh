@@ -7,7 +7,8 @@
 # fails the script. Replay one with
 #   build-fuzz/tests/fuzz/TARGET -detect_leaks=0 build-fuzz/artifacts/crash-...
 # `smoke` instead of SECONDS runs the fuzz build's tests (label fuzz: a fixed number of
-# inputs from a fixed seed per target), as scripts/test.sh does.
+# inputs from a fixed seed per target), as scripts/test.sh does. With QMM_FUZZ_STATS=1,
+# server_fuzz prints at exit the status codes its calls got (how far inputs get).
 #   usage: scripts/fuzz.sh [SECONDS | smoke] [TARGET...]
 set -euo pipefail
 
