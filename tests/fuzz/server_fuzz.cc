@@ -153,16 +153,10 @@ int64_t PickDim(FuzzedDataProvider& in, int64_t typical) {
   }
 }
 
+// Bytes of one value of a wire dtype; 1 for one the server refuses (any length will do).
 size_t DTypeBytes(v1::DType dtype) {
-  switch (dtype) {
-    case v1::DTYPE_FP32:
-      return 4;
-    case v1::DTYPE_FP16:
-    case v1::DTYPE_BF16:
-      return 2;
-    default:
-      return 1;
-  }
+  const std::optional<DType> d = DTypeFromProto(dtype);
+  return d ? DTypeSize(*d) : 1;
 }
 
 // Tensor data: `want` bytes when the input says so (and that is small), else arbitrary.
