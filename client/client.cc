@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/grpc_status.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 
 namespace qmm {
 
@@ -175,6 +176,18 @@ absl::StatusOr<v1::ServerInfoResponse> Client::ServerInfo() {
       FromGrpcStatus(stub_->ServerInfo(&context, v1::ServerInfoRequest(), &response));
   if (!status.ok()) return status;
   return response;
+}
+
+absl::StatusOr<bool> Client::Serving(std::string_view service) {
+  grpc::ClientContext context;
+  SetDeadline(context);
+  grpc::health::v1::HealthCheckRequest request;
+  request.set_service(std::string(service));
+  grpc::health::v1::HealthCheckResponse response;
+  absl::Status status = FromGrpcStatus(
+      grpc::health::v1::Health::NewStub(channel_)->Check(&context, request, &response));
+  if (!status.ok()) return status;
+  return response.status() == grpc::health::v1::HealthCheckResponse::SERVING;
 }
 
 absl::StatusOr<v1::ModelInfo> Client::CreateModel(const v1::CreateModelRequest& request) {

@@ -120,6 +120,10 @@ class Client {
   absl::StatusOr<std::vector<v1::WeightInfo>> ListWeights();
   absl::Status DeleteWeight(std::string_view name);
   absl::StatusOr<v1::ServerInfoResponse> ServerInfo();
+  // The standard health check (grpc.health.v1 Check) of `service`: "" asks about the whole
+  // server, "qmm.v1.Qmm" about the API. true for SERVING, false for NOT_SERVING (a server
+  // draining, or whose device was lost); NOT_FOUND for a service the server does not serve.
+  absl::StatusOr<bool> Serving(std::string_view service = "");
 
   // y = x * W^T; x is [M, K] of f32, f16 or bf16. `output_dtype` nullopt: x's dtype.
   absl::StatusOr<MatMulResult> MatMul(std::string_view weight, const NdArray& x,

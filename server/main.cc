@@ -42,6 +42,9 @@ ABSL_FLAG(int, completion_threads, -1,
           "batch worker does it); -1 = half the hardware threads, at most 8 (0 below 4)");
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464",
           "host:port of the Prometheus endpoint (/metrics); port 0 picks one; empty turns it off");
+ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(20),
+          "on SIGTERM/SIGINT, how long in-flight calls may run before they are cancelled; keep "
+          "it below the orchestrator's kill timeout (Kubernetes: terminationGracePeriodSeconds)");
 ABSL_FLAG(bool, metrics_per_weight, false,
           "export per-weight metrics labelled with weight names (one series set per weight)");
 
@@ -101,6 +104,7 @@ int main(int argc, char** argv) {
                                                        : 0;  // no core to spread them over
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   options.metrics_per_weight = absl::GetFlag(FLAGS_metrics_per_weight);
+  options.shutdown_grace = absl::GetFlag(FLAGS_shutdown_grace);
   qmm::QmmServer server(*std::move(backend), options);
   absl::StatusOr<int> port = server.Start();
   if (!port.ok()) return Fail(port.status());

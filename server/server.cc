@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "qmm/v1/qmm.grpc.pb.h"
 #include "server/limits.h"
 
 namespace qmm {
@@ -40,6 +41,11 @@ absl::Status CheckOptions(const ServerOptions& options) {
   }
   if (options.max_queued_requests < 1 || options.upload_threads < 1) {
     return absl::InvalidArgumentError("max_queued_requests and upload_threads must be >= 1");
+  }
+  if (options.shutdown_grace < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shutdown_grace = ", absl::FormatDuration(options.shutdown_grace),
+                     " must not be negative"));
   }
   return absl::OkStatus();
 }
@@ -106,6 +112,12 @@ absl::StatusOr<int> QmmServer::Start() {
     server_.reset();
     return absl::UnavailableError(
         absl::StrCat("cannot listen on \"", options_.listen_address, "\""));
+  }
+  // The health service knows only "" (the whole server) until a name is set; probes that
+  // ask for the service by its own name (a Kubernetes readiness probe, say) would get
+  // NOT_FOUND. Set once, the name follows SetServing with "".
+  if (grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService()) {
+    health->SetServingStatus(v1::Qmm::service_full_name(), true);
   }
   return port;
 }

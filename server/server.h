@@ -76,7 +76,7 @@ class QmmServer {
   // cancels them), then stops the workers and the metrics endpoint. Idempotent.
   void Shutdown();
 
-  // What grpc.health.v1 reports for every service.
+  // What grpc.health.v1 reports for the whole server ("") and for "qmm.v1.Qmm".
   void SetServing(bool serving);
 
   const Backend& backend() const { return *backend_; }

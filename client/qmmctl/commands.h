@@ -19,6 +19,8 @@ namespace qmm::ctl {
 absl::Status RunInfo(Client& client);
 absl::Status RunList(Client& client);
 absl::Status RunDelete(Client& client, const std::string& name);
+// Prints SERVING or NOT_SERVING for `service` ("" = the whole server); true when serving.
+absl::StatusOr<bool> RunHealth(Client& client, const std::string& service);
 
 struct UploadOptions {
   enum class Source { kRandom, kNpy, kSafetensors, kPacked };

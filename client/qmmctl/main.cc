@@ -2,7 +2,7 @@
 // subcommand gets an option struct (client/qmmctl/commands.h).
 //
 // Exit status: 0 on success, 1 when the server or a file reported an error or a
-// verification failed, 2 for a usage error.
+// verification failed (health: when the server is not serving), 2 for a usage error.
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -28,6 +28,8 @@ ABSL_FLAG(absl::Duration, timeout, absl::Seconds(60), "deadline of each unary ca
 ABSL_FLAG(absl::Duration, connect_timeout, absl::Seconds(10),
           "how long to wait for the connection to the server");
 
+ABSL_FLAG(std::string, service, "",
+          "health: the service to ask about (\"\" = the whole server, or qmm.v1.Qmm)");
 ABSL_FLAG(std::string, name, "", "upload: name of the new weight; rm: the weight to delete");
 ABSL_FLAG(std::string, scheme, "",
           "upload: fp16, bf16, w8a16, w4a16 or w2a8; matmul: checked against the weight");
@@ -93,6 +95,8 @@ constexpr char kUsage[] =
     "qmmctl --server=HOST:PORT COMMAND [flags]\n"
     "\n"
     "  info     the server's version, backend, device, memory and limits\n"
+    "  health   [--service=S]  SERVING (exit 0) or NOT_SERVING (exit 1), the standard\n"
+    "           grpc.health.v1 check, for probes\n"
     "  ls       the weights held\n"
     "  rm NAME  delete a weight (or --name)\n"
     "  upload   --name=N --scheme=S [--group_size=128|0] and one source:\n"
@@ -338,7 +342,8 @@ int Main(const std::vector<char*>& args) {
     if (rm_name.empty()) return Usage("rm needs a weight name");
   } else if (command == "rm-model" || command == "create-model") {
     if (args.size() != 3) return Usage(command + " needs one argument");
-  } else if (command != "info" && command != "ls" && command != "ls-models") {
+  } else if (command != "info" && command != "health" && command != "ls" &&
+             command != "ls-models") {
     return Usage(absl::StrCat("unknown command '", command, "'"));
   }
 
@@ -353,6 +358,10 @@ int Main(const std::vector<char*>& args) {
   absl::Status status;
   if (command == "info") {
     status = RunInfo(**client);
+  } else if (command == "health") {
+    absl::StatusOr<bool> serving = RunHealth(**client, absl::GetFlag(FLAGS_service));
+    if (!serving.ok()) return Fail(command, serving.status());
+    return *serving ? 0 : 1;
   } else if (command == "ls") {
     status = RunList(**client);
   } else if (command == "rm") {

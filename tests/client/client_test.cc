@@ -3,6 +3,7 @@
 #include "client/client.h"
 
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
 
 #include <random>
 #include <string>
@@ -230,6 +231,8 @@ class FakeQmm final : public v1::Qmm::Service {
 class ClientTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    // libgrpc++'s health service, as qmm-server runs it (for Client::Serving).
+    grpc::EnableDefaultHealthCheckService(true);
     grpc::ServerBuilder builder;
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
@@ -358,6 +361,24 @@ TEST_F(ClientTest, WeightCallsAndTheirErrors) {
   ASSERT_TRUE(info.ok());
   EXPECT_EQ(info->backend(), "cpu");
   EXPECT_EQ(info->limits().max_chunk_bytes(), 1 << 20);
+}
+
+TEST_F(ClientTest, ServingFollowsTheHealthService) {
+  grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
+  ASSERT_NE(health, nullptr);
+  health->SetServingStatus("qmm.v1.Qmm", true);
+  for (const char* service : {"", "qmm.v1.Qmm"}) {
+    absl::StatusOr<bool> serving = client_->Serving(service);
+    ASSERT_TRUE(serving.ok()) << service << ": " << serving.status();
+    EXPECT_TRUE(*serving) << service;
+  }
+  health->SetServingStatus(false);
+  for (const char* service : {"", "qmm.v1.Qmm"}) {
+    absl::StatusOr<bool> serving = client_->Serving(service);
+    ASSERT_TRUE(serving.ok()) << service << ": " << serving.status();
+    EXPECT_FALSE(*serving) << service;
+  }
+  EXPECT_EQ(client_->Serving("qmm.v1.Unknown").status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST_F(ClientTest, MatMulSendsAndReceivesEveryDtype) {

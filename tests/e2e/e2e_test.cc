@@ -47,6 +47,18 @@ TEST_F(EndToEndTest, InfoAndEmptyList) {
   EXPECT_THAT(ls, Not(HasSubstr("fp16")));
 }
 
+// What a container probe runs: exit 0 while the server serves, 1 with the reason otherwise.
+TEST_F(EndToEndTest, HealthExitsZeroOnlyWhileServing) {
+  EXPECT_EQ(Ok({"health"}), "SERVING\n");
+  EXPECT_THAT(Ok({"health", "--service=qmm.v1.Qmm"}), HasSubstr("qmm.v1.Qmm: SERVING"));
+  const RunResult unknown = Qmmctl({"health", "--service=qmm.v1.Other"});
+  EXPECT_EQ(unknown.exit_code, 1);
+  EXPECT_THAT(unknown.output, HasSubstr("qmmctl health: NOT_FOUND"));
+  const RunResult extra = Qmmctl({"health", "now"});
+  EXPECT_EQ(extra.exit_code, 2);
+  EXPECT_THAT(extra.output, HasSubstr("unexpected argument 'now'"));
+}
+
 // One weight per scheme and per upload path, each multiplied and checked against the
 // float64 reference of the random weight it came from (tolerance: DefaultTolerance in
 // client/qmmctl/verify.h, printed by qmmctl).
@@ -208,6 +220,14 @@ TEST(EndToEndNoServerTest, UnreachableServerIsUnavailable) {
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->exit_code, 1);
   EXPECT_THAT(r->output, HasSubstr("UNAVAILABLE: cannot connect to 127.0.0.1:1 within 1s"));
+}
+
+TEST(EndToEndNoServerTest, HealthOfNoServerIsUnavailable) {
+  absl::StatusOr<RunResult> r = RunProcess(
+      kQmmctl, {"--server=127.0.0.1:1", "--connect_timeout=1s", "health"}, testing::TempDir());
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->exit_code, 1);
+  EXPECT_THAT(r->output, HasSubstr("qmmctl health: UNAVAILABLE"));
 }
 
 TEST(EndToEndNoServerTest, SigintAlsoStopsTheServerCleanly) {

@@ -66,9 +66,15 @@ absl::StatusOr<std::string> RawCall(const std::shared_ptr<grpc::Channel>& channe
   return bytes;
 }
 
-// grpc.health.v1 HealthCheckResponse.status: 1 SERVING, 2 NOT_SERVING.
-absl::StatusOr<std::string> Health(const std::shared_ptr<grpc::Channel>& channel) {
-  return RawCall(channel, "/grpc.health.v1.Health/Check", "");
+// grpc.health.v1 HealthCheckResponse.status: 1 SERVING, 2 NOT_SERVING. The request is
+// HealthCheckRequest{service}: field 1, a string ("" for the whole server).
+absl::StatusOr<std::string> Health(const std::shared_ptr<grpc::Channel>& channel,
+                                   const std::string& service = "") {
+  const std::string request =
+      service.empty()
+          ? ""
+          : absl::StrCat("\x0a", std::string(1, static_cast<char>(service.size())), service);
+  return RawCall(channel, "/grpc.health.v1.Health/Check", request);
 }
 
 TEST(QmmServerTest, StartsOnAnEphemeralPortAndServes) {
@@ -89,13 +95,20 @@ TEST(QmmServerTest, TwoServersGetDifferentPorts) {
 
 TEST(QmmServerTest, HealthIsServingUntilShutdownOrSetServingFalse) {
   testing::TestServer s = testing::StartTestServer(ServerOptions{});
-  absl::StatusOr<std::string> health = Health(s.channel);
-  ASSERT_TRUE(health.ok()) << health.status();
-  EXPECT_EQ(*health, std::string("\x08\x01", 2));
+  // The whole server and the service by its own name (what a Kubernetes probe names).
+  for (const std::string service : {"", "qmm.v1.Qmm"}) {
+    absl::StatusOr<std::string> health = Health(s.channel, service);
+    ASSERT_TRUE(health.ok()) << service << ": " << health.status();
+    EXPECT_EQ(*health, std::string("\x08\x01", 2)) << service;
+  }
+  // A name the server does not serve is NOT_FOUND, not SERVING.
+  EXPECT_EQ(Health(s.channel, "qmm.v1.Nope").status().code(), absl::StatusCode::kNotFound);
   s.server->SetServing(false);
-  health = Health(s.channel);
-  ASSERT_TRUE(health.ok()) << health.status();
-  EXPECT_EQ(*health, std::string("\x08\x02", 2));
+  for (const std::string service : {"", "qmm.v1.Qmm"}) {
+    absl::StatusOr<std::string> health = Health(s.channel, service);
+    ASSERT_TRUE(health.ok()) << service << ": " << health.status();
+    EXPECT_EQ(*health, std::string("\x08\x02", 2)) << service;
+  }
 }
 
 TEST(QmmServerTest, ReflectionListsTheService) {
@@ -138,6 +151,11 @@ TEST(QmmServerTest, BadOptionsAreInvalidArgument) {
   o = ServerOptions();
   o.max_rows = 0;
   EXPECT_EQ(start(o).code(), absl::StatusCode::kInvalidArgument);
+  o = ServerOptions();
+  o.shutdown_grace = absl::Seconds(-1);
+  const absl::Status grace = start(o);
+  EXPECT_EQ(grace.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(grace.message().find("shutdown_grace = -1s"), std::string::npos) << grace;
 }
 
 TEST(QmmServerTest, AddressInUseIsUnavailable) {
