@@ -20,6 +20,8 @@ packages=(
   libbenchmark-dev
   prometheus-cpp-dev
   prometheus
+  python3
+  python3-yaml
   clang
   libclang-rt-14-dev
 )
