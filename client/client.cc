@@ -94,8 +94,11 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
       std::clamp<int64_t>(options.max_message_bytes, 0, std::numeric_limits<int>::max()));
   args.SetMaxReceiveMessageSize(max_message);
   args.SetMaxSendMessageSize(max_message);
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      MakeChannelCredentials(options.tls, args);
+  if (!credentials.ok()) return credentials.status();
   std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateCustomChannel(options.server, grpc::InsecureChannelCredentials(), args);
+      grpc::CreateCustomChannel(options.server, *credentials, args);
   if (!channel->WaitForConnected(ToGprDeadline(options.connect_timeout))) {
     return absl::UnavailableError(absl::StrCat("cannot connect to ", options.server, " within ",
                                                absl::FormatDuration(options.connect_timeout)));

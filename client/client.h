@@ -26,6 +26,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "client/credentials.h"
 #include "client/matmul_messages.h"
 #include "client/nd_array.h"
 #include "client/rpc_stream.h"
@@ -36,7 +37,9 @@
 namespace qmm {
 
 struct ClientOptions {
-  std::string server = "127.0.0.1:50051";  // HOST:PORT; plaintext (loopback or a trusted net)
+  std::string server = "127.0.0.1:50051";  // HOST:PORT
+  // Plaintext by default (loopback or a trusted network), or TLS.
+  TlsClientOptions tls;
   // Largest message sent or received (big MatMul results); the server has its own limit.
   int64_t max_message_bytes = int64_t{256} << 20;
   // How long Connect waits for the channel to come up.
@@ -107,7 +110,8 @@ class ForwardStream {
 class Client {
  public:
   // Creates the channel and waits up to options.connect_timeout for it to connect;
-  // UNAVAILABLE naming the server when it does not.
+  // UNAVAILABLE naming the server when it does not (a TLS handshake that fails included),
+  // INVALID_ARGUMENT for TLS files that cannot be read (MakeChannelCredentials).
   static absl::StatusOr<std::unique_ptr<Client>> Connect(const ClientOptions& options);
 
   // Streams the header and then `payload` in chunks of at most 1 MiB; the header carries

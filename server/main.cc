@@ -40,6 +40,12 @@ ABSL_FLAG(int64_t, worker_spin_us, -1,
 ABSL_FLAG(int, completion_threads, -1,
           "threads that hand the results of multi-request launches to gRPC; 0 = none (the "
           "batch worker does it); -1 = half the hardware threads, at most 8 (0 below 4)");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate chain for TLS on --listen (with --tls_key); reloaded when it changes");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA certificates that clients' certificates must chain to: mutual TLS, every "
+          "client must present one");
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464",
           "host:port of the Prometheus endpoint (/metrics); port 0 picks one; empty turns it off");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(20),
@@ -87,6 +93,9 @@ int main(int argc, char** argv) {
 
   qmm::ServerOptions options;
   options.listen_address = absl::GetFlag(FLAGS_listen);
+  options.tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
+  options.tls.key_file = absl::GetFlag(FLAGS_tls_key);
+  options.tls.client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
   options.memory_limit_bytes = absl::GetFlag(FLAGS_memory_limit_bytes);
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   options.max_rows = absl::GetFlag(FLAGS_max_rows);
@@ -114,6 +123,10 @@ int main(int argc, char** argv) {
   std::cout << "qmm-server listening on " << host << ":" << *port
             << " backend=" << server.backend().name() << " device=\""
             << absl::StrReplaceAll(server.backend().device_name(), {{"\"", "'"}}) << "\""
+            << " tls="
+            << (options.tls.cert_file.empty()        ? "off"
+                : options.tls.client_ca_file.empty() ? "on"
+                                                     : "mutual")
             << std::endl;
   // After the line above, which scripts read first.
   if (server.metrics_port() != 0) {

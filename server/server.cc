@@ -64,6 +64,9 @@ QmmServer::~QmmServer() { Shutdown(); }
 
 absl::StatusOr<int> QmmServer::Start() {
   if (absl::Status status = CheckOptions(options_); !status.ok()) return status;
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      MakeServerCredentials(options_.tls);
+  if (!credentials.ok()) return credentials.status();
   const int64_t limit = options_.memory_limit_bytes != 0 ? options_.memory_limit_bytes
                                                          : DefaultMemoryLimit(*backend_);
   store_ = std::make_unique<WeightStore>(limit);
@@ -100,7 +103,7 @@ absl::StatusOr<int> QmmServer::Start() {
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(options_.listen_address, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(options_.listen_address, *credentials, &port);
   // gRPC sets SO_REUSEPORT by default, which would let a second server share a busy port
   // and silently split the traffic; a taken port must be an error instead.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);

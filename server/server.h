@@ -20,6 +20,7 @@
 #include "server/metrics_exposer.h"
 #include "server/model_store.h"
 #include "server/service.h"
+#include "server/tls.h"
 #include "server/weight_store.h"
 
 namespace qmm {
@@ -27,6 +28,8 @@ namespace qmm {
 struct ServerOptions {
   // host:port; port 0 picks a free port (Start returns it).
   std::string listen_address = "127.0.0.1:50051";
+  // TLS or mutual TLS on listen_address; none by default (plaintext).
+  TlsServerOptions tls;
   // Weight memory budget; 0 means DefaultMemoryLimit(backend).
   int64_t memory_limit_bytes = 0;
   // Largest gRPC message either way, in [2 MiB, 2 GiB).
@@ -68,8 +71,8 @@ class QmmServer {
   QmmServer& operator=(const QmmServer&) = delete;
 
   // Starts serving (and the metrics endpoint, when configured); returns the bound port.
-  // INVALID_ARGUMENT for bad options or a malformed metrics address, UNAVAILABLE when an
-  // address cannot be bound. Call once.
+  // INVALID_ARGUMENT for bad options (TLS files included) or a malformed metrics address,
+  // UNAVAILABLE when an address cannot be bound. Call once.
   absl::StatusOr<int> Start();
 
   // Stops accepting calls, lets in-flight calls finish (up to shutdown_grace, then

@@ -17,6 +17,7 @@
 #include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "client/credentials.h"
 #include "client/grpc_status.h"
 #include "client/matmul_messages.h"
 #include "client/nd_array.h"
@@ -98,8 +99,14 @@ std::vector<std::unique_ptr<v1::Qmm::Stub>> OpenChannels(const ClientOptions& c,
     args.SetMaxSendMessageSize(max_message);
     // A subchannel pool of its own: otherwise equal channels share one connection.
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+        MakeChannelCredentials(c.tls, args);
+    if (!credentials.ok()) {
+      *status = credentials.status();
+      return {};
+    }
     std::shared_ptr<grpc::Channel> channel =
-        grpc::CreateCustomChannel(c.server, grpc::InsecureChannelCredentials(), args);
+        grpc::CreateCustomChannel(c.server, *credentials, args);
     if (!channel->WaitForConnected(Deadline(c.connect_timeout))) {
       *status = absl::UnavailableError(
           absl::StrCat("cannot open connection ", i + 1, " of ", count, " to ", c.server));

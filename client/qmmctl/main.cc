@@ -25,6 +25,13 @@
 ABSL_FLAG(std::string, server, "127.0.0.1:50051", "qmm-server address, HOST:PORT");
 ABSL_FLAG(int64_t, max_message_bytes, int64_t{256} << 20, "largest gRPC message sent or received");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(60), "deadline of each unary call");
+ABSL_FLAG(bool, tls, false, "TLS to the server, checked against the system's CAs (or --tls_ca)");
+ABSL_FLAG(std::string, tls_ca, "", "PEM CA certificates the server's certificate must chain to");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM client certificate chain, for a server that requires one (with --tls_key)");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_server_name, "",
+          "the name the server's certificate must carry, when not the host of --server");
 ABSL_FLAG(absl::Duration, connect_timeout, absl::Seconds(10),
           "how long to wait for the connection to the server");
 
@@ -92,7 +99,7 @@ namespace qmm::ctl {
 namespace {
 
 constexpr char kUsage[] =
-    "qmmctl --server=HOST:PORT COMMAND [flags]\n"
+    "qmmctl --server=HOST:PORT [--tls [--tls_ca=F] [--tls_cert=F --tls_key=F]] COMMAND [flags]\n"
     "\n"
     "  info     the server's version, backend, device, memory and limits\n"
     "  health   [--service=S]  SERVING (exit 0) or NOT_SERVING (exit 1), the standard\n"
@@ -352,6 +359,11 @@ int Main(const std::vector<char*>& args) {
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   options.call_timeout = absl::GetFlag(FLAGS_timeout);
   options.connect_timeout = absl::GetFlag(FLAGS_connect_timeout);
+  options.tls = {.enabled = absl::GetFlag(FLAGS_tls),
+                 .ca_file = absl::GetFlag(FLAGS_tls_ca),
+                 .cert_file = absl::GetFlag(FLAGS_tls_cert),
+                 .key_file = absl::GetFlag(FLAGS_tls_key),
+                 .server_name = absl::GetFlag(FLAGS_tls_server_name)};
   absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
   if (!client.ok()) return Fail(command, client.status());
 

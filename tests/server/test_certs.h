@@ -1,0 +1,31 @@
+// Certificates for the TLS tests, made when a test runs (nothing secret or expiring is
+// checked in): a CA, and certificates it signs for 127.0.0.1 and localhost, valid over any
+// window (an expired one included). EC P-256 keys, PEM text.
+#ifndef QMM_TESTS_SERVER_TEST_CERTS_H_
+#define QMM_TESTS_SERVER_TEST_CERTS_H_
+
+#include <string>
+
+#include "absl/time/time.h"
+
+namespace qmm::testing {
+
+struct Pem {
+  std::string cert;
+  std::string key;
+};
+
+// A self-signed CA certificate named `name`.
+Pem MakeCa(const std::string& name);
+
+// A certificate for `name`, IP 127.0.0.1 and DNS localhost, signed by `ca`, valid from
+// now + not_before to now + not_after; usable by servers and clients alike.
+Pem MakeCert(const Pem& ca, const std::string& name, absl::Duration not_before = absl::Hours(-1),
+             absl::Duration not_after = absl::Hours(24));
+
+// Writes `text` to a new file in the test's temporary directory; returns its path.
+std::string WriteTempFile(const std::string& name, const std::string& text);
+
+}  // namespace qmm::testing
+
+#endif  // QMM_TESTS_SERVER_TEST_CERTS_H_
