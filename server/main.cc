@@ -5,6 +5,7 @@
 #include <iostream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -46,6 +47,9 @@ ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
 ABSL_FLAG(std::string, tls_client_ca, "",
           "PEM CA certificates that clients' certificates must chain to: mutual TLS, every "
           "client must present one");
+ABSL_FLAG(std::vector<std::string>, admin_names, {},
+          "with --tls_client_ca: the client certificate names (SAN or CN), comma-separated, "
+          "that may upload and delete weights and models; others may only read and compute");
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464",
           "host:port of the Prometheus endpoint (/metrics); port 0 picks one; empty turns it off");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(20),
@@ -96,6 +100,7 @@ int main(int argc, char** argv) {
   options.tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
   options.tls.key_file = absl::GetFlag(FLAGS_tls_key);
   options.tls.client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
+  options.admin_names = absl::GetFlag(FLAGS_admin_names);
   options.memory_limit_bytes = absl::GetFlag(FLAGS_memory_limit_bytes);
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   options.max_rows = absl::GetFlag(FLAGS_max_rows);

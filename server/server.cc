@@ -42,6 +42,11 @@ absl::Status CheckOptions(const ServerOptions& options) {
   if (options.max_queued_requests < 1 || options.upload_threads < 1) {
     return absl::InvalidArgumentError("max_queued_requests and upload_threads must be >= 1");
   }
+  if (!options.admin_names.empty() && options.tls.client_ca_file.empty()) {
+    return absl::InvalidArgumentError(
+        "admin_names needs tls_client_ca: operators are told apart by their client "
+        "certificates");
+  }
   if (options.shutdown_grace < absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
         absl::StrCat("shutdown_grace = ", absl::FormatDuration(options.shutdown_grace),
@@ -58,7 +63,7 @@ int64_t DefaultMemoryLimit(const Backend& backend) {
 }
 
 QmmServer::QmmServer(std::unique_ptr<Backend> backend, ServerOptions options)
-    : backend_(std::move(backend)), options_(std::move(options)) {}
+    : backend_(std::move(backend)), options_(std::move(options)), access_(options_.admin_names) {}
 
 QmmServer::~QmmServer() { Shutdown(); }
 
@@ -93,6 +98,7 @@ absl::StatusOr<int> QmmServer::Start() {
       .compute = &batcher_->pool(),
       .loader = loader_.get(),
       .metrics = metrics_.get(),
+      .access = &access_,
       .limits = {.max_message_bytes = options_.max_message_bytes,
                  .max_rows = options_.max_rows,
                  .max_upload_bytes = HostMemoryBytes() / 2},

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -30,6 +31,9 @@ struct ServerOptions {
   std::string listen_address = "127.0.0.1:50051";
   // TLS or mutual TLS on listen_address; none by default (plaintext).
   TlsServerOptions tls;
+  // Certificate names (server/access.h) of the clients that may upload and delete weights
+  // and models; empty: every client. Needs mutual TLS (tls.client_ca_file).
+  std::vector<std::string> admin_names;
   // Weight memory budget; 0 means DefaultMemoryLimit(backend).
   int64_t memory_limit_bytes = 0;
   // Largest gRPC message either way, in [2 MiB, 2 GiB).
@@ -105,6 +109,7 @@ class QmmServer {
   std::unique_ptr<MetricsExposer> exposer_;
   std::unique_ptr<ComputePool> loader_;
   std::unique_ptr<Batcher> batcher_;
+  AccessPolicy access_;
   std::unique_ptr<QmmService> service_;
   std::unique_ptr<grpc::Server> server_;
 };

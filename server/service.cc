@@ -57,6 +57,9 @@ grpc::ServerUnaryReactor* QmmService::DeleteWeight(grpc::CallbackServerContext* 
                                                    const v1::DeleteWeightRequest* request,
                                                    v1::DeleteWeightResponse* /*response*/) {
   const RequestClock clock(context_.metrics, RpcMethod::kDeleteWeight);
+  if (absl::Status s = context_.access->CheckAdmin(*rpc, "DeleteWeight"); !s.ok()) {
+    return FinishNow(rpc, clock, s);
+  }
   if (absl::Status s = CheckWeightName(request->name(), "name"); !s.ok()) {
     return FinishNow(rpc, clock, s);
   }
@@ -109,6 +112,9 @@ grpc::ServerUnaryReactor* QmmService::CreateModel(grpc::CallbackServerContext* r
                                                   const v1::CreateModelRequest* request,
                                                   v1::ModelInfo* response) {
   const RequestClock clock(context_.metrics, RpcMethod::kCreateModel);
+  if (absl::Status s = context_.access->CheckAdmin(*rpc, "CreateModel"); !s.ok()) {
+    return FinishNow(rpc, clock, s);
+  }
   grpc::ServerUnaryReactor* reactor = rpc->DefaultReactor();
   // The backend copies the model's parameters to the device: off the gRPC thread.
   absl::Status submitted =
@@ -148,6 +154,9 @@ grpc::ServerUnaryReactor* QmmService::DeleteModel(grpc::CallbackServerContext* r
                                                   const v1::DeleteModelRequest* request,
                                                   v1::DeleteModelResponse* /*response*/) {
   const RequestClock clock(context_.metrics, RpcMethod::kDeleteModel);
+  if (absl::Status s = context_.access->CheckAdmin(*rpc, "DeleteModel"); !s.ok()) {
+    return FinishNow(rpc, clock, s);
+  }
   if (absl::Status s = CheckWeightName(request->name(), "name"); !s.ok()) {
     return FinishNow(rpc, clock, s);
   }

@@ -4,6 +4,7 @@
 #ifndef QMM_SERVER_SERVICE_CONTEXT_H_
 #define QMM_SERVER_SERVICE_CONTEXT_H_
 
+#include "server/access.h"
 #include "server/backend.h"
 #include "server/compute_pool.h"
 #include "server/limits.h"
@@ -29,6 +30,9 @@ struct ServiceContext {
   ComputePool* loader = nullptr;
   // Every RPC records itself here (see RequestClock and DispatchMatMul).
   Metrics* metrics = nullptr;
+  // Which clients may upload and delete (UploadWeight, DeleteWeight, CreateModel,
+  // DeleteModel).
+  const AccessPolicy* access = nullptr;
   ServiceLimits limits;
 };
 

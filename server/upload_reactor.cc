@@ -15,6 +15,11 @@ UploadReactor::UploadReactor(const ServiceContext& context, grpc::CallbackServer
       rpc_(rpc),
       response_(response),
       clock_(context.metrics, RpcMethod::kUploadWeight) {
+  // Refused before a byte of the payload is read.
+  if (absl::Status allowed = context.access->CheckAdmin(*rpc, "UploadWeight"); !allowed.ok()) {
+    Reply(allowed);
+    return;
+  }
   StartRead(&request_);
 }
 

@@ -62,8 +62,9 @@ void AddExtension(X509* cert, X509* issuer, int nid, const char* value) {
 
 // A certificate for `name` and a fresh key, signed by (issuer, issuer_key), or by its own
 // key when issuer is null.
+// `san`: the subjectAltName of a leaf certificate, in OpenSSL's configuration syntax.
 Pem Make(const std::string& name, X509* issuer, EVP_PKEY* issuer_key, absl::Duration not_before,
-         absl::Duration not_after, bool ca) {
+         absl::Duration not_after, bool ca, const std::string& san = "") {
   static std::atomic<long> serial{1};
   Owned<EVP_PKEY> key(EVP_PKEY_Q_keygen(nullptr, nullptr, "EC", "P-256"));
   Check(key != nullptr, "EVP_PKEY_Q_keygen");
@@ -83,7 +84,7 @@ Pem Make(const std::string& name, X509* issuer, EVP_PKEY* issuer_key, absl::Dura
     AddExtension(cert.get(), signer, NID_key_usage, "critical,keyCertSign,cRLSign");
   } else {
     AddExtension(cert.get(), signer, NID_basic_constraints, "critical,CA:FALSE");
-    AddExtension(cert.get(), signer, NID_subject_alt_name, "IP:127.0.0.1,DNS:localhost");
+    AddExtension(cert.get(), signer, NID_subject_alt_name, san.c_str());
     AddExtension(cert.get(), signer, NID_ext_key_usage, "serverAuth,clientAuth");
   }
   Check(X509_sign(cert.get(), issuer_key != nullptr ? issuer_key : key.get(), EVP_sha256()) > 0,
@@ -94,6 +95,14 @@ Pem Make(const std::string& name, X509* issuer, EVP_PKEY* issuer_key, absl::Dura
           })};
 }
 
+// A leaf certificate signed by `ca`.
+Pem SignedBy(const Pem& ca, const std::string& name, absl::Duration not_before,
+             absl::Duration not_after, const std::string& san) {
+  Owned<X509> issuer = FromPem<X509>(ca.cert, PEM_read_bio_X509);
+  Owned<EVP_PKEY> issuer_key = FromPem<EVP_PKEY>(ca.key, PEM_read_bio_PrivateKey);
+  return Make(name, issuer.get(), issuer_key.get(), not_before, not_after, /*ca=*/false, san);
+}
+
 }  // namespace
 
 Pem MakeCa(const std::string& name) {
@@ -102,9 +111,31 @@ Pem MakeCa(const std::string& name) {
 
 Pem MakeCert(const Pem& ca, const std::string& name, absl::Duration not_before,
              absl::Duration not_after) {
-  Owned<X509> issuer = FromPem<X509>(ca.cert, PEM_read_bio_X509);
-  Owned<EVP_PKEY> issuer_key = FromPem<EVP_PKEY>(ca.key, PEM_read_bio_PrivateKey);
-  return Make(name, issuer.get(), issuer_key.get(), not_before, not_after, /*ca=*/false);
+  return SignedBy(ca, name, not_before, not_after, "IP:127.0.0.1,DNS:localhost");
+}
+
+Pem MakeClientCert(const Pem& ca, const std::string& dns_name) {
+  return SignedBy(ca, dns_name, absl::Hours(-1), absl::Hours(24), "DNS:" + dns_name);
+}
+
+std::shared_ptr<grpc::Channel> TlsChannel(int port, const std::optional<std::string>& ca,
+                                          const std::optional<Pem>& identity,
+                                          const std::string& server_name) {
+  grpc::ChannelArguments args;
+  // So that one case's handshake is not reused by another's.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  if (ca) {
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = *ca;
+    if (identity) {
+      ssl.pem_cert_chain = identity->cert;
+      ssl.pem_private_key = identity->key;
+    }
+    credentials = grpc::SslCredentials(ssl);
+    if (!server_name.empty()) args.SetSslTargetNameOverride(server_name);
+  }
+  return grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", port), credentials, args);
 }
 
 std::string WriteTempFile(const std::string& name, const std::string& text) {

@@ -121,22 +121,7 @@ class TlsServerTest : public ::testing::Test {
   // certificate (empty: the host it dials).
   grpc::StatusCode Call(std::optional<std::string> ca, std::optional<Pem> identity = std::nullopt,
                         const std::string& server_name = "") {
-    grpc::ChannelArguments args;
-    // A connection of its own, so that one case's handshake is not another's.
-    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
-    if (ca) {
-      grpc::SslCredentialsOptions ssl;
-      ssl.pem_root_certs = *ca;
-      if (identity) {
-        ssl.pem_cert_chain = identity->cert;
-        ssl.pem_private_key = identity->key;
-      }
-      credentials = grpc::SslCredentials(ssl);
-      if (!server_name.empty()) args.SetSslTargetNameOverride(server_name);
-    }
-    auto stub = v1::Qmm::NewStub(
-        grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", port_), credentials, args));
+    auto stub = v1::Qmm::NewStub(testing::TlsChannel(port_, ca, identity, server_name));
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     v1::ServerInfoResponse info;
