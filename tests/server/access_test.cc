@@ -38,17 +38,12 @@ class AccessTest : public ::testing::Test {
     client_ca_ = MakeCa("client-ca");
     const Pem server = MakeCert(server_ca_, "qmm-server");
     ServerOptions options;
-    options.listen_address = "127.0.0.1:0";
     options.tls.cert_file = WriteTempFile("server.pem", server.cert);
     options.tls.key_file = WriteTempFile("server.key", server.key);
     options.tls.client_ca_file = WriteTempFile("client-ca.pem", client_ca_.cert);
     options.admin_names = std::move(admin_names);
-    BackendOptions backend;
-    backend.kind = BackendOptions::Kind::kCpu;
-    server_ = std::make_unique<QmmServer>(CreateCpuBackend(backend), options);
-    absl::StatusOr<int> port = server_->Start();
-    ASSERT_TRUE(port.ok()) << port.status();
-    port_ = *port;
+    server_ = testing::StartServer(std::move(options), &port_);
+    ASSERT_NE(server_, nullptr);
   }
 
   std::unique_ptr<v1::Qmm::Stub> Stub(const Pem& identity) {

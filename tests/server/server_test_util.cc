@@ -17,20 +17,23 @@
 
 namespace qmm::testing {
 
-TestServer StartTestServer(ServerOptions options, int workers) {
-  TestServer out;
+std::unique_ptr<QmmServer> StartServer(ServerOptions options, int* port, int workers) {
   BackendOptions backend_options;
   backend_options.kind = BackendOptions::Kind::kCpu;
   backend_options.num_workers = workers;
   options.listen_address = "127.0.0.1:0";
-  out.server = std::make_unique<QmmServer>(CreateCpuBackend(backend_options), options);
-  absl::StatusOr<int> port = out.server->Start();
-  EXPECT_TRUE(port.ok()) << port.status();
-  if (!port.ok()) {
-    out.server.reset();
-    return out;
-  }
-  out.port = *port;
+  auto server = std::make_unique<QmmServer>(CreateCpuBackend(backend_options), options);
+  absl::StatusOr<int> started = server->Start();
+  EXPECT_TRUE(started.ok()) << started.status();
+  if (!started.ok()) return nullptr;
+  *port = *started;
+  return server;
+}
+
+TestServer StartTestServer(ServerOptions options, int workers) {
+  TestServer out;
+  out.server = StartServer(std::move(options), &out.port, workers);
+  if (out.server == nullptr) return out;
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(256 << 20);
   args.SetMaxSendMessageSize(256 << 20);

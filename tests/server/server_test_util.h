@@ -32,6 +32,10 @@ struct TestServer {
 // 256 MiB so that the server's own limits are what tests hit.
 TestServer StartTestServer(ServerOptions options, int workers = 2);
 
+// The same server without a channel, for tests that open their own (TLS): nullptr, and a
+// failed test, if it cannot start; `*port` gets its port.
+std::unique_ptr<QmmServer> StartServer(ServerOptions options, int* port, int workers = 2);
+
 // `count` values uniform in [-1, 1) with a few larger ones, deterministic in `seed`.
 std::vector<float> RandomFloats(int64_t count, uint32_t seed);
 // Little-endian bytes of `values` converted to `dtype`, and back.

@@ -18,6 +18,7 @@
 #include "qmm/v1/qmm.grpc.pb.h"
 #include "server/cpu_backend.h"
 #include "server/server.h"
+#include "tests/server/server_test_util.h"
 #include "tests/server/test_certs.h"
 
 namespace qmm {
@@ -106,14 +107,9 @@ class TlsServerTest : public ::testing::Test {
  protected:
   void Start(TlsServerOptions tls) {
     ServerOptions options;
-    options.listen_address = "127.0.0.1:0";
     options.tls = std::move(tls);
-    BackendOptions backend;
-    backend.kind = BackendOptions::Kind::kCpu;
-    server_ = std::make_unique<QmmServer>(CreateCpuBackend(backend), options);
-    absl::StatusOr<int> port = server_->Start();
-    ASSERT_TRUE(port.ok()) << port.status();
-    port_ = *port;
+    server_ = testing::StartServer(std::move(options), &port_);
+    ASSERT_NE(server_, nullptr);
   }
 
   // A ServerInfo call over a fresh connection; its gRPC code. The client trusts `ca`
