@@ -5,7 +5,7 @@
 // the reads, health) stays open to each client the TLS handshake admitted. Without admin
 // names, every client may do everything.
 //
-// Threads: immutable after construction; Check may be called from any thread.
+// Threads: immutable after construction; CheckAdmin may be called from any thread.
 #ifndef QMM_SERVER_ACCESS_H_
 #define QMM_SERVER_ACCESS_H_
 
