@@ -21,18 +21,11 @@ using qmm::testing::MakeCa;
 using qmm::testing::MakeCert;
 using qmm::testing::Pem;
 using qmm::testing::WriteTempFile;
+using qmm::testing::WriteTempPem;
+using CertFiles = qmm::testing::PemFiles;
 using ::testing::HasSubstr;
 
 constexpr char kServer[] = QMM_SERVER_PATH;
-
-struct CertFiles {
-  std::string cert;
-  std::string key;
-};
-
-CertFiles Write(const Pem& pem) {
-  return {WriteTempFile("cert.pem", pem.cert), WriteTempFile("key.pem", pem.key)};
-}
 
 class TlsEndToEndTest : public ServerFixture {
  protected:
@@ -40,8 +33,8 @@ class TlsEndToEndTest : public ServerFixture {
     const Pem server_ca = MakeCa("server-ca");
     client_ca_ = MakeCa("client-ca");
     server_ca_file_ = WriteTempFile("server-ca.pem", server_ca.cert);
-    server_ = Write(MakeCert(server_ca, "qmm-server"));
-    client_ = Write(MakeCert(client_ca_, "client"));
+    server_ = WriteTempPem(MakeCert(server_ca, "qmm-server"));
+    client_ = WriteTempPem(MakeCert(client_ca_, "client"));
     ServerFixture::SetUp();
   }
 
@@ -86,9 +79,9 @@ TEST_F(TlsEndToEndTest, MutualTlsCarriesVerifiedMatMulsAndABench) {
 }
 
 TEST_F(TlsEndToEndTest, ClientsWithoutAValidCertificateAreRefused) {
-  const CertFiles rogue = Write(MakeCert(MakeCa("rogue-ca"), "client"));
+  const CertFiles rogue = WriteTempPem(MakeCert(MakeCa("rogue-ca"), "client"));
   const CertFiles expired =
-      Write(MakeCert(client_ca_, "client", absl::Hours(-48), absl::Hours(-24)));
+      WriteTempPem(MakeCert(client_ca_, "client", absl::Hours(-48), absl::Hours(-24)));
   const std::vector<std::vector<std::string>> refused = {
       {"--connect_timeout=2s", "health"},                                 // plaintext
       {"--connect_timeout=2s", "--tls_ca=" + server_ca_file_, "health"},  // no certificate
@@ -115,8 +108,8 @@ TEST_F(TlsEndToEndTest, UnreadableClientFilesNameTheFlag) {
 }
 
 TEST(TlsEndToEndNoServerTest, BadServerFilesStopTheStartWithTheFlag) {
-  const CertFiles one = Write(MakeCert(MakeCa("ca"), "one"));
-  const CertFiles two = Write(MakeCert(MakeCa("ca"), "two"));
+  const CertFiles one = WriteTempPem(MakeCert(MakeCa("ca"), "one"));
+  const CertFiles two = WriteTempPem(MakeCert(MakeCa("ca"), "two"));
   absl::StatusOr<RunResult> r =
       RunProcess(kServer,
                  {"--listen=127.0.0.1:0", "--metrics_listen=", "--backend=cpu",

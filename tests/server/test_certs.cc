@@ -148,4 +148,8 @@ std::string WriteTempFile(const std::string& name, const std::string& text) {
   return path;
 }
 
+PemFiles WriteTempPem(const Pem& pem) {
+  return {.cert = WriteTempFile("cert.pem", pem.cert), .key = WriteTempFile("key.pem", pem.key)};
+}
+
 }  // namespace qmm::testing

@@ -42,6 +42,13 @@ std::shared_ptr<grpc::Channel> TlsChannel(int port, const std::optional<std::str
 // Writes `text` to a new file in the test's temporary directory; returns its path.
 std::string WriteTempFile(const std::string& name, const std::string& text);
 
+// A certificate and its key written to new files, as the programs take them.
+struct PemFiles {
+  std::string cert;
+  std::string key;
+};
+PemFiles WriteTempPem(const Pem& pem);
+
 }  // namespace qmm::testing
 
 #endif  // QMM_TESTS_SERVER_TEST_CERTS_H_

@@ -28,15 +28,7 @@ using testing::MakeCa;
 using testing::MakeCert;
 using testing::Pem;
 using testing::WriteTempFile;
-
-struct Files {
-  std::string cert;
-  std::string key;
-};
-
-Files Write(const Pem& pem) {
-  return {WriteTempFile("cert.pem", pem.cert), WriteTempFile("key.pem", pem.key)};
-}
+using testing::WriteTempPem;
 
 TlsServerOptions Tls(std::string cert, std::string key, std::string client_ca = "",
                      absl::Duration reload_interval = absl::Minutes(1)) {
@@ -64,8 +56,8 @@ TEST(TlsOptionsTest, NoFilesIsPlaintext) {
 
 TEST(TlsOptionsTest, ErrorsNameTheFlagAndTheFile) {
   const Pem ca = MakeCa("ca");
-  const Files server = Write(MakeCert(ca, "server"));
-  const Files other = Write(MakeCert(ca, "other"));
+  const testing::PemFiles server = WriteTempPem(MakeCert(ca, "server"));
+  const testing::PemFiles other = WriteTempPem(MakeCert(ca, "other"));
   const std::string garbage = WriteTempFile("garbage.pem", "not a certificate\n");
   const std::string ca_file = WriteTempFile("ca.pem", ca.cert);
 
@@ -134,7 +126,7 @@ class TlsServerTest : public ::testing::Test {
 
 TEST_F(TlsServerTest, AnswersOnlyClientsThatTrustItsCa) {
   const Pem ca = MakeCa("server-ca");
-  const Files server = Write(MakeCert(ca, "qmm-server"));
+  const testing::PemFiles server = WriteTempPem(MakeCert(ca, "qmm-server"));
   Start(Tls(server.cert, server.key));
   EXPECT_EQ(Call(ca.cert), grpc::StatusCode::OK);
   // The certificate names localhost too.
@@ -147,7 +139,7 @@ TEST_F(TlsServerTest, AnswersOnlyClientsThatTrustItsCa) {
 TEST_F(TlsServerTest, MutualTlsAdmitsOnlyValidCertificatesOfItsClientCa) {
   const Pem server_ca = MakeCa("server-ca");
   const Pem client_ca = MakeCa("client-ca");
-  const Files server = Write(MakeCert(server_ca, "qmm-server"));
+  const testing::PemFiles server = WriteTempPem(MakeCert(server_ca, "qmm-server"));
   Start(Tls(server.cert, server.key, WriteTempFile("client-ca.pem", client_ca.cert)));
   EXPECT_EQ(Call(server_ca.cert, MakeCert(client_ca, "client")), grpc::StatusCode::OK);
   EXPECT_EQ(Call(server_ca.cert), grpc::StatusCode::UNAVAILABLE);  // no certificate
@@ -164,7 +156,7 @@ TEST_F(TlsServerTest, MutualTlsAdmitsOnlyValidCertificatesOfItsClientCa) {
 TEST_F(TlsServerTest, RenewedCertificateIsServedWithoutARestart) {
   const Pem old_ca = MakeCa("old-ca");
   const Pem new_ca = MakeCa("new-ca");
-  const Files files = Write(MakeCert(old_ca, "qmm-server"));
+  const testing::PemFiles files = WriteTempPem(MakeCert(old_ca, "qmm-server"));
   Start(Tls(files.cert, files.key, "", absl::Seconds(1)));
   ASSERT_EQ(Call(old_ca.cert), grpc::StatusCode::OK);
   ASSERT_EQ(Call(new_ca.cert), grpc::StatusCode::UNAVAILABLE);
