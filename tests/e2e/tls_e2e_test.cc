@@ -20,9 +20,9 @@ namespace {
 using qmm::testing::MakeCa;
 using qmm::testing::MakeCert;
 using qmm::testing::Pem;
+using qmm::testing::PemFiles;
 using qmm::testing::WriteTempFile;
 using qmm::testing::WriteTempPem;
-using CertFiles = qmm::testing::PemFiles;
 using ::testing::HasSubstr;
 
 constexpr char kServer[] = QMM_SERVER_PATH;
@@ -48,7 +48,7 @@ class TlsEndToEndTest : public ServerFixture {
   }
 
   // The flags of a client that trusts the server's CA and presents `identity`.
-  std::vector<std::string> Tls(const CertFiles& identity) const {
+  std::vector<std::string> Tls(const PemFiles& identity) const {
     return {"--tls_ca=" + server_ca_file_, "--tls_cert=" + identity.cert,
             "--tls_key=" + identity.key};
   }
@@ -61,8 +61,8 @@ class TlsEndToEndTest : public ServerFixture {
 
   Pem client_ca_;
   std::string server_ca_file_;
-  CertFiles server_;
-  CertFiles client_;
+  PemFiles server_;
+  PemFiles client_;
 };
 
 TEST_F(TlsEndToEndTest, MutualTlsCarriesVerifiedMatMulsAndABench) {
@@ -79,8 +79,8 @@ TEST_F(TlsEndToEndTest, MutualTlsCarriesVerifiedMatMulsAndABench) {
 }
 
 TEST_F(TlsEndToEndTest, ClientsWithoutAValidCertificateAreRefused) {
-  const CertFiles rogue = WriteTempPem(MakeCert(MakeCa("rogue-ca"), "client"));
-  const CertFiles expired =
+  const PemFiles rogue = WriteTempPem(MakeCert(MakeCa("rogue-ca"), "client"));
+  const PemFiles expired =
       WriteTempPem(MakeCert(client_ca_, "client", absl::Hours(-48), absl::Hours(-24)));
   const std::vector<std::vector<std::string>> refused = {
       {"--connect_timeout=2s", "health"},                                 // plaintext
@@ -108,8 +108,8 @@ TEST_F(TlsEndToEndTest, UnreadableClientFilesNameTheFlag) {
 }
 
 TEST(TlsEndToEndNoServerTest, BadServerFilesStopTheStartWithTheFlag) {
-  const CertFiles one = WriteTempPem(MakeCert(MakeCa("ca"), "one"));
-  const CertFiles two = WriteTempPem(MakeCert(MakeCa("ca"), "two"));
+  const PemFiles one = WriteTempPem(MakeCert(MakeCa("ca"), "one"));
+  const PemFiles two = WriteTempPem(MakeCert(MakeCa("ca"), "two"));
   absl::StatusOr<RunResult> r =
       RunProcess(kServer,
                  {"--listen=127.0.0.1:0", "--metrics_listen=", "--backend=cpu",
