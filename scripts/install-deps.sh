@@ -22,6 +22,9 @@ packages=(
   prometheus
   python3
   python3-yaml
+  python3-grpcio
+  python3-protobuf
+  python3-numpy
   clang
   libclang-rt-14-dev
 )

@@ -1,0 +1,200 @@
+"""qmm_client.Client: qmm's API from Python, with NumPy arrays for tensors.
+
+Errors the server returns arrive as grpc.RpcError (its code() and details() carry the
+status the server chose: INVALID_ARGUMENT naming the field and the limit, NOT_FOUND, and
+so on); arguments this module can tell are wrong before sending raise ValueError.
+"""
+import hashlib
+
+import grpc
+import numpy as np
+
+from qmm.v1 import qmm_pb2
+from qmm.v1 import qmm_pb2_grpc
+from qmm_client.tensors import dtype_value, from_tensor, to_tensor
+
+SCHEMES = {
+    "fp16": qmm_pb2.SCHEME_FP16,
+    "bf16": qmm_pb2.SCHEME_BF16,
+    "w8a16": qmm_pb2.SCHEME_W8A16,
+    "w4a16": qmm_pb2.SCHEME_W4A16,
+    "w2a8": qmm_pb2.SCHEME_W2A8,
+}
+
+# The largest upload chunk the protocol allows (UploadWeightRequest.chunk).
+CHUNK_BYTES = 1 << 20
+# Requests' and replies' size limit on the channel: the server's default limit
+# (qmm-server --max_message_bytes) rather than gRPC's 4 MiB.
+MAX_MESSAGE_BYTES = 64 << 20
+
+
+def _scheme_value(scheme):
+    if isinstance(scheme, str):
+        if scheme.lower() not in SCHEMES:
+            raise ValueError(f"scheme {scheme!r} is not one of {sorted(SCHEMES)}")
+        return SCHEMES[scheme.lower()]
+    return scheme
+
+
+class Client:
+    """A connection to one qmm-server.
+
+    target: "host:port". credentials: grpc.ssl_channel_credentials(...) for TLS (mutual
+    TLS with a client key and certificate), or None for plaintext. timeout: the default
+    deadline of each call, in seconds (None: none).
+    """
+
+    def __init__(self, target, credentials=None, timeout=None, options=()):
+        channel_options = [
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            *options,
+        ]
+        if credentials is None:
+            self._channel = grpc.insecure_channel(target, options=channel_options)
+        else:
+            self._channel = grpc.secure_channel(target, credentials, options=channel_options)
+        self._stub = qmm_pb2_grpc.QmmStub(self._channel)
+        self._timeout = timeout
+
+    def close(self):
+        self._channel.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _call_timeout(self, timeout):
+        return self._timeout if timeout is None else timeout
+
+    # ---- Weights -----------------------------------------------------------------------
+
+    def upload_weight(self, name, weight, scheme, group_size=None, timeout=None):
+        """Uploads float values [N, K] (float32, float16, or anything NumPy turns into
+        float32) for the server to quantize into `scheme` ("w8a16", "w4a16", "w2a8",
+        "fp16", "bf16"). group_size: W4A16 only, 128 (the default) or 0 (one group a row).
+        Returns the WeightInfo."""
+        weight = np.asarray(weight)
+        if weight.ndim != 2:
+            raise ValueError(f"the weight must be 2-D [N, K], got shape {weight.shape}")
+        if weight.dtype == np.float16:
+            source_dtype, payload = qmm_pb2.DTYPE_FP16, np.ascontiguousarray(weight, "<f2")
+        else:
+            source_dtype, payload = qmm_pb2.DTYPE_FP32, np.ascontiguousarray(weight, "<f4")
+        return self._upload(name, weight.shape, scheme, qmm_pb2.SOURCE_ENCODING_FLOAT,
+                            payload.tobytes(), group_size, source_dtype, timeout)
+
+    def upload_packed(self, name, n, k, scheme, payload, group_size=None, encoding="packed",
+                      timeout=None):
+        """Uploads bytes already in the scheme's canonical packed form (qmm.proto, at each
+        Scheme value), or for W2A8 in a BitNet checkpoint's packing (encoding "bitnet_hf" or
+        "bitnet_liger"). Returns the WeightInfo."""
+        encodings = {
+            "packed": qmm_pb2.SOURCE_ENCODING_PACKED,
+            "bitnet_hf": qmm_pb2.SOURCE_ENCODING_BITNET_HF,
+            "bitnet_liger": qmm_pb2.SOURCE_ENCODING_BITNET_LIGER,
+        }
+        if encoding not in encodings:
+            raise ValueError(f"encoding {encoding!r} is not one of {sorted(encodings)}")
+        return self._upload(name, (n, k), scheme, encodings[encoding], bytes(payload),
+                            group_size, qmm_pb2.DTYPE_UNSPECIFIED, timeout)
+
+    def _upload(self, name, shape, scheme, encoding, payload, group_size, source_dtype,
+                timeout):
+        scheme = _scheme_value(scheme)
+        if group_size is None:
+            group_size = 128 if scheme == qmm_pb2.SCHEME_W4A16 else 0
+        header = qmm_pb2.WeightHeader(
+            name=name, n=shape[0], k=shape[1], scheme=scheme, group_size=group_size,
+            encoding=encoding, source_dtype=source_dtype, total_bytes=len(payload),
+            sha256=hashlib.sha256(payload).digest())
+
+        def requests():
+            yield qmm_pb2.UploadWeightRequest(header=header)
+            view = memoryview(payload)
+            for start in range(0, len(payload), CHUNK_BYTES):
+                yield qmm_pb2.UploadWeightRequest(chunk=bytes(view[start:start + CHUNK_BYTES]))
+
+        reply = self._stub.UploadWeight(requests(), timeout=self._call_timeout(timeout))
+        return reply.weight
+
+    def get_weight(self, name, timeout=None):
+        return self._stub.GetWeight(qmm_pb2.GetWeightRequest(name=name),
+                                    timeout=self._call_timeout(timeout))
+
+    def list_weights(self, timeout=None):
+        return list(self._stub.ListWeights(qmm_pb2.ListWeightsRequest(),
+                                           timeout=self._call_timeout(timeout)).weights)
+
+    def delete_weight(self, name, timeout=None):
+        self._stub.DeleteWeight(qmm_pb2.DeleteWeightRequest(name=name),
+                                timeout=self._call_timeout(timeout))
+
+    def server_info(self, timeout=None):
+        return self._stub.ServerInfo(qmm_pb2.ServerInfoRequest(),
+                                     timeout=self._call_timeout(timeout))
+
+    # ---- MatMul ------------------------------------------------------------------------
+
+    @staticmethod
+    def _matmul_request(weight, x, dtype, output_dtype):
+        return qmm_pb2.MatMulRequest(weight=weight, input=to_tensor(x, dtype),
+                                     output_dtype=dtype_value(output_dtype))
+
+    def matmul(self, weight, x, dtype=None, output_dtype=None, timeout=None):
+        """y = x W^T for x [M, K] against the weight named `weight`: an array [M, N].
+        dtype: the activations' type on the wire ("fp32", "fp16", "bf16"; by default fp16
+        for float16 arrays, else fp32); output_dtype: the result's (default: dtype's).
+        Results come back as float32 (fp32, bf16) or float16 (fp16) arrays."""
+        reply = self._stub.MatMul(self._matmul_request(weight, x, dtype, output_dtype),
+                                  timeout=self._call_timeout(timeout))
+        return from_tensor(reply.output)
+
+    def matmul_stream(self, calls, timeout=None):
+        """One MatMulStream for many products: `calls` yields (weight, x) pairs, or
+        (weight, x, dtype, output_dtype); the results come back in the same order, as they
+        arrive. The stream's deadline is `timeout` for the whole of it."""
+
+        def requests():
+            for call in calls:
+                weight, x, *types = call
+                yield self._matmul_request(weight, x, *(types + [None, None])[:2])
+
+        for reply in self._stub.MatMulStream(requests(), timeout=self._call_timeout(timeout)):
+            yield from_tensor(reply.output)
+
+    # ---- Models ------------------------------------------------------------------------
+
+    def create_model(self, name, layers, timeout=None):
+        """Registers a chain of layers (qmm_pb2.Layer messages; see linear() and friends in
+        qmm_client.layers) over uploaded weights. Returns the ModelInfo."""
+        request = qmm_pb2.CreateModelRequest(name=name, layers=list(layers))
+        return self._stub.CreateModel(request, timeout=self._call_timeout(timeout))
+
+    def get_model(self, name, timeout=None):
+        return self._stub.GetModel(qmm_pb2.GetModelRequest(name=name),
+                                   timeout=self._call_timeout(timeout))
+
+    def list_models(self, timeout=None):
+        return list(self._stub.ListModels(qmm_pb2.ListModelsRequest(),
+                                          timeout=self._call_timeout(timeout)).models)
+
+    def delete_model(self, name, timeout=None):
+        self._stub.DeleteModel(qmm_pb2.DeleteModelRequest(name=name),
+                               timeout=self._call_timeout(timeout))
+
+    def forward(self, model, x=None, token_ids=None, dtype=None, output_dtype=None,
+                timeout=None):
+        """Runs x [M, in_features] (or, for a model that starts with an embedding, M
+        token ids) through the model: an array [M, out_features]."""
+        if (x is None) == (token_ids is None):
+            raise ValueError("forward takes either x or token_ids")
+        request = qmm_pb2.ForwardRequest(model=model, output_dtype=dtype_value(output_dtype))
+        if x is not None:
+            request.input.CopyFrom(to_tensor(x, dtype))
+        else:
+            request.token_ids.extend(int(t) for t in np.asarray(token_ids).ravel())
+        reply = self._stub.Forward(request, timeout=self._call_timeout(timeout))
+        return from_tensor(reply.output)

@@ -1,0 +1,46 @@
+"""Builders of the layers a model chains (qmm.proto, "Models"), for Client.create_model."""
+from qmm.v1 import qmm_pb2
+
+def _floats(values):
+    """A list of floats from None (empty), a sequence or a NumPy array."""
+    return [] if values is None else [float(v) for v in values]
+
+
+ACTIVATIONS = {
+    "silu": qmm_pb2.ACTIVATION_SILU,
+    "gelu_tanh": qmm_pb2.ACTIVATION_GELU_TANH,
+    "relu": qmm_pb2.ACTIVATION_RELU,
+}
+
+
+def embedding(weight):
+    """Row lookup in an fp16 or bf16 weight [vocab, dim]; only as layer 0."""
+    return qmm_pb2.Layer(embedding=qmm_pb2.EmbeddingLayer(weight=weight))
+
+
+def linear(weight, bias=None):
+    """y = x W^T (+ bias, N values)."""
+    return qmm_pb2.Layer(linear=qmm_pb2.LinearLayer(weight=weight, bias=_floats(bias)))
+
+
+def dyt(alpha, gamma, beta=None):
+    """y = gamma * tanh(alpha * x) + beta, feature by feature."""
+    return qmm_pb2.Layer(dyt=qmm_pb2.DyTLayer(alpha=alpha, gamma=_floats(gamma),
+                                               beta=_floats(beta)))
+
+
+def activation(kind):
+    """Element-wise "silu", "gelu_tanh" or "relu"."""
+    if kind not in ACTIVATIONS:
+        raise ValueError(f"activation {kind!r} is not one of {sorted(ACTIVATIONS)}")
+    return qmm_pb2.Layer(activation=qmm_pb2.ActivationLayer(kind=ACTIVATIONS[kind]))
+
+
+def gated_mlp(gate, up, down):
+    """SwiGLU: down(silu(gate(x)) * up(x))."""
+    return qmm_pb2.Layer(gated_mlp=qmm_pb2.GatedMlpLayer(gate=gate, up=up, down=down))
+
+
+def residual(block_start):
+    """Adds the input of layer `block_start` (a layer before this one)."""
+    return qmm_pb2.Layer(residual=qmm_pb2.ResidualLayer(block_start=block_start))

@@ -1,0 +1,269 @@
+#!/usr/bin/env python3
+"""Tests of the Python client (client/python/qmm_client) against a real qmm-server on the
+CPU backend, each product checked against a float64 NumPy reference, and of its tensor
+conversions on their own.
+
+Run by ctest (tests/client/CMakeLists.txt) with PYTHONPATH holding client/python and the
+generated qmm.v1 package, and QMM_SERVER_PATH the server binary.
+"""
+import math
+import os
+import re
+import signal
+import struct
+import subprocess
+import unittest
+
+import grpc
+import numpy as np
+
+from qmm.v1 import qmm_pb2
+from qmm_client import Client, layers
+from qmm_client.tensors import from_tensor, to_tensor
+
+SERVER = os.environ.get("QMM_SERVER_PATH", "")
+RNG = np.random.default_rng(20261205)
+
+
+def nearest_bf16(value):
+    """The bf16 bits nearest a float32 value, ties to even (None for NaN: any NaN will do),
+    found by comparing the two neighbours in float64, apart from to_tensor's integer
+    arithmetic. Infinity counts as 2^128, the bf16 after the largest finite one."""
+    if math.isnan(value):
+        return None
+    bits = struct.unpack("<I", struct.pack("<f", value))[0]
+    if math.isinf(value):
+        return bits >> 16
+
+    def as_float(b):
+        if b & 0x7FFF == 0x7F80:
+            return math.copysign(2.0 ** 128, value)
+        return struct.unpack("<f", struct.pack("<I", b << 16))[0]
+
+    low, high = bits >> 16, (bits >> 16) + 1
+    d_low, d_high = abs(value - as_float(low)), abs(value - as_float(high))
+    if d_low != d_high:
+        return low if d_low < d_high else high
+    return low if low % 2 == 0 else high
+
+
+def bf16_values(x):
+    """x rounded to bf16 (as the wire carries it), as float64."""
+    t = to_tensor(np.asarray(x, np.float32), "bf16")
+    return from_tensor(t).astype(np.float64)
+
+
+class TensorsTest(unittest.TestCase):
+    def test_bf16_rounds_to_the_nearest_ties_to_even(self):
+        edge = [0.0, -0.0, 1.0, -1.5, 1.0 + 2.0 ** -8, 1.0 + 3 * 2.0 ** -8, 1.0 + 2.0 ** -9,
+                3.0e38, -3.4028235e38, 1e-40, -1e-45, float("inf"), float("-inf"), float("nan")]
+        # NaNs whose payloads would carry into the exponent or the sign if rounded.
+        nans = np.array([0x7FFFFFFF, 0xFFFFFFFF, 0x7F800001], np.uint32).view(np.float32)
+        values = np.concatenate([np.array(edge, np.float32), nans,
+                                 RNG.standard_normal(2000).astype(np.float32) * 1e3,
+                                 RNG.standard_normal(500).astype(np.float32) * 1e-38])
+        x = values.reshape(1, -1)
+        t = to_tensor(x, "bf16")
+        self.assertEqual(t.dtype, qmm_pb2.DTYPE_BF16)
+        self.assertEqual(list(t.shape), [1, len(values)])
+        got = np.frombuffer(t.data, "<u2")
+        for v, g in zip(values.tolist(), got.tolist()):
+            want = nearest_bf16(v)
+            if want is None:
+                self.assertEqual(g & 0x7F80, 0x7F80, f"NaN became {g:#06x}")
+                self.assertNotEqual(g & 0x7F, 0, f"NaN became {g:#06x}")
+            else:
+                self.assertEqual(g, want, f"{v!r}: {g:#06x} against {want:#06x}")
+
+    def test_round_trips_and_default_dtypes(self):
+        x = RNG.standard_normal((3, 40)).astype(np.float32)
+        t = to_tensor(x)
+        self.assertEqual(t.dtype, qmm_pb2.DTYPE_FP32)
+        np.testing.assert_array_equal(from_tensor(t), x)
+        h = x.astype(np.float16)
+        t = to_tensor(h)
+        self.assertEqual(t.dtype, qmm_pb2.DTYPE_FP16)
+        back = from_tensor(t)
+        self.assertEqual(back.dtype, np.float16)
+        np.testing.assert_array_equal(back, h)
+        # float64 goes out as fp32; fp16 on request.
+        self.assertEqual(to_tensor(x.astype(np.float64)).dtype, qmm_pb2.DTYPE_FP32)
+        self.assertEqual(to_tensor(x, "fp16").data, h.tobytes())
+        np.testing.assert_array_equal(from_tensor(to_tensor(x, "bf16")), bf16_values(x))
+
+    def test_rejects_what_is_not_a_matrix_or_a_dtype(self):
+        for bad in (np.zeros(4, np.float32), np.zeros((1, 2, 3), np.float32),
+                    np.array([["a"]]), np.zeros((2, 2), np.complex64)):
+            with self.assertRaises(ValueError):
+                to_tensor(bad)
+        with self.assertRaisesRegex(ValueError, "fp8"):
+            to_tensor(np.ones((1, 8), np.float32), "fp8")
+        short = qmm_pb2.Tensor(dtype=qmm_pb2.DTYPE_FP16, shape=[2, 3], data=b"\0" * 10)
+        with self.assertRaisesRegex(ValueError, r"10 bytes .* \(12 expected"):
+            from_tensor(short)
+        with self.assertRaisesRegex(ValueError, "unknown dtype"):
+            from_tensor(qmm_pb2.Tensor(dtype=qmm_pb2.DTYPE_UNSPECIFIED, shape=[1], data=b"\0"))
+
+
+def w8a16_packed(n, k):
+    """A random W8A16 weight in its canonical packed form, and its values as float64."""
+    q = RNG.integers(-127, 128, size=(n, k), dtype=np.int8)
+    s = RNG.uniform(0.001, 0.02, size=n).astype(np.float32)
+    return q.tobytes() + s.astype("<f4").tobytes(), q.astype(np.float64) * s[:, None]
+
+
+def close_to(test, got, want, x, w, rel=1e-5, out_rel=0.0):
+    """|got - want| within fp32 accumulation (rel * sum |x||w|) and the result's rounding
+    (out_rel * |want|), element by element."""
+    bound = rel * (np.abs(x) @ np.abs(w).T) + out_rel * np.abs(want) + 1e-30
+    err = np.abs(got.astype(np.float64) - want)
+    worst = np.unravel_index(np.argmax(err / bound), err.shape)
+    test.assertTrue(np.all(err <= bound),
+                    f"at {worst}: got {got[worst]}, want {want[worst]}, bound {bound[worst]}")
+
+
+class ServerTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.proc = subprocess.Popen(
+            [SERVER, "--listen=127.0.0.1:0", "--metrics_listen=", "--backend=cpu"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        seen = ""
+        for line in cls.proc.stdout:
+            seen += line
+            m = re.search(r"listening on (\S+) ", line)
+            if m:
+                cls.client = Client(m.group(1), timeout=60)
+                return
+        cls.proc.wait(timeout=60)
+        raise AssertionError(f"qmm-server did not start:\n{seen}")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+        cls.proc.send_signal(signal.SIGTERM)
+        cls.proc.communicate(timeout=60)
+
+    def assert_status(self, code, pattern, call, *args, **kwargs):
+        with self.assertRaises(grpc.RpcError) as caught:
+            call(*args, **kwargs)
+        self.assertEqual(caught.exception.code(), code, caught.exception.details())
+        if pattern:
+            self.assertRegex(caught.exception.details(), pattern)
+
+    def test_matmul_of_a_packed_weight_at_every_dtype(self):
+        n, k = 96, 256
+        payload, w = w8a16_packed(n, k)
+        info = self.client.upload_packed("py.packed", n, k, "w8a16", payload)
+        self.assertEqual((info.name, info.n, info.k, info.scheme),
+                         ("py.packed", n, k, qmm_pb2.SCHEME_W8A16))
+        self.assertEqual(info.packed_bytes, n * k + 4 * n)
+        for m in (1, 3, 17):
+            x = RNG.standard_normal((m, k)).astype(np.float32)
+            y = self.client.matmul("py.packed", x)
+            self.assertEqual((y.shape, y.dtype), ((m, n), np.float32))
+            close_to(self, y, x.astype(np.float64) @ w.T, x, w)
+            # fp16 in and out: the reference takes the rounded inputs; the result rounds once.
+            h = x.astype(np.float16)
+            y = self.client.matmul("py.packed", h)
+            self.assertEqual(y.dtype, np.float16)
+            close_to(self, y, h.astype(np.float64) @ w.T, h, w, out_rel=2.0 ** -11)
+            # bf16 in, fp32 out; fp32 in, bf16 out.
+            xb = bf16_values(x)
+            y = self.client.matmul("py.packed", x, dtype="bf16", output_dtype="fp32")
+            close_to(self, y, xb @ w.T, xb, w)
+            y = self.client.matmul("py.packed", x, output_dtype="bf16")
+            close_to(self, y, x.astype(np.float64) @ w.T, x, w, out_rel=2.0 ** -8)
+
+    def test_float_upload_in_several_chunks_is_quantized_by_the_server(self):
+        # 640 x 1024 fp32 = 2.5 MiB: three chunks.
+        n, k = 640, 1024
+        w = RNG.standard_normal((n, k)).astype(np.float32)
+        info = self.client.upload_weight("py.float", w, "w8a16")
+        self.assertEqual((info.n, info.k, info.packed_bytes), (n, k, n * k + 4 * n))
+        self.assertEqual(self.client.get_weight("py.float"), info)
+        x = RNG.standard_normal((5, k)).astype(np.float32)
+        y = self.client.matmul("py.float", x).astype(np.float64)
+        want = x.astype(np.float64) @ w.astype(np.float64).T
+        # Each weight is off by at most half its row's step, max|w[n]| / 127 / 2.
+        step = np.abs(w).max(axis=1).astype(np.float64) / 127
+        bound = (np.abs(x) @ np.ones((k, n))) * step[None, :] / 2 * 1.001 + 1e-4
+        self.assertTrue(np.all(np.abs(y - want) <= bound))
+        # And not the exact product: the weights were quantized.
+        self.assertGreater(np.abs(y - want).max(), 1e-4)
+
+    def test_stream_answers_in_order_across_weights(self):
+        pa, wa = w8a16_packed(32, 128)
+        pb, wb = w8a16_packed(48, 64)
+        self.client.upload_packed("py.sa", 32, 128, "w8a16", pa)
+        self.client.upload_packed("py.sb", 48, 64, "w8a16", pb)
+        calls = []
+        for i in range(6):
+            name, w = ("py.sa", wa) if i % 2 == 0 else ("py.sb", wb)
+            calls.append((name, RNG.standard_normal((i + 1, w.shape[1])).astype(np.float32), w))
+        results = list(self.client.matmul_stream((name, x) for name, x, _ in calls))
+        self.assertEqual(len(results), len(calls))
+        for (name, x, w), y in zip(calls, results):
+            close_to(self, y, x.astype(np.float64) @ w.T, x, w)
+
+    def test_model_forward_chains_its_layers(self):
+        p1, w1 = w8a16_packed(64, 128)
+        p2, w2 = w8a16_packed(32, 64)
+        self.client.upload_packed("py.l1", 64, 128, "w8a16", p1)
+        self.client.upload_packed("py.l2", 32, 64, "w8a16", p2)
+        bias = RNG.standard_normal(64).astype(np.float32)
+        info = self.client.create_model(
+            "py.mlp", [layers.linear("py.l1", bias), layers.activation("relu"),
+                       layers.linear("py.l2")])
+        self.assertEqual((info.in_features, info.out_features), (128, 32))
+        self.assertEqual(list(info.weights), ["py.l1", "py.l2"])
+        self.assertIn("py.mlp", [m.name for m in self.client.list_models()])
+        x = RNG.standard_normal((4, 128)).astype(np.float32)
+        h = np.maximum(x.astype(np.float64) @ w1.T + bias, 0)
+        y = self.client.forward("py.mlp", x)
+        self.assertEqual(y.shape, (4, 32))
+        np.testing.assert_allclose(y, h @ w2.T, rtol=1e-4, atol=1e-4)
+        self.client.delete_model("py.mlp")
+        self.assert_status(grpc.StatusCode.NOT_FOUND, "py.mlp", self.client.get_model, "py.mlp")
+
+    def test_weights_are_listed_and_deleted(self):
+        payload, _ = w8a16_packed(16, 64)
+        self.client.upload_packed("py.del", 16, 64, "w8a16", payload)
+        self.assertIn("py.del", [w.name for w in self.client.list_weights()])
+        self.client.delete_weight("py.del")
+        self.assertNotIn("py.del", [w.name for w in self.client.list_weights()])
+        self.assert_status(grpc.StatusCode.NOT_FOUND, "py.del", self.client.delete_weight,
+                           "py.del")
+        info = self.client.server_info()
+        self.assertEqual(info.backend, "cpu")
+        self.assertGreater(info.limits.max_rows, 0)
+
+    def test_errors_name_what_is_wrong_and_change_nothing(self):
+        payload, _ = w8a16_packed(16, 64)
+        self.client.upload_packed("py.err", 16, 64, "w8a16", payload)
+        before = [w.name for w in self.client.list_weights()]
+        x = RNG.standard_normal((2, 64)).astype(np.float32)
+        self.assert_status(grpc.StatusCode.NOT_FOUND, "py.nothing", self.client.matmul,
+                           "py.nothing", x)
+        self.assert_status(grpc.StatusCode.INVALID_ARGUMENT, "32", self.client.matmul,
+                           "py.err", x[:, :32])
+        self.assert_status(grpc.StatusCode.ALREADY_EXISTS, "py.err", self.client.upload_packed,
+                           "py.err", 16, 64, "w8a16", payload)
+        # A payload one byte short of the scheme's packed size.
+        self.assert_status(grpc.StatusCode.INVALID_ARGUMENT, "total_bytes",
+                           self.client.upload_packed, "py.short", 16, 64, "w8a16", payload[:-1])
+        self.assert_status(grpc.StatusCode.DEADLINE_EXCEEDED, "", self.client.matmul, "py.err",
+                           x, timeout=1e-6)
+        self.assertEqual([w.name for w in self.client.list_weights()], before)
+        with self.assertRaisesRegex(ValueError, "w3a16"):
+            self.client.upload_weight("py.bad", np.ones((4, 8), np.float32), "w3a16")
+        with self.assertRaisesRegex(ValueError, "2-D"):
+            self.client.upload_weight("py.bad", np.ones(8, np.float32), "w8a16")
+        with self.assertRaisesRegex(ValueError, "either x or token_ids"):
+            self.client.forward("py.mlp")
+        with self.assertRaisesRegex(ValueError, "2-D"):
+            self.client.matmul("py.err", x[0])
+
+
+if __name__ == "__main__":
+    unittest.main()
