@@ -139,7 +139,7 @@ class Client:
     # ---- MatMul ------------------------------------------------------------------------
 
     @staticmethod
-    def _matmul_request(weight, x, dtype, output_dtype):
+    def _matmul_request(weight, x, dtype=None, output_dtype=None):
         return qmm_pb2.MatMulRequest(weight=weight, input=to_tensor(x, dtype),
                                      output_dtype=dtype_value(output_dtype))
 
@@ -158,9 +158,10 @@ class Client:
         arrive. The stream's deadline is `timeout` for the whole of it."""
 
         def requests():
-            for call in calls:
-                weight, x, *types = call
-                yield self._matmul_request(weight, x, *(types + [None, None])[:2])
+            for weight, x, *types in calls:
+                if len(types) > 2:
+                    raise ValueError("a stream call is (weight, x[, dtype[, output_dtype]])")
+                yield self._matmul_request(weight, x, *types)
 
         for reply in self._stub.MatMulStream(requests(), timeout=self._call_timeout(timeout)):
             yield from_tensor(reply.output)

@@ -205,6 +205,12 @@ class ServerTest(unittest.TestCase):
         self.assertEqual(len(results), len(calls))
         for (name, x, w), y in zip(calls, results):
             close_to(self, y, x.astype(np.float64) @ w.T, x, w)
+        # Per-call dtypes: fp16 in, fp32 out.
+        name, x, w = calls[0]
+        (y,) = self.client.matmul_stream([(name, x, "fp16", "fp32")])
+        h = x.astype(np.float16)
+        self.assertEqual(y.dtype, np.float32)
+        close_to(self, y, h.astype(np.float64) @ w.T, h, w)
 
     def test_model_forward_chains_its_layers(self):
         p1, w1 = w8a16_packed(64, 128)
