@@ -12,6 +12,7 @@ import re
 import signal
 import struct
 import subprocess
+import time
 import unittest
 
 import grpc
@@ -258,8 +259,13 @@ class ServerTest(unittest.TestCase):
         # A payload one byte short of the scheme's packed size.
         self.assert_status(grpc.StatusCode.INVALID_ARGUMENT, "total_bytes",
                            self.client.upload_packed, "py.short", 16, 64, "w8a16", payload[:-1])
-        self.assert_status(grpc.StatusCode.DEADLINE_EXCEEDED, "", self.client.matmul, "py.err",
-                           x, timeout=1e-6)
+        # A deadline that passes before the stream's first request is even written.
+        def late():
+            time.sleep(1.0)
+            yield "py.err", x
+
+        self.assert_status(grpc.StatusCode.DEADLINE_EXCEEDED, "",
+                           lambda: list(self.client.matmul_stream(late(), timeout=0.2)))
         self.assertEqual([w.name for w in self.client.list_weights()], before)
         with self.assertRaisesRegex(ValueError, "w3a16"):
             self.client.upload_weight("py.bad", np.ones((4, 8), np.float32), "w3a16")
