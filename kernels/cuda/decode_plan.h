@@ -104,25 +104,32 @@ inline bool W8A16StreamPays(const DecodeGrid& grid, int64_t wide_slots, int64_t 
   return one_tile || sets < 2 * wide_slots;
 }
 
-// Whether W8A16's wgmma GEMM takes a launch of 9-16 tokens on N = n from the decode
-// kernels, of whose 16-warp CTAs `wide_slots` fit at once on `sms` SMs: where the
+// Whether W8A16's wgmma GEMM takes a launch of 9-16 tokens on an N x K weight from the
+// decode kernels, of whose 16-warp CTAs `wide_slots` fit at once on `sms` SMs: where the
 // two-row-tile sets outnumber those CTAs (so that the decode launch would run its
-// stream-K grid or the tile kernel) and the GEMM's 128-row groups fill between three
+// stream-K grid or the tile kernel) and the GEMM's 128-row groups number between three
 // quarters of the SMs and all of them (its one-group CTAs of 32 tokens, one an SM, in one
-// turn). On the H200 (session 55, M = 9 / 16, us; decode against the GEMM): 4096 x 14336
-// (448 sets, 112 groups) 20.12 / 20.59 against 17.54 / 17.56, 2048 x 14336 11.94 / 12.17
-// against 10.69 / 10.67, 8192 x 14336 35.92 / 37.27 against 33.16 / 33.26, 5120 x 13824
-// 22.81 / 23.41 against 21.20 / 21.31, 6144 x 16384 31.23 / 32.72 against 26.81 / 26.95.
-// With fewer groups the GEMM splits K into a second turn (14336 x 11008, 86 groups: 46.66
-// / 48.71 against 52.35 / 52.07; 4096 x 11008 even); with more, its grid runs in turns
-// too, and the two kernels came within 8% either way (4096 x 22016 29.73 / 29.52 against
-// 31.03 / 31.24, 8192 x 22016 55.76 / 58.42 against 52.97 / 53.46; 5120 x 17920, 4096 x
-// 28672 and 8192 x 28672 within 1-2%). Where the sets fit at once the decode kernel won
-// (8192 x 8192: 18.51 / 18.91 against 19.94 / 19.53).
-inline bool W8A16GemmBeatsDecode(int64_t n, int64_t wide_slots, int sms) {
+// turn), or, with K of 8192 or more, up to four thirds of them (CTAs of two groups, its
+// plan's choice there, unsplit and one an SM). On the H200 (session 55, M = 9 / 16, us;
+// decode against the GEMM): 4096 x 14336 (448 sets, 112 groups) 20.12 / 20.59 against
+// 17.54 / 17.56, 2048 x 14336 11.94 / 12.17 against 10.69 / 10.67, 8192 x 14336 35.92 /
+// 37.27 against 33.16 / 33.26, 5120 x 13824 22.81 / 23.41 against 21.20 / 21.31, 6144 x
+// 16384 31.23 / 32.72 against 26.81 / 26.95. With fewer groups the GEMM splits K into a
+// second turn (14336 x 11008, 86 groups: 46.66 / 48.71 against 52.35 / 52.07; 4096 x 11008
+// even). Beyond 132 groups (session 58, two rounds): 8192 x 17408 / 18944 / 20480 / 22016
+// 55.22 / 55.31 / 55.35 / 55.61 against 47.37 / 49.61 / 51.13 / 53.00 at M = 9, 14336 x
+// the same 92.5-93.1 against 73.7-84.0, but 8192 x 24576 (192 groups) 62.24 against
+// 63.69 and 14336 x 24576 93.51 against 103.48; with K = 4096 and 5120 the GEMM lost by
+// 3.5-7% from 148 groups (4096 x 20480: 29.44 against 30.98), and won only at 136 (17408)
+// and, with K = 2048, everywhere up to 256 groups (4-18%), a K that large layers lack.
+// Where the sets fit at once the decode kernel won (8192 x 8192: 18.51 / 18.91 against
+// 19.94 / 19.53).
+inline bool W8A16GemmBeatsDecode(int64_t n, int64_t k, int64_t wide_slots, int sms) {
+  constexpr int64_t kLongK = 8192;
   const int64_t sets = ((n + 15) / 16 + 1) / 2;
   const int64_t groups = (n + 127) / 128;
-  return sets > wide_slots && 4 * groups >= 3 * int64_t{sms} && groups <= sms;
+  const int64_t most = k >= kLongK ? 4 * int64_t{sms} / 3 : sms;
+  return sets > wide_slots && 4 * groups >= 3 * int64_t{sms} && groups <= most;
 }
 
 // Whether a W4A16 decode launch takes the stream-K grid (decode_stream.cuh) rather than `grid`, the

@@ -537,7 +537,7 @@ cudaError_t LaunchFor(const GemmArgs& args, const W8A16Options& options, const D
         err != cudaSuccess) {
       return err;
     }
-    gemm = W8A16GemmBeatsDecode(args.shape.n, wide_slots, device.sms);
+    gemm = W8A16GemmBeatsDecode(args.shape.n, args.shape.k, wide_slots, device.sms);
   }
   if (gemm && args.shape.k % 128 == 0) {
     bool launched = false;

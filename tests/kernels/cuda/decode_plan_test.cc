@@ -213,23 +213,30 @@ TEST(DecodePlanTest, W2A8ClustersFromFiveKilobytesAWarp) {
       1);
 }
 
-// W8A16GemmBeatsDecode on the H200 (264 16-warp CTAs at once on 132 SMs), session 55's
-// shapes: the GEMM where the sets outnumber those CTAs and the 128-row groups fill 99-132
-// SMs.
+// W8A16GemmBeatsDecode on the H200 (264 16-warp CTAs at once on 132 SMs), sessions 55 and
+// 58's shapes: the GEMM where the sets outnumber those CTAs and its 128-row groups number
+// 99-132, or with K >= 8192 up to 176 (CTAs of two).
 TEST(DecodePlanTest, W8A16GemmTakesWidthsWhoseGroupsFillTheSms) {
-  auto gemm = [](int64_t n) { return W8A16GemmBeatsDecode(n, kSlots, kSms); };
-  EXPECT_TRUE(gemm(14336));   // 112 groups: 20.59 -> 17.56 us at M = 16 (K = 4096)
-  EXPECT_TRUE(gemm(13824));   // 108: 23.41 -> 21.31 (K = 5120)
-  EXPECT_TRUE(gemm(16384));   // 128: 32.72 -> 26.95 (K = 6144)
-  EXPECT_TRUE(gemm(16896));   // 132, the last that fit
-  EXPECT_FALSE(gemm(17024));  // 133
-  EXPECT_TRUE(gemm(12545));   // 99 groups
-  EXPECT_FALSE(gemm(12544));  // 98: 73.5% of the SMs
-  EXPECT_FALSE(gemm(11008));  // 86: 48.71 -> 52.07 at K = 14336
-  EXPECT_FALSE(gemm(22016));  // 172: 29.52 -> 31.24 at K = 4096
-  EXPECT_FALSE(gemm(8192));   // 256 sets fit at once: 18.91 -> 19.53
+  auto gemm = [](int64_t n, int64_t k) { return W8A16GemmBeatsDecode(n, k, kSlots, kSms); };
+  EXPECT_TRUE(gemm(14336, 4096));    // 112 groups: 20.59 -> 17.56 us at M = 16
+  EXPECT_TRUE(gemm(13824, 5120));    // 108: 23.41 -> 21.31
+  EXPECT_TRUE(gemm(16384, 6144));    // 128: 32.72 -> 26.95
+  EXPECT_TRUE(gemm(16896, 4096));    // 132, the last one a CTA
+  EXPECT_TRUE(gemm(12545, 4096));    // 99 groups
+  EXPECT_FALSE(gemm(12544, 4096));   // 98: 73.5% of the SMs
+  EXPECT_FALSE(gemm(11008, 14336));  // 86: 48.71 -> 52.07
+  EXPECT_FALSE(gemm(8192, 4096));    // 256 sets fit at once: 18.91 -> 19.53
+  // Two groups a CTA with K >= 8192 only: 4096 x 20480 29.44 -> 30.98 at M = 9.
+  EXPECT_FALSE(gemm(17024, 8191));  // 133 groups
+  EXPECT_FALSE(gemm(20480, 4096));
+  EXPECT_TRUE(gemm(17024, 8192));   // 133
+  EXPECT_TRUE(gemm(20480, 8192));   // 160: 55.35 -> 51.13
+  EXPECT_TRUE(gemm(22016, 14336));  // 172: 93.05 -> 83.96
+  EXPECT_TRUE(gemm(22528, 8192));   // 176, 4/3 of the SMs
+  EXPECT_FALSE(gemm(22656, 8192));  // 177
+  EXPECT_FALSE(gemm(24576, 8192));  // 192: 62.24 -> 63.69
   // Sets that fit the CTAs keep the decode kernel whatever the groups (a device of more SMs).
-  EXPECT_FALSE(W8A16GemmBeatsDecode(14336, 448, kSms));
+  EXPECT_FALSE(W8A16GemmBeatsDecode(14336, 4096, 448, kSms));
 }
 
 }  // namespace

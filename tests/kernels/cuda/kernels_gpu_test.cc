@@ -801,13 +801,18 @@ TEST_F(W8A16Test, TileOverDecodeMatchesCpu) {
 
 // The default launch at 9-16 tokens on the widths where the wgmma GEMM takes over from the
 // decode kernels (W8A16GemmBeatsDecode: more two-row-tile sets than 16-warp CTAs, and 128-row
-// groups filling 3/4 of the SMs or more): 12600 (99 groups on the H200's 132 SMs, the last
-// one partial) and 16896 (132), the range's two ends; and K = 576, which the GEMM cannot
-// take (K % 128), so the decode kernels still do. 8 and 17 tokens: the neighbours.
+// groups filling 3/4 of the SMs or more, one a CTA, or with K >= 8192 two a CTA up to 4/3 of
+// the SMs): 12600 (99 groups on the H200's 132 SMs, the last one partial) and 16896 (132),
+// the one-group range's ends; 17000 (133: the last CTA one partial group) and 22500 (176,
+// the last partial) with K = 8192, the two-group range's; 17000 with K = 1024, which keeps
+// the decode kernels, as does K = 576, which the GEMM cannot take (K % 128). 8 and 17
+// tokens: the neighbours.
 TEST_F(W8A16Test, GemmOverDecodeMatchesCpu) {
-  CheckVariants(Scheme::kW8A16, {{12600, 1024, 0}, {16896, 256, 0}, {12600, 576, 0}},
-                {8, 9, 13, 16, 17}, {{"default", &LaunchWithSplits<W8A16Options, &LaunchW8A16, 0>}},
-                rng_);
+  const Variants variants = {{"default", &LaunchWithSplits<W8A16Options, &LaunchW8A16, 0>}};
+  CheckVariants(Scheme::kW8A16,
+                {{12600, 1024, 0}, {16896, 256, 0}, {17000, 1024, 0}, {12600, 576, 0}},
+                {8, 9, 13, 16, 17}, variants, rng_);
+  CheckVariants(Scheme::kW8A16, {{17000, 8192, 0}, {22500, 8192, 0}}, {9, 16}, variants, rng_);
 }
 
 // The W8A16 decode kernel with its warps a CTA forced (8, or 16 for the wide CTAs; 0: the
