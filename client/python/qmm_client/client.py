@@ -69,6 +69,10 @@ class Client:
     def _call_timeout(self, timeout):
         return self._timeout if timeout is None else timeout
 
+    def _unary(self, method, request, timeout):
+        """`method` of the stub on `request`, with the call's deadline or the client's."""
+        return method(request, timeout=self._call_timeout(timeout))
+
     # ---- Weights -----------------------------------------------------------------------
 
     def upload_weight(self, name, weight, scheme, group_size=None, timeout=None):
@@ -121,20 +125,17 @@ class Client:
         return reply.weight
 
     def get_weight(self, name, timeout=None):
-        return self._stub.GetWeight(qmm_pb2.GetWeightRequest(name=name),
-                                    timeout=self._call_timeout(timeout))
+        return self._unary(self._stub.GetWeight, qmm_pb2.GetWeightRequest(name=name), timeout)
 
     def list_weights(self, timeout=None):
-        return list(self._stub.ListWeights(qmm_pb2.ListWeightsRequest(),
-                                           timeout=self._call_timeout(timeout)).weights)
+        return list(self._unary(self._stub.ListWeights, qmm_pb2.ListWeightsRequest(),
+                                timeout).weights)
 
     def delete_weight(self, name, timeout=None):
-        self._stub.DeleteWeight(qmm_pb2.DeleteWeightRequest(name=name),
-                                timeout=self._call_timeout(timeout))
+        self._unary(self._stub.DeleteWeight, qmm_pb2.DeleteWeightRequest(name=name), timeout)
 
     def server_info(self, timeout=None):
-        return self._stub.ServerInfo(qmm_pb2.ServerInfoRequest(),
-                                     timeout=self._call_timeout(timeout))
+        return self._unary(self._stub.ServerInfo, qmm_pb2.ServerInfoRequest(), timeout)
 
     # ---- MatMul ------------------------------------------------------------------------
 
@@ -148,8 +149,8 @@ class Client:
         dtype: the activations' type on the wire ("fp32", "fp16", "bf16"; by default fp16
         for float16 arrays, else fp32); output_dtype: the result's (default: dtype's).
         Results come back as float32 (fp32, bf16) or float16 (fp16) arrays."""
-        reply = self._stub.MatMul(self._matmul_request(weight, x, dtype, output_dtype),
-                                  timeout=self._call_timeout(timeout))
+        reply = self._unary(self._stub.MatMul,
+                            self._matmul_request(weight, x, dtype, output_dtype), timeout)
         return from_tensor(reply.output)
 
     def matmul_stream(self, calls, timeout=None):
@@ -172,19 +173,17 @@ class Client:
         """Registers a chain of layers (qmm_pb2.Layer messages; see linear() and friends in
         qmm_client.layers) over uploaded weights. Returns the ModelInfo."""
         request = qmm_pb2.CreateModelRequest(name=name, layers=list(layers))
-        return self._stub.CreateModel(request, timeout=self._call_timeout(timeout))
+        return self._unary(self._stub.CreateModel, request, timeout)
 
     def get_model(self, name, timeout=None):
-        return self._stub.GetModel(qmm_pb2.GetModelRequest(name=name),
-                                   timeout=self._call_timeout(timeout))
+        return self._unary(self._stub.GetModel, qmm_pb2.GetModelRequest(name=name), timeout)
 
     def list_models(self, timeout=None):
-        return list(self._stub.ListModels(qmm_pb2.ListModelsRequest(),
-                                          timeout=self._call_timeout(timeout)).models)
+        return list(self._unary(self._stub.ListModels, qmm_pb2.ListModelsRequest(),
+                                timeout).models)
 
     def delete_model(self, name, timeout=None):
-        self._stub.DeleteModel(qmm_pb2.DeleteModelRequest(name=name),
-                               timeout=self._call_timeout(timeout))
+        self._unary(self._stub.DeleteModel, qmm_pb2.DeleteModelRequest(name=name), timeout)
 
     def forward(self, model, x=None, token_ids=None, dtype=None, output_dtype=None,
                 timeout=None):
@@ -197,5 +196,5 @@ class Client:
             request.input.CopyFrom(to_tensor(x, dtype))
         else:
             request.token_ids.extend(int(t) for t in np.asarray(token_ids).ravel())
-        reply = self._stub.Forward(request, timeout=self._call_timeout(timeout))
+        reply = self._unary(self._stub.Forward, request, timeout)
         return from_tensor(reply.output)

@@ -1,6 +1,7 @@
 """Builders of the layers a model chains (qmm.proto, "Models"), for Client.create_model."""
 from qmm.v1 import qmm_pb2
 
+
 def _floats(values):
     """A list of floats from None (empty), a sequence or a NumPy array."""
     return [] if values is None else [float(v) for v in values]

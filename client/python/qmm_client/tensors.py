@@ -16,6 +16,8 @@ DTYPES = {
     "bf16": qmm_pb2.DTYPE_BF16,
 }
 _NAMES = {value: name for name, value in DTYPES.items()}
+# Each one's elements as NumPy reads them off the wire (bf16 as its bits).
+_ELEMENTS = {qmm_pb2.DTYPE_FP32: "<f4", qmm_pb2.DTYPE_FP16: "<f2", qmm_pb2.DTYPE_BF16: "<u2"}
 
 
 def dtype_value(dtype):
@@ -65,12 +67,10 @@ def from_tensor(tensor):
     """Tensor -> array: float32 for fp32 and bf16, float16 for fp16."""
     shape = tuple(tensor.shape)
     count = int(np.prod(shape, dtype=np.int64)) if shape else 0
-    if tensor.dtype == qmm_pb2.DTYPE_FP32:
-        element, size = "<f4", 4
-    elif tensor.dtype in (qmm_pb2.DTYPE_FP16, qmm_pb2.DTYPE_BF16):
-        element, size = ("<f2" if tensor.dtype == qmm_pb2.DTYPE_FP16 else "<u2"), 2
-    else:
+    if tensor.dtype not in _ELEMENTS:
         raise ValueError(f"the server sent a tensor of unknown dtype {tensor.dtype}")
+    element = _ELEMENTS[tensor.dtype]
+    size = np.dtype(element).itemsize
     if len(tensor.data) != count * size:
         raise ValueError(f"the server sent {len(tensor.data)} bytes for a {_NAMES[tensor.dtype]} "
                          f"tensor of shape {list(shape)} ({count * size} expected)")
