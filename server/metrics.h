@@ -38,7 +38,8 @@
 
 namespace qmm {
 
-// The RPCs of qmm.v1.Qmm, as the `method` label spells them.
+// The RPCs of qmm.v1.Qmm and of inference.GRPCInferenceService (the Open Inference
+// Protocol), as the `method` label spells them.
 enum class RpcMethod : uint8_t {
   kUploadWeight,
   kGetWeight,
@@ -53,8 +54,15 @@ enum class RpcMethod : uint8_t {
   kDeleteModel,
   kForward,
   kForwardStream,
+  kServerLive,
+  kServerReady,
+  kModelReady,
+  kServerMetadata,
+  kModelMetadata,
+  kModelInfer,
+  kModelStreamInfer,
 };
-inline constexpr int kNumRpcMethods = 13;
+inline constexpr int kNumRpcMethods = 20;
 absl::string_view RpcMethodName(RpcMethod method);
 
 // Why a request was refused or dropped without running (the `reason` label).

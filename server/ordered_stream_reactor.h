@@ -1,13 +1,18 @@
-// The bidirectional streams of the service (MatMulStream, ForwardStream): one request at a
-// time, answered in order. Read -> validate (gRPC thread) -> the batching queue shared with
-// the unary calls (server/batcher.h) -> write -> read the next. A failed request ends the
-// stream with its status; the client's half-close ends it OK. Each request message is
-// counted in the metrics on its own, under Traits::kMethod.
+// The bidirectional streams of the services (MatMulStream, ForwardStream, the Open
+// Inference Protocol's ModelStreamInfer): one request at a time, answered in order. Read ->
+// validate (gRPC thread) -> the batching queue shared with the unary calls
+// (server/batcher.h) -> write -> read the next. A failed request ends the stream with its
+// status, unless Traits answers it in the stream (AnswerError below); the client's
+// half-close ends it OK. Each request message is counted in the metrics on its own, under
+// Traits::kMethod.
 //
 // Traits supplies Request, Response, kMethod and
 //   static absl::StatusOr<Job> Prepare(const Request&, const ServiceContext&);
 //   static void Dispatch(const ServiceContext&, grpc::CallbackServerContext*, Job,
 //                        Response*, absl::AnyInvocable<void(const absl::Status&) &&> done);
+// and may supply
+//   static void AnswerError(const absl::Status&, const Request&, Response*);
+// which writes a failed request's answer (the stream then goes on to the next request).
 #ifndef QMM_SERVER_ORDERED_STREAM_REACTOR_H_
 #define QMM_SERVER_ORDERED_STREAM_REACTOR_H_
 
@@ -20,6 +25,13 @@
 #include "server/service_context.h"
 
 namespace qmm {
+
+template <typename Traits>
+concept AnswersErrorsInStream = requires(const absl::Status& status,
+                                         const typename Traits::Request& request,
+                                         typename Traits::Response* response) {
+  Traits::AnswerError(status, request, response);
+};
 
 // Deletes itself when gRPC is done with the call (OnDone).
 template <typename Traits>
@@ -40,13 +52,13 @@ class OrderedStreamReactor
     clock_.Restart();
     auto job = Traits::Prepare(request_, context_);
     if (!job.ok()) {
-      this->Finish(clock_.Finish(job.status()));
+      Fail(job.status());
       return;
     }
     Traits::Dispatch(context_, rpc_, *std::move(job), &response_,
                      [this](const absl::Status& status) {
                        if (!status.ok()) {
-                         this->Finish(clock_.Finish(status));
+                         Fail(status);
                          return;
                        }
                        clock_.Finish(grpc::Status::OK);
@@ -66,6 +78,18 @@ class OrderedStreamReactor
   void OnDone() override { delete this; }
 
  private:
+  // Answers the request in flight with `status`: in the stream where Traits does so,
+  // otherwise by ending the stream.
+  void Fail(const absl::Status& status) {
+    if constexpr (AnswersErrorsInStream<Traits>) {
+      clock_.Finish(status);
+      Traits::AnswerError(status, request_, &response_);
+      this->StartWrite(&response_);
+    } else {
+      this->Finish(clock_.Finish(status));
+    }
+  }
+
   const ServiceContext& context_;
   grpc::CallbackServerContext* const rpc_;
   // Reused for every request; only one is in flight at a time.

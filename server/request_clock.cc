@@ -16,4 +16,11 @@ grpc::Status RequestClock::Finish(const absl::Status& status) const {
   return Finish(ToGrpcStatus(status));
 }
 
+grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* rpc, const RequestClock& clock,
+                                    const absl::Status& status) {
+  grpc::ServerUnaryReactor* reactor = rpc->DefaultReactor();
+  reactor->Finish(clock.Finish(status));
+  return reactor;
+}
+
 }  // namespace qmm

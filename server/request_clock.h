@@ -6,7 +6,7 @@
 #ifndef QMM_SERVER_REQUEST_CLOCK_H_
 #define QMM_SERVER_REQUEST_CLOCK_H_
 
-#include <grpcpp/support/status.h>
+#include <grpcpp/grpcpp.h>
 
 #include <chrono>
 
@@ -33,6 +33,11 @@ class RequestClock {
   RpcMethod method_;
   std::chrono::steady_clock::time_point start_;
 };
+
+// Finishes a unary call at once, on the gRPC thread (for cheap metadata calls and for
+// requests refused before they are queued), recording it with `clock`.
+grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* rpc, const RequestClock& clock,
+                                    const absl::Status& status);
 
 }  // namespace qmm
 

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "inference/open_inference.grpc.pb.h"
 #include "qmm/v1/qmm.grpc.pb.h"
 #include "server/limits.h"
 
@@ -104,6 +105,7 @@ absl::StatusOr<int> QmmServer::Start() {
                  .max_upload_bytes = HostMemoryBytes() / 2},
   };
   service_ = std::make_unique<QmmService>(context);
+  inference_ = std::make_unique<InferenceService>(context, ready_);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -116,6 +118,7 @@ absl::StatusOr<int> QmmServer::Start() {
   builder.SetMaxReceiveMessageSize(static_cast<int>(options_.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(options_.max_message_bytes));
   builder.RegisterService(service_.get());
+  builder.RegisterService(inference_.get());
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || port == 0) {
     server_.reset();
@@ -123,11 +126,13 @@ absl::StatusOr<int> QmmServer::Start() {
         absl::StrCat("cannot listen on \"", options_.listen_address, "\""));
   }
   // The health service knows only "" (the whole server) until a name is set; probes that
-  // ask for the service by its own name (a Kubernetes readiness probe, say) would get
-  // NOT_FOUND. Set once, the name follows SetServing with "".
+  // ask for a service by its own name (a Kubernetes readiness probe, say) would get
+  // NOT_FOUND. Set once, the names follow SetServing with "".
   if (grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService()) {
     health->SetServingStatus(v1::Qmm::service_full_name(), true);
+    health->SetServingStatus(inference::GRPCInferenceService::service_full_name(), true);
   }
+  ready_.store(true, std::memory_order_release);
   return port;
 }
 
@@ -177,6 +182,7 @@ absl::Status QmmServer::StartMetrics() {
 
 void QmmServer::SetServing(bool serving) {
   if (server_ == nullptr) return;
+  ready_.store(serving, std::memory_order_release);
   if (grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService()) {
     health->SetServingStatus(serving);
   }

@@ -1,5 +1,6 @@
-// QmmServer: the gRPC server with the qmm.v1.Qmm service, grpc.health.v1 health and
-// server reflection, over one backend. Used by qmm-server's main and by in-process tests.
+// QmmServer: the gRPC server with the qmm.v1.Qmm service, the Open Inference Protocol's
+// inference.GRPCInferenceService, grpc.health.v1 health and server reflection, over one
+// backend. Used by qmm-server's main and by in-process tests.
 //
 // Threads: every method is called from one controlling thread (main, or a test).
 #ifndef QMM_SERVER_SERVER_H_
@@ -7,6 +8,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -17,6 +19,7 @@
 #include "server/backend.h"
 #include "server/batcher.h"
 #include "server/compute_pool.h"
+#include "server/inference_service.h"
 #include "server/metrics.h"
 #include "server/metrics_exposer.h"
 #include "server/model_store.h"
@@ -83,7 +86,8 @@ class QmmServer {
   // cancels them), then stops the workers and the metrics endpoint. Idempotent.
   void Shutdown();
 
-  // What grpc.health.v1 reports for the whole server ("") and for "qmm.v1.Qmm".
+  // What grpc.health.v1 reports for the whole server ("") and for each service by name,
+  // and what the inference service's ServerReady and ModelReady say.
   void SetServing(bool serving);
 
   const Backend& backend() const { return *backend_; }
@@ -110,7 +114,9 @@ class QmmServer {
   std::unique_ptr<ComputePool> loader_;
   std::unique_ptr<Batcher> batcher_;
   AccessPolicy access_;
+  std::atomic<bool> ready_{false};
   std::unique_ptr<QmmService> service_;
+  std::unique_ptr<InferenceService> inference_;
   std::unique_ptr<grpc::Server> server_;
 };
 

@@ -14,17 +14,6 @@
 #include "server/validation.h"
 
 namespace qmm {
-namespace {
-
-// Finishes a unary call at once, on the gRPC thread (for cheap metadata calls).
-grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* rpc, const RequestClock& clock,
-                                    const absl::Status& status) {
-  grpc::ServerUnaryReactor* reactor = rpc->DefaultReactor();
-  reactor->Finish(clock.Finish(status));
-  return reactor;
-}
-
-}  // namespace
 
 grpc::ServerReadReactor<v1::UploadWeightRequest>* QmmService::UploadWeight(
     grpc::CallbackServerContext* rpc, v1::UploadWeightResponse* response) {

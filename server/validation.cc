@@ -6,14 +6,14 @@
 #include "server/proto_convert.h"
 
 namespace qmm {
-namespace {
 
-// a * b, or nullopt when it overflows int64 (callers report that as too large).
 std::optional<int64_t> CheckedMul(int64_t a, int64_t b) {
   int64_t product;
   if (__builtin_mul_overflow(a, b, &product)) return std::nullopt;
   return product;
 }
+
+namespace {
 
 bool IsNameChar(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||

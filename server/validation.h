@@ -21,6 +21,9 @@
 
 namespace qmm {
 
+// a * b, or nullopt when it overflows int64 (callers report that as too large).
+std::optional<int64_t> CheckedMul(int64_t a, int64_t b);
+
 // 1..kMaxNameLength characters from [A-Za-z0-9._:/-]. `field` names the field in errors.
 absl::Status CheckWeightName(absl::string_view name, absl::string_view field);
 

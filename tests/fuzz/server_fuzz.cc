@@ -1,19 +1,20 @@
 // libFuzzer target: whatever a client sends, the server answers with a status and keeps
 // serving. One in-process qmm-server (CPU backend) on loopback holds a fixed set of weights
-// and a model; each input drives one client action against it through the generated stub:
+// and a model; each input drives one client action against it through the generated stubs:
 // MatMul, MatMulStream, UploadWeight, CreateModel with Forward, Forward on the fixed model,
-// or Get / Delete by name. The fields of each request come from the input, biased towards
-// the values validation compares against (the fixtures' names and shapes, payload sizes
-// that match the header) so that the fuzzer gets past the first check; raw protobuf bytes
-// reach the parsers as they are. A crash, a sanitizer report, or a hang (libFuzzer's
-// -timeout) is a finding. What an action creates, it deletes; the fixtures are never
-// deleted, so every input meets the same server state.
+// Get / Delete by name, or the Open Inference Protocol's ModelInfer and ModelStreamInfer. The
+// fields of each request come from the input, biased towards the values validation compares against
+// (the fixtures' names and shapes, payload sizes that match the header) so that the fuzzer gets
+// past the first check; raw protobuf bytes reach the parsers as they are. A crash, a sanitizer
+// report, or a hang (libFuzzer's -timeout) is a finding. What an action creates, it deletes; the
+// fixtures are never deleted, so every input meets the same server state.
 //
 // Built and run by scripts/fuzz.sh (clang, -fsanitize=fuzzer,address,undefined).
 #include <fuzzer/FuzzedDataProvider.h>
 #include <google/protobuf/stubs/logging.h>
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdint>
@@ -29,6 +30,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "inference/open_inference.grpc.pb.h"
 #include "kernels/dtype.h"
 #include "kernels/format.h"
 #include "proto/enum_convert.h"
@@ -65,6 +67,7 @@ constexpr int64_t kMaxRows = 8;
 struct Harness {
   std::unique_ptr<QmmServer> server;
   std::unique_ptr<v1::Qmm::Stub> stub;
+  std::unique_ptr<inference::GRPCInferenceService::Stub> infer;
 };
 Harness* harness = nullptr;
 
@@ -395,13 +398,96 @@ void GetOrDelete(FuzzedDataProvider& in) {
   }
 }
 
+// An inference request for a fixture or the model, with one input "x" of FP16 [rows, K]
+// in raw contents mostly; otherwise other names, datatypes, counts, shapes, typed contents
+// and requested outputs.
+inference::ModelInferRequest MakeInfer(FuzzedDataProvider& in) {
+  inference::ModelInferRequest request;
+  request.set_model_name(in.ConsumeIntegralInRange<int>(0, 7) == 7 ? kModel : PickName(in));
+  if (in.ConsumeIntegralInRange<int>(0, 7) == 7) {
+    request.set_model_version(in.ConsumeRandomLengthString(8));
+  }
+  request.set_id(in.ConsumeRandomLengthString(16));
+  const Fixture* f = FindFixture(request.model_name());
+  const int64_t cols = f != nullptr ? f->k : 64;
+  constexpr std::array<std::pair<const char*, int64_t>, 7> kDatatypes = {
+      {{"FP16", 2}, {"FP32", 4}, {"BF16", 2}, {"INT32", 4}, {"INT64", 8}, {"INT8", 1}, {"", 1}}};
+  const int inputs = (in.ConsumeIntegralInRange<int>(0, 3) + 1) % 4;  // one mostly
+  for (int i = 0; i < inputs; ++i) {
+    inference::ModelInferRequest::InferInputTensor* input = request.add_inputs();
+    input->set_name(in.ConsumeIntegralInRange<int>(0, 7) == 7 ? in.ConsumeRandomLengthString(12)
+                                                              : "x");
+    const auto [datatype, size] =
+        kDatatypes[in.ConsumeIntegralInRange<int>(0, 3) != 3
+                       ? 0
+                       : in.ConsumeIntegralInRange<size_t>(0, kDatatypes.size() - 1)];
+    input->set_datatype(datatype);
+    const int rank = (in.ConsumeIntegralInRange<int>(0, 3) + 2) % 4;  // 2 mostly
+    int64_t elements = 1;
+    for (int d = 0; d < rank; ++d) {
+      const int64_t dim =
+          PickDim(in, d == 0 ? in.ConsumeIntegralInRange<int64_t>(1, kMaxRows) : cols);
+      input->add_shape(dim);
+      elements = (dim > 0 && dim < (1 << 20) && elements >= 0) ? elements * dim : -1;
+      if (elements > (1 << 20)) elements = -1;
+    }
+    if (in.ConsumeIntegralInRange<int>(0, 7) != 7) {
+      request.add_raw_input_contents(PickData(in, elements < 0 ? -1 : elements * size));
+      continue;
+    }
+    const int64_t count = elements >= 0 && !in.ConsumeBool()
+                              ? std::min<int64_t>(elements, 4096)
+                              : in.ConsumeIntegralInRange<int64_t>(0, 300);
+    inference::InferTensorContents* contents = input->mutable_contents();
+    const int field = in.ConsumeIntegralInRange<int>(0, 2);
+    for (int64_t v = 0; v < count; ++v) {
+      if (field == 0) contents->add_fp32_contents(in.ConsumeFloatingPoint<float>());
+      if (field == 1) contents->add_int_contents(in.ConsumeIntegralInRange<int32_t>(-2, 70));
+      if (field == 2) contents->add_int64_contents(in.ConsumeIntegral<int64_t>());
+    }
+  }
+  if (in.ConsumeIntegralInRange<int>(0, 7) == 7) {
+    request.add_outputs()->set_name(in.ConsumeBool() ? "y" : in.ConsumeRandomLengthString(8));
+  }
+  return request;
+}
+
+void ModelInfer(FuzzedDataProvider& in) {
+  const inference::ModelInferRequest request = MakeInfer(in);
+  inference::ModelInferResponse response;
+  Count("ModelInfer", harness->infer->ModelInfer(Context().get(), request, &response));
+}
+
+void RawModelInfer(FuzzedDataProvider& in) {
+  inference::ModelInferRequest request;
+  if (!request.ParseFromString(in.ConsumeRemainingBytesAsString())) return;
+  inference::ModelInferResponse response;
+  Count("ModelInfer raw", harness->infer->ModelInfer(Context().get(), request, &response));
+}
+
+void ModelStreamInfer(FuzzedDataProvider& in) {
+  auto context = Context();
+  auto stream = harness->infer->ModelStreamInfer(context.get());
+  const int count = in.ConsumeIntegralInRange<int>(1, 4);
+  for (int i = 0; i < count; ++i) {
+    if (!stream->Write(MakeInfer(in))) break;
+  }
+  stream->WritesDone();
+  inference::ModelStreamInferResponse response;
+  while (stream->Read(&response)) {
+  }
+  Count("ModelStreamInfer", stream->Finish());
+}
+
 void NewModel(FuzzedDataProvider& in) { CreateModelAndForward(in, /*raw=*/false); }
 void RawNewModel(FuzzedDataProvider& in) { CreateModelAndForward(in, /*raw=*/true); }
 void ForwardFixedModel(FuzzedDataProvider& in) { Forward(in, kModel, 64); }
 
 // What one input does; its last byte picks the action.
 constexpr void (*kActions[])(FuzzedDataProvider&) = {
-    MatMul, RawMatMul, MatMulStream, Upload, NewModel, RawNewModel, ForwardFixedModel, GetOrDelete};
+    MatMul,     RawMatMul,     MatMulStream,      Upload,
+    NewModel,   RawNewModel,   ForwardFixedModel, GetOrDelete,
+    ModelInfer, RawModelInfer, ModelStreamInfer};
 
 // Starts the server and uploads the fixtures; exits on failure (nothing to fuzz).
 void Start() {
@@ -423,8 +509,10 @@ void Start() {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(16 << 20);
   args.SetMaxSendMessageSize(16 << 20);
-  harness->stub = v1::Qmm::NewStub(grpc::CreateCustomChannel(
-      absl::StrCat("127.0.0.1:", *port), grpc::InsecureChannelCredentials(), args));
+  const std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
+      absl::StrCat("127.0.0.1:", *port), grpc::InsecureChannelCredentials(), args);
+  harness->stub = v1::Qmm::NewStub(channel);
+  harness->infer = inference::GRPCInferenceService::NewStub(channel);
   uint32_t seed = 1;
   for (const Fixture& f : kFixtures) {
     const std::string payload =

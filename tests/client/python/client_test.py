@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Tests of the Python client (client/python/qmm_client) against a real qmm-server on the
 CPU backend, each product checked against a float64 NumPy reference, and of its tensor
-conversions on their own.
+conversions on their own; and of the server's Open Inference Protocol through the
+generated `inference` stubs, as a Python KServe or Triton client sends it.
 
 Run by ctest (tests/client/CMakeLists.txt) with PYTHONPATH holding client/python and the
-generated qmm.v1 package, and QMM_SERVER_PATH the server binary.
+generated qmm.v1 and inference packages, and QMM_SERVER_PATH the server binary.
 """
 import math
 import os
@@ -18,6 +19,8 @@ import unittest
 import grpc
 import numpy as np
 
+from inference import open_inference_pb2 as oip
+from inference import open_inference_pb2_grpc as oip_grpc
 from qmm.v1 import qmm_pb2
 from qmm_client import Client, layers
 from qmm_client.tensors import from_tensor, to_tensor
@@ -135,6 +138,8 @@ class ServerTest(unittest.TestCase):
             m = re.search(r"listening on (\S+) ", line)
             if m:
                 cls.client = Client(m.group(1), timeout=60)
+                cls.channel = grpc.insecure_channel(m.group(1))
+                cls.oip = oip_grpc.GRPCInferenceServiceStub(cls.channel)
                 return
         cls.proc.wait(timeout=60)
         raise AssertionError(f"qmm-server did not start:\n{seen}")
@@ -142,6 +147,7 @@ class ServerTest(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         cls.client.close()
+        cls.channel.close()
         cls.proc.send_signal(signal.SIGTERM)
         cls.proc.communicate(timeout=60)
 
@@ -232,6 +238,58 @@ class ServerTest(unittest.TestCase):
         np.testing.assert_allclose(y, h @ w2.T, rtol=1e-4, atol=1e-4)
         self.client.delete_model("py.mlp")
         self.assert_status(grpc.StatusCode.NOT_FOUND, "py.mlp", self.client.get_model, "py.mlp")
+
+    def test_open_inference_protocol(self):
+        n, k = 40, 128
+        payload, w = w8a16_packed(n, k)
+        self.client.upload_packed("py.oip", n, k, "w8a16", payload)
+        self.assertTrue(self.oip.ServerReady(oip.ServerReadyRequest(), timeout=60).ready)
+        meta = self.oip.ModelMetadata(oip.ModelMetadataRequest(name="py.oip"), timeout=60)
+        self.assertEqual((meta.platform, list(meta.versions)), ("qmm_w8a16", ["1"]))
+        self.assertEqual([(t.name, t.datatype, list(t.shape)) for t in meta.inputs],
+                         [("x", "FP16", [-1, k])])
+        self.assertEqual([(t.name, t.datatype, list(t.shape)) for t in meta.outputs],
+                         [("y", "FP16", [-1, n])])
+
+        def request(x, datatype, raw=True):
+            tensor = oip.ModelInferRequest.InferInputTensor(name="x", datatype=datatype,
+                                                            shape=x.shape)
+            if not raw:
+                tensor.contents.fp32_contents.extend(x.ravel().tolist())
+            return oip.ModelInferRequest(model_name="py.oip", id="r1", inputs=[tensor],
+                                         raw_input_contents=[x.tobytes()] if raw else [])
+
+        h = RNG.standard_normal((3, k)).astype(np.float16)
+        r = self.oip.ModelInfer(request(h, "FP16"), timeout=60)
+        self.assertEqual((r.model_name, r.model_version, r.id), ("py.oip", "1", "r1"))
+        self.assertEqual([(t.name, t.datatype, list(t.shape)) for t in r.outputs],
+                         [("y", "FP16", [3, n])])
+        y = np.frombuffer(r.raw_output_contents[0], "<f2").reshape(3, n)
+        close_to(self, y, h.astype(np.float64) @ w.T, h, w, out_rel=2.0 ** -11)
+        # FP32 in the typed field: the same product as MatMul's, bit for bit.
+        x = RNG.standard_normal((2, k)).astype(np.float32)
+        r = self.oip.ModelInfer(request(x, "FP32", raw=False), timeout=60)
+        y = np.frombuffer(r.raw_output_contents[0], "<f4").reshape(2, n)
+        close_to(self, y, x.astype(np.float64) @ w.T, x, w)
+        np.testing.assert_array_equal(y, self.client.matmul("py.oip", x))
+
+        with self.assertRaises(grpc.RpcError) as caught:
+            self.oip.ModelInfer(request(x[:, :64].copy(), "FP32"), timeout=60)
+        self.assertEqual(caught.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn('inputs[0].shape[1] = 64, but weight "py.oip" takes 128',
+                      caught.exception.details())
+        # The stream answers a failed request in place and goes on.
+        bad = request(h, "FP16")
+        bad.model_name = "py.none"
+        answers = list(self.oip.ModelStreamInfer(iter([request(h, "FP16"), bad,
+                                                        request(h, "FP16")]), timeout=60))
+        self.assertEqual([a.error_message for a in answers],
+                         ["", 'NOT_FOUND: no model or weight named "py.none" on this server', ""])
+        self.assertEqual(answers[2].infer_response.raw_output_contents[0].hex(),
+                         answers[0].infer_response.raw_output_contents[0].hex())
+        self.client.delete_weight("py.oip")
+        self.assertFalse(self.oip.ModelReady(oip.ModelReadyRequest(name="py.oip"),
+                                             timeout=60).ready)
 
     def test_weights_are_listed_and_deleted(self):
         payload, _ = w8a16_packed(16, 64)

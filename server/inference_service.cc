@@ -1,0 +1,85 @@
+#include "server/inference_service.h"
+
+#include <string>
+#include <utility>
+
+#include "server/inference_convert.h"
+#include "server/inference_runner.h"
+#include "server/inference_stream_reactor.h"
+#include "server/request_clock.h"
+
+namespace qmm {
+
+bool InferenceService::Ready() const {
+  return ready_.load(std::memory_order_acquire) && context_.backend->healthy();
+}
+
+grpc::ServerUnaryReactor* InferenceService::ServerLive(
+    grpc::CallbackServerContext* rpc, const inference::ServerLiveRequest* /*request*/,
+    inference::ServerLiveResponse* response) {
+  const RequestClock clock(context_.metrics, RpcMethod::kServerLive);
+  response->set_live(true);
+  return FinishNow(rpc, clock, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* InferenceService::ServerReady(
+    grpc::CallbackServerContext* rpc, const inference::ServerReadyRequest* /*request*/,
+    inference::ServerReadyResponse* response) {
+  const RequestClock clock(context_.metrics, RpcMethod::kServerReady);
+  response->set_ready(Ready());
+  return FinishNow(rpc, clock, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* InferenceService::ModelReady(grpc::CallbackServerContext* rpc,
+                                                       const inference::ModelReadyRequest* request,
+                                                       inference::ModelReadyResponse* response) {
+  const RequestClock clock(context_.metrics, RpcMethod::kModelReady);
+  absl::StatusOr<InferenceModel> target = ResolveInferenceModel(
+      request->name(), request->version(), "name", *context_.models, *context_.store);
+  // A model that does not exist is not ready; a malformed name is an error.
+  if (!target.ok() && target.status().code() != absl::StatusCode::kNotFound) {
+    return FinishNow(rpc, clock, target.status());
+  }
+  response->set_ready(target.ok() && Ready());
+  return FinishNow(rpc, clock, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* InferenceService::ServerMetadata(
+    grpc::CallbackServerContext* rpc, const inference::ServerMetadataRequest* /*request*/,
+    inference::ServerMetadataResponse* response) {
+  const RequestClock clock(context_.metrics, RpcMethod::kServerMetadata);
+  response->set_name("qmm");
+  response->set_version(QMM_VERSION);
+  // None of the protocol's extensions (model repository, statistics, ...) is served.
+  return FinishNow(rpc, clock, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* InferenceService::ModelMetadata(
+    grpc::CallbackServerContext* rpc, const inference::ModelMetadataRequest* request,
+    inference::ModelMetadataResponse* response) {
+  const RequestClock clock(context_.metrics, RpcMethod::kModelMetadata);
+  absl::StatusOr<InferenceModel> target = ResolveInferenceModel(
+      request->name(), request->version(), "name", *context_.models, *context_.store);
+  if (target.ok()) FillModelMetadata(*target, response);
+  return FinishNow(rpc, clock, target.status());
+}
+
+grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerContext* rpc,
+                                                       const inference::ModelInferRequest* request,
+                                                       inference::ModelInferResponse* response) {
+  const RequestClock clock(context_.metrics, RpcMethod::kModelInfer);
+  absl::StatusOr<std::unique_ptr<InferJob>> job = PrepareInfer(*request, context_);
+  if (!job.ok()) return FinishNow(rpc, clock, job.status());
+  grpc::ServerUnaryReactor* reactor = rpc->DefaultReactor();
+  DispatchInfer(
+      context_, RpcMethod::kModelInfer, rpc, *std::move(job), response,
+      [reactor, clock](const absl::Status& status) { reactor->Finish(clock.Finish(status)); });
+  return reactor;
+}
+
+grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
+InferenceService::ModelStreamInfer(grpc::CallbackServerContext* rpc) {
+  return new InferenceStreamReactor(context_, rpc);
+}
+
+}  // namespace qmm
