@@ -19,6 +19,7 @@ packages=(
   libssl-dev
   libbenchmark-dev
   prometheus-cpp-dev
+  libcivetweb-dev
   prometheus
   python3
   python3-yaml

@@ -22,7 +22,7 @@ struct ForwardStreamTraits {
   static void Dispatch(const ServiceContext& context, grpc::CallbackServerContext* rpc,
                        ForwardJob job, Response* response,
                        absl::AnyInvocable<void(const absl::Status&) &&> done) {
-    DispatchForward(context, kMethod, rpc, std::move(job), response, std::move(done));
+    DispatchForward(context, kMethod, ControlOf(rpc), std::move(job), response, std::move(done));
   }
 };
 

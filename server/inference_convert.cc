@@ -280,6 +280,13 @@ absl::StatusOr<InferenceModel> ResolveInferenceModel(absl::string_view name,
   return target;
 }
 
+void FillServerMetadata(inference::ServerMetadataResponse* out) {
+  out->Clear();
+  out->set_name("qmm");
+  out->set_version(QMM_VERSION);
+  // None of the protocol's extensions (model repository, statistics, ...) is served.
+}
+
 void FillModelMetadata(const InferenceModel& target, inference::ModelMetadataResponse* out) {
   out->Clear();
   out->add_versions(std::string(kInferenceVersion));

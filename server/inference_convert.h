@@ -44,6 +44,9 @@ absl::StatusOr<InferenceModel> ResolveInferenceModel(absl::string_view name,
                                                      const ModelStore& models,
                                                      const WeightStore& weights);
 
+// Name "qmm", the version, no extensions.
+void FillServerMetadata(inference::ServerMetadataResponse* out);
+
 // Name, version, platform ("qmm_forward" for a model, "qmm_" and the scheme, "qmm_w4a16",
 // for a weight) and the input and output tensors, with -1 for the rows.
 void FillModelMetadata(const InferenceModel& target, inference::ModelMetadataResponse* out);

@@ -38,9 +38,8 @@ absl::StatusOr<std::unique_ptr<InferJob>> PrepareInfer(const inference::ModelInf
   return job;
 }
 
-void DispatchInfer(const ServiceContext& context, RpcMethod method,
-                   grpc::CallbackServerContext* rpc, std::unique_ptr<InferJob> job,
-                   inference::ModelInferResponse* response,
+void DispatchInfer(const ServiceContext& context, RpcMethod method, RequestControl control,
+                   std::unique_ptr<InferJob> job, inference::ModelInferResponse* response,
                    absl::AnyInvocable<void(const absl::Status&) &&> done) {
   InferJob& j = *job;
   // The callback owns the job, so the qmm.v1 messages it points into live until the
@@ -55,10 +54,10 @@ void DispatchInfer(const ServiceContext& context, RpcMethod method,
     std::move(done)(status);
   };
   if (j.forward) {
-    DispatchForward(context, method, rpc, std::move(j.forward_job), &j.forward_response,
-                    std::move(finish));
+    DispatchForward(context, method, std::move(control), std::move(j.forward_job),
+                    &j.forward_response, std::move(finish));
   } else {
-    DispatchMatMul(context, method, rpc, std::move(j.matmul), &j.matmul_response,
+    DispatchMatMul(context, method, std::move(control), std::move(j.matmul), &j.matmul_response,
                    std::move(finish));
   }
 }

@@ -4,8 +4,6 @@
 #ifndef QMM_SERVER_INFERENCE_RUNNER_H_
 #define QMM_SERVER_INFERENCE_RUNNER_H_
 
-#include <grpcpp/grpcpp.h>
-
 #include <memory>
 
 #include "absl/functional/any_invocable.h"
@@ -16,6 +14,7 @@
 #include "server/matmul_runner.h"
 #include "server/metrics.h"
 #include "server/model_runner.h"
+#include "server/request_control.h"
 #include "server/service_context.h"
 
 namespace qmm {
@@ -47,11 +46,10 @@ absl::StatusOr<std::unique_ptr<InferJob>> PrepareInfer(const inference::ModelInf
                                                        const ServiceContext& context);
 
 // Queues `job` as DispatchMatMul or DispatchForward would; when it has run, fills
-// `response` (ToInferResponse) and then runs `done` with the status, exactly once. `rpc`,
-// the request and `response` must stay valid until then.
-void DispatchInfer(const ServiceContext& context, RpcMethod method,
-                   grpc::CallbackServerContext* rpc, std::unique_ptr<InferJob> job,
-                   inference::ModelInferResponse* response,
+// `response` (ToInferResponse) and then runs `done` with the status, exactly once. What
+// `control` refers to, the request and `response` must stay valid until then.
+void DispatchInfer(const ServiceContext& context, RpcMethod method, RequestControl control,
+                   std::unique_ptr<InferJob> job, inference::ModelInferResponse* response,
                    absl::AnyInvocable<void(const absl::Status&) &&> done);
 
 }  // namespace qmm

@@ -48,9 +48,7 @@ grpc::ServerUnaryReactor* InferenceService::ServerMetadata(
     grpc::CallbackServerContext* rpc, const inference::ServerMetadataRequest* /*request*/,
     inference::ServerMetadataResponse* response) {
   const RequestClock clock(context_.metrics, RpcMethod::kServerMetadata);
-  response->set_name("qmm");
-  response->set_version(QMM_VERSION);
-  // None of the protocol's extensions (model repository, statistics, ...) is served.
+  FillServerMetadata(response);
   return FinishNow(rpc, clock, absl::OkStatus());
 }
 
@@ -72,7 +70,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
   if (!job.ok()) return FinishNow(rpc, clock, job.status());
   grpc::ServerUnaryReactor* reactor = rpc->DefaultReactor();
   DispatchInfer(
-      context_, RpcMethod::kModelInfer, rpc, *std::move(job), response,
+      context_, RpcMethod::kModelInfer, ControlOf(rpc), *std::move(job), response,
       [reactor, clock](const absl::Status& status) { reactor->Finish(clock.Finish(status)); });
   return reactor;
 }

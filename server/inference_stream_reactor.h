@@ -30,8 +30,8 @@ struct InferenceStreamTraits {
                        std::unique_ptr<InferJob> job, Response* response,
                        absl::AnyInvocable<void(const absl::Status&) &&> done) {
     response->Clear();
-    DispatchInfer(context, kMethod, rpc, std::move(job), response->mutable_infer_response(),
-                  std::move(done));
+    DispatchInfer(context, kMethod, ControlOf(rpc), std::move(job),
+                  response->mutable_infer_response(), std::move(done));
   }
   // The response names the request (model and id) so that clients can match it.
   static void AnswerError(const absl::Status& status, const Request& request, Response* response) {

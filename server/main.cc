@@ -52,6 +52,10 @@ ABSL_FLAG(std::vector<std::string>, admin_names, {},
           "that may upload and delete weights and models; others may only read and compute");
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464",
           "host:port of the Prometheus endpoint (/metrics); port 0 picks one; empty turns it off");
+ABSL_FLAG(std::string, http_listen, "",
+          "host:port of the Open Inference Protocol's HTTP/REST endpoint (KServe v2: /v2/...); "
+          "plain HTTP, refused with --tls_cert; port 0 picks one; empty (the default) turns it "
+          "off");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(20),
           "on SIGTERM/SIGINT, how long in-flight calls may run before they are cancelled; keep "
           "it below the orchestrator's kill timeout (Kubernetes: terminationGracePeriodSeconds)");
@@ -68,7 +72,8 @@ int Fail(const absl::Status& status) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("Serves quantized matmuls over gRPC (qmm.v1.Qmm).");
+  absl::SetProgramUsageMessage(
+      "Serves quantized matmuls over gRPC (qmm.v1.Qmm and the Open Inference Protocol).");
   absl::ParseCommandLine(argc, argv);
   // Debian's Abseil is built with deadlock detection on, which records every Mutex
   // acquisition in a global graph: a measurable share of each request's host time.
@@ -117,6 +122,7 @@ int main(int argc, char** argv) {
                                : hardware_threads >= 4 ? std::clamp(hardware_threads / 2, 1, 8)
                                                        : 0;  // no core to spread them over
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  options.http_listen = absl::GetFlag(FLAGS_http_listen);
   options.metrics_per_weight = absl::GetFlag(FLAGS_metrics_per_weight);
   options.shutdown_grace = absl::GetFlag(FLAGS_shutdown_grace);
   qmm::QmmServer server(*std::move(backend), options);
@@ -139,6 +145,11 @@ int main(int argc, char** argv) {
         options.metrics_listen.substr(0, options.metrics_listen.rfind(':'));
     std::cout << "qmm-server metrics on http://" << metrics_host << ":" << server.metrics_port()
               << "/metrics" << std::endl;
+  }
+  if (server.http_port() != 0) {
+    const std::string http_host = options.http_listen.substr(0, options.http_listen.rfind(':'));
+    std::cout << "qmm-server HTTP on http://" << http_host << ":" << server.http_port() << "/v2"
+              << std::endl;
   }
   return qmm::ServeUntilSignal(server);
 }

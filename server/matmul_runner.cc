@@ -84,15 +84,15 @@ absl::Status RunMatMul(Backend& backend, int worker, const MatMulJob& job,
   return absl::OkStatus();
 }
 
-void DispatchMatMul(const ServiceContext& context, RpcMethod method,
-                    grpc::CallbackServerContext* rpc, MatMulJob job, v1::MatMulResponse* response,
+void DispatchMatMul(const ServiceContext& context, RpcMethod method, RequestControl control,
+                    MatMulJob job, v1::MatMulResponse* response,
                     absl::AnyInvocable<void(const absl::Status&) &&> done) {
   context.batcher->Enqueue(BatchRequest{
       .job = std::move(job),
       .response = response,
       .method = method,
-      .deadline = absl::FromChrono(rpc->deadline()),
-      .cancelled = [rpc] { return rpc->IsCancelled(); },
+      .deadline = control.deadline,
+      .cancelled = std::move(control.cancelled),
       .done = std::move(done),
   });
 }

@@ -4,8 +4,6 @@
 #ifndef QMM_SERVER_MATMUL_RUNNER_H_
 #define QMM_SERVER_MATMUL_RUNNER_H_
 
-#include <grpcpp/grpcpp.h>
-
 #include <memory>
 #include <string>
 
@@ -15,6 +13,7 @@
 #include "qmm/v1/qmm.pb.h"
 #include "server/backend.h"
 #include "server/metrics.h"
+#include "server/request_control.h"
 #include "server/service_context.h"
 #include "server/validation.h"
 #include "server/weight_store.h"
@@ -54,9 +53,9 @@ std::string* StartResponse(const MatMulJob& job, v1::MatMulResponse* response);
 //
 // `done` runs exactly once with the request's status: on a worker, or on the calling
 // thread when the request could not be queued (RESOURCE_EXHAUSTED for a full queue).
-// `rpc`, `job.request` and `response` must stay valid until then.
-void DispatchMatMul(const ServiceContext& context, RpcMethod method,
-                    grpc::CallbackServerContext* rpc, MatMulJob job, v1::MatMulResponse* response,
+// What `control` refers to, `job.request` and `response` must stay valid until then.
+void DispatchMatMul(const ServiceContext& context, RpcMethod method, RequestControl control,
+                    MatMulJob job, v1::MatMulResponse* response,
                     absl::AnyInvocable<void(const absl::Status&) &&> done);
 
 }  // namespace qmm

@@ -22,7 +22,7 @@ struct MatMulStreamTraits {
   static void Dispatch(const ServiceContext& context, grpc::CallbackServerContext* rpc,
                        MatMulJob job, Response* response,
                        absl::AnyInvocable<void(const absl::Status&) &&> done) {
-    DispatchMatMul(context, kMethod, rpc, std::move(job), response, std::move(done));
+    DispatchMatMul(context, kMethod, ControlOf(rpc), std::move(job), response, std::move(done));
   }
 };
 

@@ -20,7 +20,8 @@ constexpr absl::string_view kMethodNames[kNumRpcMethods] = {
     "UploadWeight", "GetWeight",      "ListWeights",   "DeleteWeight", "ServerInfo",
     "MatMul",       "MatMulStream",   "CreateModel",   "GetModel",     "ListModels",
     "DeleteModel",  "Forward",        "ForwardStream", "ServerLive",   "ServerReady",
-    "ModelReady",   "ServerMetadata", "ModelMetadata", "ModelInfer",   "ModelStreamInfer"};
+    "ModelReady",   "ServerMetadata", "ModelMetadata", "ModelInfer",   "ModelStreamInfer",
+    "HttpHealth",   "HttpMetadata",   "HttpInfer"};
 constexpr absl::string_view kRejectReasonNames[kNumRejectReasons] = {
     "queue_full", "memory_budget", "deadline_exceeded", "cancelled", "draining"};
 constexpr absl::string_view kTransferDirectionNames[2] = {"h2d", "d2h"};

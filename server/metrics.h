@@ -39,7 +39,7 @@
 namespace qmm {
 
 // The RPCs of qmm.v1.Qmm and of inference.GRPCInferenceService (the Open Inference
-// Protocol), as the `method` label spells them.
+// Protocol), and the requests of its HTTP endpoint, as the `method` label spells them.
 enum class RpcMethod : uint8_t {
   kUploadWeight,
   kGetWeight,
@@ -61,8 +61,12 @@ enum class RpcMethod : uint8_t {
   kModelMetadata,
   kModelInfer,
   kModelStreamInfer,
+  // The Open Inference Protocol's HTTP endpoint (server/inference_http.h).
+  kHttpHealth,
+  kHttpMetadata,
+  kHttpInfer,
 };
-inline constexpr int kNumRpcMethods = 20;
+inline constexpr int kNumRpcMethods = 23;
 absl::string_view RpcMethodName(RpcMethod method);
 
 // Why a request was refused or dropped without running (the `reason` label).

@@ -80,16 +80,15 @@ absl::Status RunForward(Backend& backend, int worker, const ForwardJob& job,
   return absl::OkStatus();
 }
 
-void DispatchForward(const ServiceContext& context, RpcMethod method,
-                     grpc::CallbackServerContext* rpc, ForwardJob job,
-                     v1::ForwardResponse* response,
+void DispatchForward(const ServiceContext& context, RpcMethod method, RequestControl control,
+                     ForwardJob job, v1::ForwardResponse* response,
                      absl::AnyInvocable<void(const absl::Status&) &&> done) {
   context.batcher->Enqueue(BatchRequest{
       .forward = std::move(job),
       .forward_response = response,
       .method = method,
-      .deadline = absl::FromChrono(rpc->deadline()),
-      .cancelled = [rpc] { return rpc->IsCancelled(); },
+      .deadline = control.deadline,
+      .cancelled = std::move(control.cancelled),
       .done = std::move(done),
   });
 }

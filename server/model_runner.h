@@ -5,8 +5,6 @@
 #ifndef QMM_SERVER_MODEL_RUNNER_H_
 #define QMM_SERVER_MODEL_RUNNER_H_
 
-#include <grpcpp/grpcpp.h>
-
 #include <memory>
 #include <string>
 
@@ -19,6 +17,7 @@
 #include "server/metrics.h"
 #include "server/model.h"
 #include "server/model_store.h"
+#include "server/request_control.h"
 #include "server/service_context.h"
 #include "server/weight_store.h"
 
@@ -59,11 +58,10 @@ absl::Status RunForward(Backend& backend, int worker, const ForwardJob& job,
 
 // Hands `job` to the model's batching queue (server/batcher.h), exactly as DispatchMatMul
 // does for a weight: same admission, deadlines, cancellation and metrics; `done` runs
-// exactly once with the request's status. `rpc`, `job.request` and `response` must stay
-// valid until then.
-void DispatchForward(const ServiceContext& context, RpcMethod method,
-                     grpc::CallbackServerContext* rpc, ForwardJob job,
-                     v1::ForwardResponse* response,
+// exactly once with the request's status. What `control` refers to, `job.request` and
+// `response` must stay valid until then.
+void DispatchForward(const ServiceContext& context, RpcMethod method, RequestControl control,
+                     ForwardJob job, v1::ForwardResponse* response,
                      absl::AnyInvocable<void(const absl::Status&) &&> done);
 
 }  // namespace qmm

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "inference/open_inference.grpc.pb.h"
 #include "qmm/v1/qmm.grpc.pb.h"
+#include "server/http_address.h"
 #include "server/limits.h"
 
 namespace qmm {
@@ -47,6 +48,16 @@ absl::Status CheckOptions(const ServerOptions& options) {
     return absl::InvalidArgumentError(
         "admin_names needs tls_client_ca: operators are told apart by their client "
         "certificates");
+  }
+  if (!options.http_listen.empty()) {
+    if (!options.tls.cert_file.empty()) {
+      return absl::InvalidArgumentError(
+          "http_listen serves plain, unauthenticated HTTP: it cannot be combined with tls_cert "
+          "(the gRPC port's TLS would be bypassed)");
+    }
+    if (absl::Status s = CheckHttpAddress(options.http_listen, "HTTP", "127.0.0.1:8000"); !s.ok()) {
+      return s;
+    }
   }
   if (options.shutdown_grace < absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
@@ -125,6 +136,16 @@ absl::StatusOr<int> QmmServer::Start() {
     return absl::UnavailableError(
         absl::StrCat("cannot listen on \"", options_.listen_address, "\""));
   }
+  if (!options_.http_listen.empty()) {
+    absl::StatusOr<std::unique_ptr<InferenceHttpServer>> http =
+        InferenceHttpServer::Start(options_.http_listen, context, ready_);
+    if (!http.ok()) {
+      server_->Shutdown();
+      server_.reset();
+      return http.status();
+    }
+    http_ = *std::move(http);
+  }
   // The health service knows only "" (the whole server) until a name is set; probes that
   // ask for a service by its own name (a Kubernetes readiness probe, say) would get
   // NOT_FOUND. Set once, the names follow SetServing with "".
@@ -139,6 +160,8 @@ absl::StatusOr<int> QmmServer::Start() {
 void QmmServer::Shutdown() {
   if (server_ != nullptr) {
     SetServing(false);
+    // No new HTTP requests; the running ones finish first (the batcher is still there).
+    http_.reset();
     server_->Shutdown(std::chrono::system_clock::now() +
                       absl::ToChronoNanoseconds(options_.shutdown_grace));
     server_->Wait();

@@ -1,6 +1,7 @@
 // QmmServer: the gRPC server with the qmm.v1.Qmm service, the Open Inference Protocol's
-// inference.GRPCInferenceService, grpc.health.v1 health and server reflection, over one
-// backend. Used by qmm-server's main and by in-process tests.
+// inference.GRPCInferenceService (and, when asked for, its HTTP/REST endpoint),
+// grpc.health.v1 health and server reflection, over one backend. Used by qmm-server's main and by
+// in-process tests.
 //
 // Threads: every method is called from one controlling thread (main, or a test).
 #ifndef QMM_SERVER_SERVER_H_
@@ -19,6 +20,7 @@
 #include "server/backend.h"
 #include "server/batcher.h"
 #include "server/compute_pool.h"
+#include "server/inference_http.h"
 #include "server/inference_service.h"
 #include "server/metrics.h"
 #include "server/metrics_exposer.h"
@@ -62,6 +64,10 @@ struct ServerOptions {
   std::string metrics_listen;
   // Export per-weight series (labelled with weight names; one set per weight).
   bool metrics_per_weight = false;
+  // HOST:PORT of the Open Inference Protocol's HTTP/REST endpoint (server/inference_http.h);
+  // empty serves none. Plain HTTP: refused together with TLS on listen_address. Port 0 picks
+  // a free port (http_port() returns it).
+  std::string http_listen;
 };
 
 // The budget a server uses when none is given: half the RAM for the CPU backend, 90% of
@@ -94,6 +100,8 @@ class QmmServer {
   int64_t memory_limit_bytes() const { return store_->limit_bytes(); }
   // The bound metrics port; 0 when there is no metrics endpoint.
   int metrics_port() const { return exposer_ != nullptr ? exposer_->port() : 0; }
+  // The bound HTTP inference port; 0 when there is no HTTP endpoint.
+  int http_port() const { return http_ != nullptr ? http_->port() : 0; }
   // The MatMul batcher (its statistics); valid between Start and Shutdown.
   const Batcher& batcher() const { return *batcher_; }
 
@@ -117,6 +125,7 @@ class QmmServer {
   std::atomic<bool> ready_{false};
   std::unique_ptr<QmmService> service_;
   std::unique_ptr<InferenceService> inference_;
+  std::unique_ptr<InferenceHttpServer> http_;
   std::unique_ptr<grpc::Server> server_;
 };
 

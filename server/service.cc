@@ -87,7 +87,7 @@ grpc::ServerUnaryReactor* QmmService::MatMul(grpc::CallbackServerContext* rpc,
   if (!job.ok()) return FinishNow(rpc, clock, job.status());
   grpc::ServerUnaryReactor* reactor = rpc->DefaultReactor();
   DispatchMatMul(
-      context_, RpcMethod::kMatMul, rpc, *std::move(job), response,
+      context_, RpcMethod::kMatMul, ControlOf(rpc), *std::move(job), response,
       [reactor, clock](const absl::Status& status) { reactor->Finish(clock.Finish(status)); });
   return reactor;
 }
@@ -160,7 +160,7 @@ grpc::ServerUnaryReactor* QmmService::Forward(grpc::CallbackServerContext* rpc,
   if (!job.ok()) return FinishNow(rpc, clock, job.status());
   grpc::ServerUnaryReactor* reactor = rpc->DefaultReactor();
   DispatchForward(
-      context_, RpcMethod::kForward, rpc, *std::move(job), response,
+      context_, RpcMethod::kForward, ControlOf(rpc), *std::move(job), response,
       [reactor, clock](const absl::Status& status) { reactor->Finish(clock.Finish(status)); });
   return reactor;
 }

@@ -2,7 +2,8 @@
 // serving. One in-process qmm-server (CPU backend) on loopback holds a fixed set of weights
 // and a model; each input drives one client action against it through the generated stubs:
 // MatMul, MatMulStream, UploadWeight, CreateModel with Forward, Forward on the fixed model,
-// Get / Delete by name, or the Open Inference Protocol's ModelInfer and ModelStreamInfer. The
+// Get / Delete by name, or the Open Inference Protocol's ModelInfer and ModelStreamInfer,
+// and its HTTP bodies (parsed as the HTTP endpoint does, then sent as ModelInfer). The
 // fields of each request come from the input, biased towards the values validation compares against
 // (the fixtures' names and shapes, payload sizes that match the header) so that the fuzzer gets
 // past the first check; raw protobuf bytes reach the parsers as they are. A crash, a sanitizer
@@ -37,6 +38,7 @@
 #include "qmm/v1/qmm.grpc.pb.h"
 #include "server/backend.h"
 #include "server/cpu_backend.h"
+#include "server/inference_json.h"
 #include "server/server.h"
 #include "tests/server/server_test_util.h"
 
@@ -479,6 +481,22 @@ void ModelStreamInfer(FuzzedDataProvider& in) {
   Count("ModelStreamInfer", stream->Finish());
 }
 
+// An HTTP infer body: JSON, or JSON and binary data split where the input says.
+void HttpInferBody(FuzzedDataProvider& in) {
+  std::optional<int64_t> json_length;
+  if (in.ConsumeBool()) json_length = in.ConsumeIntegralInRange<int64_t>(-1, 4096);
+  const std::string body = in.ConsumeRemainingBytesAsString();
+  absl::StatusOr<HttpInferRequest> parsed = ParseInferRequest(body, json_length, "w8", "");
+  if (!parsed.ok()) return;
+  inference::ModelInferResponse response;
+  const grpc::Status status =
+      harness->infer->ModelInfer(Context().get(), parsed->request, &response);
+  Count("HttpInferBody", status);
+  if (!status.ok()) return;
+  int64_t length = 0;
+  FormatInferResponse(response, parsed->binary_output, &length);
+}
+
 void NewModel(FuzzedDataProvider& in) { CreateModelAndForward(in, /*raw=*/false); }
 void RawNewModel(FuzzedDataProvider& in) { CreateModelAndForward(in, /*raw=*/true); }
 void ForwardFixedModel(FuzzedDataProvider& in) { Forward(in, kModel, 64); }
@@ -487,7 +505,7 @@ void ForwardFixedModel(FuzzedDataProvider& in) { Forward(in, kModel, 64); }
 constexpr void (*kActions[])(FuzzedDataProvider&) = {
     MatMul,     RawMatMul,     MatMulStream,      Upload,
     NewModel,   RawNewModel,   ForwardFixedModel, GetOrDelete,
-    ModelInfer, RawModelInfer, ModelStreamInfer};
+    ModelInfer, RawModelInfer, ModelStreamInfer,  HttpInferBody};
 
 // Starts the server and uploads the fixtures; exits on failure (nothing to fuzz).
 void Start() {

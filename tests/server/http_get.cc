@@ -49,6 +49,12 @@ absl::Status Wait(int fd, short events, absl::Time deadline) {
 }  // namespace
 
 absl::StatusOr<HttpResponse> HttpGet(int port, absl::string_view target, absl::Duration timeout) {
+  return HttpRequest(port, "GET", target, "", "", timeout);
+}
+
+absl::StatusOr<HttpResponse> HttpRequest(int port, absl::string_view method,
+                                         absl::string_view target, absl::string_view body,
+                                         absl::string_view headers, absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   Fd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (fd.get() < 0) return absl::UnavailableError(absl::StrCat("socket: ", std::strerror(errno)));
@@ -61,7 +67,9 @@ absl::StatusOr<HttpResponse> HttpGet(int port, absl::string_view target, absl::D
         absl::StrCat("connect to 127.0.0.1:", port, ": ", std::strerror(errno)));
   }
   const std::string request =
-      absl::StrCat("GET ", target, " HTTP/1.0\r\nHost: 127.0.0.1:", port, "\r\n\r\n");
+      absl::StrCat(method, " ", target, " HTTP/1.0\r\nHost: 127.0.0.1:", port, "\r\n",
+                   body.empty() ? "" : absl::StrCat("Content-Length: ", body.size(), "\r\n"),
+                   headers, "\r\n", body);
   for (size_t sent = 0; sent < request.size();) {
     if (absl::Status s = Wait(fd.get(), POLLOUT, deadline); !s.ok()) return s;
     const ssize_t n = send(fd.get(), request.data() + sent, request.size() - sent, MSG_NOSIGNAL);

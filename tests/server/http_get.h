@@ -1,6 +1,6 @@
-// A minimal blocking HTTP/1.0 GET over a loopback TCP socket, for tests that scrape
-// /metrics or query Prometheus's HTTP API. No keep-alive, no chunked bodies (HTTP/1.0
-// servers send neither).
+// A minimal blocking HTTP/1.0 client over a loopback TCP socket, for tests that scrape
+// /metrics, query Prometheus's HTTP API or call the server's HTTP inference endpoint. No
+// keep-alive, no chunked bodies (HTTP/1.0 servers send neither).
 #ifndef QMM_TESTS_SERVER_HTTP_GET_H_
 #define QMM_TESTS_SERVER_HTTP_GET_H_
 
@@ -23,6 +23,13 @@ struct HttpResponse {
 // that is not HTTP.
 absl::StatusOr<HttpResponse> HttpGet(int port, absl::string_view target,
                                      absl::Duration timeout = absl::Seconds(10));
+
+// Sends `method` (GET, POST, ...) for `target` with `body` (and its Content-Length when not
+// empty) and the extra header lines `headers` ("Name: value\r\n" each); errors as HttpGet.
+absl::StatusOr<HttpResponse> HttpRequest(int port, absl::string_view method,
+                                         absl::string_view target, absl::string_view body,
+                                         absl::string_view headers = "",
+                                         absl::Duration timeout = absl::Seconds(10));
 
 // Percent-encodes `text` for a query-string value.
 std::string UrlEncode(absl::string_view text);

@@ -7,7 +7,6 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <deque>
 #include <functional>
 #include <string>
 #include <thread>
@@ -46,20 +45,9 @@ class InferenceServiceTest : public ::testing::Test {
     infer_ = inference::GRPCInferenceService::NewStub(server_.channel);
   }
 
-  // Uploads a random weight and keeps its packed form for the reference.
   const PackedWeight& Upload(const std::string& name, Scheme scheme, WeightShape shape,
                              uint32_t seed) {
-    const std::string payload = ToBytes(DType::kF32, RandomFloats(shape.n * shape.k, seed));
-    const grpc::Status status =
-        testing::Upload(*server_.stub,
-                        MakeHeader(name, SchemeToProto(scheme), shape.n, shape.k, shape.group_size,
-                                   v1::SOURCE_ENCODING_FLOAT, v1::DTYPE_FP32, payload),
-                        payload);
-    EXPECT_TRUE(status.ok()) << name << ": " << status.error_message();
-    packed_.push_back(
-        testing::PackLocally(scheme, shape, DType::kF32, FromBytes(DType::kF32, payload)));
-    views_.push_back(PackedWeight{scheme, shape, packed_.back()});
-    return views_.back();
+    return weights_.Upload(*server_.stub, name, scheme, shape, seed);
   }
 
   // A model of one linear layer over `weight` or, with `table`, an embedding first.
@@ -80,18 +68,6 @@ class InferenceServiceTest : public ::testing::Test {
     return infer_->ModelInfer(&context, request, response);
   }
 
-  // The MatMul of qmm.v1 on the same bytes, for bit-for-bit comparison.
-  std::string MatMulBytes(const std::string& weight, DType dtype, int64_t m, int64_t k,
-                          const std::vector<float>& x) {
-    grpc::ClientContext context;
-    v1::MatMulResponse response;
-    const grpc::Status status = server_.stub->MatMul(
-        &context, testing::MakeMatMulRequest(weight, dtype, m, k, x, v1::DTYPE_UNSPECIFIED),
-        &response);
-    EXPECT_TRUE(status.ok()) << status.error_message();
-    return response.output().data();
-  }
-
   std::string ForwardBytes(const v1::ForwardRequest& request) {
     grpc::ClientContext context;
     v1::ForwardResponse response;
@@ -102,8 +78,7 @@ class InferenceServiceTest : public ::testing::Test {
 
   testing::TestServer server_;
   std::unique_ptr<inference::GRPCInferenceService::Stub> infer_;
-  std::deque<std::vector<uint8_t>> packed_;
-  std::deque<PackedWeight> views_;
+  testing::ReferenceWeights weights_;
 };
 
 // A request for input `name` [rows, cols] (cols < 0: shape [rows]) of `datatype`; its
@@ -295,7 +270,7 @@ TEST_F(InferenceServiceTest, ModelInferOnWeightsMatchesTheReferenceAndMatMul) {
           const std::string& y = response.raw_output_contents(0);
           SCOPED_TRACE(what);
           testing::ExpectMatchesReference(w, x, m, FromBytes(dtype, y), dtype);
-          EXPECT_EQ(y, MatMulBytes(name, dtype, m, c.shape.k, x));
+          EXPECT_EQ(y, testing::MatMulBytes(*server_.stub, name, dtype, m, c.shape.k, x));
         }
       }
     }

@@ -192,4 +192,30 @@ std::vector<uint8_t> PackLocally(Scheme scheme, const WeightShape& shape, DType 
   return packed.ok() ? *std::move(packed) : std::vector<uint8_t>{};
 }
 
+const PackedWeight& ReferenceWeights::Upload(v1::Qmm::Stub& stub, const std::string& name,
+                                             Scheme scheme, const WeightShape& shape,
+                                             uint32_t seed) {
+  const std::vector<float> values = RandomFloats(shape.n * shape.k, seed);
+  const std::string payload = ToBytes(DType::kF32, values);
+  const grpc::Status status =
+      testing::Upload(stub,
+                      MakeHeader(name, SchemeToProto(scheme), shape.n, shape.k, shape.group_size,
+                                 v1::SOURCE_ENCODING_FLOAT, v1::DTYPE_FP32, payload),
+                      payload);
+  EXPECT_TRUE(status.ok()) << name << ": " << status.error_message();
+  packed_.push_back(PackLocally(scheme, shape, DType::kF32, values));
+  views_.push_back(PackedWeight{scheme, shape, packed_.back()});
+  return views_.back();
+}
+
+std::string MatMulBytes(v1::Qmm::Stub& stub, absl::string_view weight, DType dtype, int64_t m,
+                        int64_t k, const std::vector<float>& x) {
+  grpc::ClientContext context;
+  v1::MatMulResponse response;
+  const grpc::Status status = stub.MatMul(
+      &context, MakeMatMulRequest(weight, dtype, m, k, x, v1::DTYPE_UNSPECIFIED), &response);
+  EXPECT_TRUE(status.ok()) << weight << ": " << status.error_message();
+  return response.output().data();
+}
+
 }  // namespace qmm::testing

@@ -6,6 +6,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -72,6 +73,26 @@ void ExpectMatchesReference(const PackedWeight& w, const std::vector<float>& x, 
 // The packed form the server builds from float `values` of `dtype` (test-side copy).
 std::vector<uint8_t> PackLocally(Scheme scheme, const WeightShape& shape, DType dtype,
                                  const std::vector<float>& values);
+
+// Weights uploaded from random floats, with the packed form the server built from them
+// (PackLocally) kept for the float64 references.
+class ReferenceWeights {
+ public:
+  // Uploads shape.n * shape.k values of RandomFloats(..., seed) as fp32 for `scheme`
+  // (quantized by the server); a failed upload fails the test. The result stays valid as
+  // long as this object.
+  const PackedWeight& Upload(v1::Qmm::Stub& stub, const std::string& name, Scheme scheme,
+                             const WeightShape& shape, uint32_t seed);
+
+ private:
+  std::deque<std::vector<uint8_t>> packed_;
+  std::deque<PackedWeight> views_;
+};
+
+// The output bytes of qmm.v1's MatMul of `x` ([m, k], sent as `dtype`, answered in it); an
+// error fails the test.
+std::string MatMulBytes(v1::Qmm::Stub& stub, absl::string_view weight, DType dtype, int64_t m,
+                        int64_t k, const std::vector<float>& x);
 
 }  // namespace qmm::testing
 

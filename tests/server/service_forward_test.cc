@@ -27,7 +27,6 @@ namespace qmm {
 namespace {
 
 using testing::FromBytes;
-using testing::MakeHeader;
 using testing::RandomFloats;
 using testing::ToBytes;
 
@@ -44,17 +43,7 @@ class ServiceForwardTest : public ::testing::Test {
   // Uploads a random weight and keeps its packed form for the reference.
   const PackedWeight* Upload(const std::string& name, Scheme scheme, WeightShape shape,
                              uint32_t seed) {
-    const std::string payload = ToBytes(DType::kF32, RandomFloats(shape.n * shape.k, seed));
-    const grpc::Status status =
-        testing::Upload(*server_.stub,
-                        MakeHeader(name, SchemeToProto(scheme), shape.n, shape.k, shape.group_size,
-                                   v1::SOURCE_ENCODING_FLOAT, v1::DTYPE_FP32, payload),
-                        payload);
-    EXPECT_TRUE(status.ok()) << name << ": " << status.error_message();
-    packed_.push_back(
-        testing::PackLocally(scheme, shape, DType::kF32, FromBytes(DType::kF32, payload)));
-    views_.push_back(PackedWeight{scheme, shape, packed_.back()});
-    return &views_.back();
+    return &weights_.Upload(*server_.stub, name, scheme, shape, seed);
   }
 
   grpc::Status Create(const v1::CreateModelRequest& request, v1::ModelInfo* info = nullptr) {
@@ -160,8 +149,7 @@ class ServiceForwardTest : public ::testing::Test {
   }
 
   testing::TestServer server_;
-  std::deque<std::vector<uint8_t>> packed_;
-  std::deque<PackedWeight> views_;
+  testing::ReferenceWeights weights_;
   std::deque<std::vector<float>> params_;
 };
 

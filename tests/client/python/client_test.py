@@ -2,11 +2,13 @@
 """Tests of the Python client (client/python/qmm_client) against a real qmm-server on the
 CPU backend, each product checked against a float64 NumPy reference, and of its tensor
 conversions on their own; and of the server's Open Inference Protocol through the
-generated `inference` stubs, as a Python KServe or Triton client sends it.
+generated `inference` stubs, as a Python KServe or Triton client sends it, and over HTTP
+with JSON bodies.
 
 Run by ctest (tests/client/CMakeLists.txt) with PYTHONPATH holding client/python and the
 generated qmm.v1 and inference packages, and QMM_SERVER_PATH the server binary.
 """
+import json
 import math
 import os
 import re
@@ -15,6 +17,8 @@ import struct
 import subprocess
 import time
 import unittest
+import urllib.error
+import urllib.request
 
 import grpc
 import numpy as np
@@ -130,7 +134,8 @@ class ServerTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.proc = subprocess.Popen(
-            [SERVER, "--listen=127.0.0.1:0", "--metrics_listen=", "--backend=cpu"],
+            [SERVER, "--listen=127.0.0.1:0", "--metrics_listen=", "--backend=cpu",
+             "--http_listen=127.0.0.1:0"],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         seen = ""
         for line in cls.proc.stdout:
@@ -140,6 +145,9 @@ class ServerTest(unittest.TestCase):
                 cls.client = Client(m.group(1), timeout=60)
                 cls.channel = grpc.insecure_channel(m.group(1))
                 cls.oip = oip_grpc.GRPCInferenceServiceStub(cls.channel)
+            m = re.search(r"HTTP on (http://\S+)", line)
+            if m:
+                cls.http = m.group(1)
                 return
         cls.proc.wait(timeout=60)
         raise AssertionError(f"qmm-server did not start:\n{seen}")
@@ -290,6 +298,39 @@ class ServerTest(unittest.TestCase):
         self.client.delete_weight("py.oip")
         self.assertFalse(self.oip.ModelReady(oip.ModelReadyRequest(name="py.oip"),
                                              timeout=60).ready)
+
+    def test_open_inference_protocol_over_http(self):
+        n, k = 24, 64
+        payload, w = w8a16_packed(n, k)
+        self.client.upload_packed("py.http", n, k, "w8a16", payload)
+
+        def call(path, body=None):
+            data = None if body is None else json.dumps(body).encode()
+            try:
+                with urllib.request.urlopen(f"{self.http}{path}", data, timeout=60) as r:
+                    return r.status, json.loads(r.read())
+            except urllib.error.HTTPError as e:
+                return e.code, json.loads(e.read())
+
+        self.assertEqual(call("/health/ready"), (200, {"ready": True}))
+        status, meta = call("/models/py.http")
+        self.assertEqual((status, meta["platform"], meta["outputs"][0]["shape"]),
+                         (200, "qmm_w8a16", [-1, n]))
+        x = RNG.standard_normal((2, k)).astype(np.float32)
+        status, out = call("/models/py.http/infer", {
+            "id": "h1", "inputs": [{"name": "x", "datatype": "FP32", "shape": [2, k],
+                                    "data": x.tolist()}]})
+        self.assertEqual(status, 200, out)
+        self.assertEqual((out["id"], out["outputs"][0]["shape"]), ("h1", [2, n]))
+        y = np.array(out["outputs"][0]["data"], np.float32).reshape(2, n)
+        close_to(self, y, x.astype(np.float64) @ w.T, x, w)
+        np.testing.assert_array_equal(y, self.client.matmul("py.http", x))
+        status, out = call("/models/py.http/infer", {
+            "inputs": [{"name": "x", "datatype": "FP32", "shape": [2, k - 1], "data": [1.0]}]})
+        self.assertEqual(status, 400)
+        self.assertIn("holds 1 values", out["error"])
+        self.client.delete_weight("py.http")
+        self.assertEqual(call("/models/py.http/ready"), (503, {"ready": False}))
 
     def test_weights_are_listed_and_deleted(self):
         payload, _ = w8a16_packed(16, 64)
