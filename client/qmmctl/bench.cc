@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <thread>
@@ -25,6 +26,7 @@
 #include "client/qmmctl/names.h"
 #include "client/qmmctl/verify.h"
 #include "client/random_data.h"
+#include "inference/open_inference.grpc.pb.h"
 #include "kernels/format.h"
 #include "kernels/reference.h"
 #include "proto/enum_convert.h"
@@ -49,8 +51,54 @@ std::chrono::system_clock::time_point Deadline(absl::Duration timeout) {
 // The activation sets and, when verifying, their references; read-only during the run.
 struct Inputs {
   std::vector<v1::MatMulRequest> requests;
-  std::vector<std::vector<double>> references;  // empty unless verifying
+  std::vector<inference::ModelInferRequest> infer_requests;  // the same, for open_inference
+  std::vector<std::vector<double>> references;               // empty unless verifying
 };
+
+// The Open Inference Protocol's spelling of the activations' dtype, and back.
+const char* InferDatatype(v1::DType dtype) {
+  return dtype == v1::DTYPE_FP16 ? "FP16" : dtype == v1::DTYPE_BF16 ? "BF16" : "FP32";
+}
+v1::DType FromInferDatatype(const std::string& datatype) {
+  return datatype == "FP16"   ? v1::DTYPE_FP16
+         : datatype == "BF16" ? v1::DTYPE_BF16
+         : datatype == "FP32" ? v1::DTYPE_FP32
+                              : v1::DTYPE_UNSPECIFIED;
+}
+
+// `request` as a ModelInfer of input "x" on the model of the weight's name.
+inference::ModelInferRequest ToInferRequest(const v1::MatMulRequest& request) {
+  inference::ModelInferRequest out;
+  out.set_model_name(request.weight());
+  inference::ModelInferRequest::InferInputTensor* x = out.add_inputs();
+  x->set_name("x");
+  x->set_datatype(InferDatatype(request.input().dtype()));
+  *x->mutable_shape() = request.input().shape();
+  out.add_raw_input_contents(request.input().data());
+  return out;
+}
+
+// A ModelInfer answer as the MatMul answer Verify reads (its output moved out).
+void ToMatMulResponse(inference::ModelInferResponse& in, v1::MatMulResponse* out) {
+  out->Clear();
+  if (in.outputs_size() != 1 || in.raw_output_contents_size() != 1) return;
+  v1::Tensor* y = out->mutable_output();
+  y->set_dtype(FromInferDatatype(in.outputs(0).datatype()));
+  *y->mutable_shape() = in.outputs(0).shape();
+  y->mutable_data()->swap(*in.mutable_raw_output_contents(0));
+}
+
+// A ModelStreamInfer answer's error_message ("CODE: message") as a status.
+absl::Status FromErrorMessage(const std::string& error) {
+  for (int code = 1; code <= 16; ++code) {
+    const std::string prefix =
+        absl::StrCat(absl::StatusCodeToString(static_cast<absl::StatusCode>(code)), ": ");
+    if (error.rfind(prefix, 0) == 0) {
+      return absl::Status(static_cast<absl::StatusCode>(code), error.substr(prefix.size()));
+    }
+  }
+  return absl::UnknownError(error);
+}
 
 absl::StatusOr<Inputs> MakeInputs(const BenchOptions& o, const v1::WeightInfo& w, Scheme scheme) {
   Inputs inputs;
@@ -63,6 +111,7 @@ absl::StatusOr<Inputs> MakeInputs(const BenchOptions& o, const v1::WeightInfo& w
       return s;
     }
     if (o.verify_seed) sent[i] = ToFloats(x);
+    if (o.open_inference) inputs.infer_requests.push_back(ToInferRequest(request));
   }
   if (!o.verify_seed) return inputs;
 
@@ -88,9 +137,9 @@ absl::StatusOr<Inputs> MakeInputs(const BenchOptions& o, const v1::WeightInfo& w
   return inputs;
 }
 
-std::vector<std::unique_ptr<v1::Qmm::Stub>> OpenChannels(const ClientOptions& c, int count,
+std::vector<std::shared_ptr<grpc::Channel>> OpenChannels(const ClientOptions& c, int count,
                                                          absl::Status* status) {
-  std::vector<std::unique_ptr<v1::Qmm::Stub>> stubs;
+  std::vector<std::shared_ptr<grpc::Channel>> channels;
   const int max_message = static_cast<int>(
       std::clamp<int64_t>(c.max_message_bytes, 0, std::numeric_limits<int>::max()));
   for (int i = 0; i < count; ++i) {
@@ -112,24 +161,29 @@ std::vector<std::unique_ptr<v1::Qmm::Stub>> OpenChannels(const ClientOptions& c,
           absl::StrCat("cannot open connection ", i + 1, " of ", count, " to ", c.server));
       return {};
     }
-    stubs.push_back(v1::Qmm::NewStub(channel));
+    channels.push_back(std::move(channel));
   }
-  return stubs;
+  return channels;
 }
 
-// One caller's MatMulStream, replaced before less than half the call timeout is left.
+// One caller's stream (MatMulStream or ModelStreamInfer), replaced before less than half
+// the call timeout is left.
+template <typename Request, typename Response>
 class StreamSlot {
  public:
-  StreamSlot(v1::Qmm::Stub* stub, absl::Duration timeout) : stub_(stub), timeout_(timeout) {}
+  using Stream = grpc::ClientReaderWriter<Request, Response>;
+  using Open = std::function<std::unique_ptr<Stream>(grpc::ClientContext*)>;
+
+  StreamSlot(Open open, absl::Duration timeout) : open_(std::move(open)), timeout_(timeout) {}
   ~StreamSlot() { End().IgnoreError(); }
 
-  absl::Status Call(const v1::MatMulRequest& request, v1::MatMulResponse* response) {
+  absl::Status Call(const Request& request, Response* response) {
     if (stream_ != nullptr && deadline_ - absl::Now() < timeout_ / 2) End().IgnoreError();
     if (stream_ == nullptr) {
       context_ = std::make_unique<grpc::ClientContext>();
       deadline_ = absl::Now() + timeout_;
       context_->set_deadline(absl::ToChronoTime(deadline_));
-      stream_ = stub_->MatMulStream(context_.get());
+      stream_ = open_(context_.get());
     }
     if (stream_->Write(request) && stream_->Read(response)) return absl::OkStatus();
     absl::Status ended = End();
@@ -142,7 +196,7 @@ class StreamSlot {
   absl::Status End() {
     if (stream_ == nullptr) return absl::OkStatus();
     stream_->WritesDone();
-    v1::MatMulResponse discarded;
+    Response discarded;
     while (stream_->Read(&discarded)) {
     }
     const absl::Status status = FromGrpcStatus(stream_->Finish());
@@ -151,10 +205,10 @@ class StreamSlot {
     return status;
   }
 
-  v1::Qmm::Stub* const stub_;
+  const Open open_;
   const absl::Duration timeout_;
   std::unique_ptr<grpc::ClientContext> context_;
-  std::unique_ptr<grpc::ClientReaderWriter<v1::MatMulRequest, v1::MatMulResponse>> stream_;
+  std::unique_ptr<Stream> stream_;
   absl::Time deadline_;
 };
 
@@ -173,7 +227,7 @@ struct Run {
   const int64_t n;  // the weight's
   const double tolerance;
   const absl::Duration call_timeout;
-  std::vector<std::unique_ptr<v1::Qmm::Stub>> stubs;
+  std::vector<std::shared_ptr<grpc::Channel>> channels;
   std::atomic<int64_t> next{0};  // index of the next measured request
   absl::BlockingCounter warmed_up;
   absl::Notification go;
@@ -206,21 +260,78 @@ void Verify(const Run& run, int input, int64_t index, v1::MatMulResponse& respon
   }
 }
 
+// The call one caller makes for input `input`, on its connection: it fills `response` and
+// `compute` (the server's batch time, when the protocol gives it).
+using CallFn = std::function<absl::Status(int input, v1::MatMulResponse* response,
+                                          std::optional<int64_t>* compute)>;
+
+CallFn QmmCall(Run& run, const std::shared_ptr<grpc::Channel>& channel) {
+  std::shared_ptr<v1::Qmm::Stub> stub = v1::Qmm::NewStub(channel);
+  const absl::Duration timeout = run.call_timeout;
+  const std::vector<v1::MatMulRequest>& requests = run.inputs.requests;
+  auto done = [](absl::Status status, v1::MatMulResponse* response,
+                 std::optional<int64_t>* compute) {
+    if (status.ok()) *compute = response->compute_ns();
+    return status;
+  };
+  if (run.options.stream) {
+    auto slot = std::make_shared<StreamSlot<v1::MatMulRequest, v1::MatMulResponse>>(
+        [stub](grpc::ClientContext* context) { return stub->MatMulStream(context); }, timeout);
+    return [slot, &requests, done](int input, v1::MatMulResponse* response,
+                                   std::optional<int64_t>* compute) {
+      return done(slot->Call(requests[input], response), response, compute);
+    };
+  }
+  return [stub, timeout, &requests, done](int input, v1::MatMulResponse* response,
+                                          std::optional<int64_t>* compute) {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline(timeout));
+    return done(FromGrpcStatus(stub->MatMul(&context, requests[input], response)), response,
+                compute);
+  };
+}
+
+CallFn OpenInferenceCall(Run& run, const std::shared_ptr<grpc::Channel>& channel) {
+  std::shared_ptr<inference::GRPCInferenceService::Stub> stub =
+      inference::GRPCInferenceService::NewStub(channel);
+  const absl::Duration timeout = run.call_timeout;
+  const std::vector<inference::ModelInferRequest>& requests = run.inputs.infer_requests;
+  if (run.options.stream) {
+    using Slot = StreamSlot<inference::ModelInferRequest, inference::ModelStreamInferResponse>;
+    auto slot = std::make_shared<Slot>(
+        [stub](grpc::ClientContext* context) { return stub->ModelStreamInfer(context); }, timeout);
+    auto answer = std::make_shared<inference::ModelStreamInferResponse>();
+    return [slot, answer, &requests](int input, v1::MatMulResponse* response,
+                                     std::optional<int64_t>*) {
+      absl::Status status = slot->Call(requests[input], answer.get());
+      if (status.ok() && !answer->error_message().empty()) {
+        status = FromErrorMessage(answer->error_message());
+      }
+      if (status.ok()) ToMatMulResponse(*answer->mutable_infer_response(), response);
+      return status;
+    };
+  }
+  auto answer = std::make_shared<inference::ModelInferResponse>();
+  return [stub, answer, timeout, &requests](int input, v1::MatMulResponse* response,
+                                            std::optional<int64_t>*) {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline(timeout));
+    const absl::Status status =
+        FromGrpcStatus(stub->ModelInfer(&context, requests[input], answer.get()));
+    if (status.ok()) ToMatMulResponse(*answer, response);
+    return status;
+  };
+}
+
 void Caller(Run& run, int caller, BenchTally& tally) {
   const BenchOptions& o = run.options;
-  v1::Qmm::Stub* stub = run.stubs[caller % run.stubs.size()].get();
-  std::unique_ptr<StreamSlot> stream;
-  if (o.stream) stream = std::make_unique<StreamSlot>(stub, run.call_timeout);
+  const std::shared_ptr<grpc::Channel>& channel = run.channels[caller % run.channels.size()];
+  const CallFn call = o.open_inference ? OpenInferenceCall(run, channel) : QmmCall(run, channel);
   v1::MatMulResponse response;
-  auto call = [&](const v1::MatMulRequest& request) {
-    if (stream != nullptr) return stream->Call(request, &response);
-    grpc::ClientContext context;
-    context.set_deadline(Deadline(run.call_timeout));
-    return FromGrpcStatus(stub->MatMul(&context, request, &response));
-  };
+  std::optional<int64_t> compute;
 
   for (int i = 0; i < o.warmup; ++i) {
-    call(run.inputs.requests[(caller + i) % o.inputs]).IgnoreError();
+    call((caller + i) % o.inputs, &response, &compute).IgnoreError();
   }
   run.warmed_up.DecrementCount();
   run.go.WaitForNotification();
@@ -229,13 +340,14 @@ void Caller(Run& run, int caller, BenchTally& tally) {
     if (o.requests ? index >= *o.requests : absl::Now() >= run.end) break;
     const int input = static_cast<int>(index % o.inputs);
     const absl::Time start = absl::Now();
-    const absl::Status status = call(run.inputs.requests[input]);
+    compute.reset();
+    const absl::Status status = call(input, &response, &compute);
     const absl::Duration latency = absl::Now() - start;
     if (!status.ok()) {
       tally.RecordError(status);
       continue;
     }
-    tally.RecordOk(latency, response.compute_ns());
+    tally.RecordOk(latency, compute);
     if (o.verify_seed) Verify(run, input, index, response, tally);
   }
 }
@@ -278,6 +390,11 @@ absl::Status CheckBenchOptions(const BenchOptions& o) {
         absl::StrCat("--channels = ", o.channels, " must be in [0, ", kMaxChannels, "]"));
   }
   if (o.tolerance < 0) return absl::InvalidArgumentError("--tolerance must not be negative");
+  if (o.open_inference && o.output_dtype && *o.output_dtype != o.dtype) {
+    return absl::InvalidArgumentError(
+        "--out_dtype differs from --dtype, but the Open Inference Protocol (--protocol=oip) "
+        "answers in the activations' dtype");
+  }
   return absl::OkStatus();
 }
 
@@ -306,6 +423,7 @@ absl::StatusOr<bool> RunBench(Client& client, const ClientOptions& connection,
   setup.device = info->device_name();
   setup.concurrency = o.concurrency;
   setup.stream = o.stream;
+  setup.protocol = o.open_inference ? "open-inference" : "qmm.v1";
   setup.channels = o.channels > 0 ? o.channels : std::min(64, (o.concurrency + 3) / 4);
   setup.rows = o.rows;
   setup.dtype = std::string(DTypeName(o.dtype));
@@ -323,7 +441,7 @@ absl::StatusOr<bool> RunBench(Client& client, const ClientOptions& connection,
   if (!inputs.ok()) return inputs.status();
   Run run(o, *inputs, weight->n(), setup.tolerance, connection.call_timeout);
   absl::Status opened;
-  run.stubs = OpenChannels(connection, setup.channels, &opened);
+  run.channels = OpenChannels(connection, setup.channels, &opened);
   if (!opened.ok()) return opened;
 
   std::vector<BenchTally> tallies(o.concurrency);

@@ -1,5 +1,6 @@
 // qmmctl bench: a load generator for one weight. `concurrency` callers, each on its own
-// thread, send MatMul requests back to back (unary calls, or over one MatMulStream each)
+// thread, send MatMul requests back to back (unary calls, or over one MatMulStream each;
+// with `open_inference`, the Open Inference Protocol's ModelInfer or ModelStreamInfer)
 // until `requests` have been sent in all or `duration` has passed, and the run is
 // summed up: requests/s, rows/s, latency percentiles, errors by status code, and the
 // server's batching over the run (bench_report.h).
@@ -37,6 +38,9 @@ struct BenchOptions {
   std::optional<absl::Duration> duration;
   int64_t rows = 1;  // M of every request
   bool stream = false;
+  // Through inference.GRPCInferenceService (answers in the activations' dtype, without the
+  // server's compute time) instead of qmm.v1.Qmm.
+  bool open_inference = false;
   DType dtype = DType::kF32;          // activations on the wire
   std::optional<DType> output_dtype;  // nullopt: the activations'
   int inputs = 64;

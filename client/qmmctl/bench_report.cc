@@ -28,10 +28,10 @@ nlohmann::ordered_json LatencyJson(const LatencySummary& l) {
 
 }  // namespace
 
-void BenchTally::RecordOk(absl::Duration latency, int64_t compute) {
+void BenchTally::RecordOk(absl::Duration latency, std::optional<int64_t> compute) {
   ++ok;
   latencies.push_back(latency);
-  compute_ns.push_back(compute);
+  if (compute) compute_ns.push_back(*compute);
 }
 
 void BenchTally::RecordError(const absl::Status& status) {
@@ -91,9 +91,10 @@ v1::BatchingStats BatchingDelta(const v1::BatchingStats& before, const v1::Batch
 std::string FormatReport(const BenchReport& r) {
   const BenchSetup& s = r.setup;
   std::string out = absl::StrFormat(
-      "bench %s (%s [%d, %d]) on %s (%s): %d %s over %d connection%s, M=%d %s -> %s, %d "
+      "bench %s (%s [%d, %d]) on %s (%s%s): %d %s over %d connection%s, M=%d %s -> %s, %d "
       "input%s\n",
-      s.weight, s.scheme, s.n, s.k, s.server, s.backend, s.concurrency,
+      s.weight, s.scheme, s.n, s.k, s.server, s.backend,
+      s.protocol == "qmm.v1" ? "" : absl::StrCat(", ", s.protocol), s.concurrency,
       s.stream ? "streams" : "unary callers", s.channels, s.channels == 1 ? "" : "s", s.rows,
       s.dtype, s.output_dtype, s.inputs, s.inputs == 1 ? "" : "s");
   absl::StrAppendFormat(&out, "  requests: %d ok, %d error%s", r.ok, r.errors,
@@ -120,7 +121,9 @@ std::string FormatReport(const BenchReport& r) {
                         "  latency: p50=%.3f ms p90=%.3f ms p99=%.3f ms max=%.3f ms "
                         "mean=%.3f ms\n",
                         Ms(l.p50), Ms(l.p90), Ms(l.p99), Ms(l.max), Ms(l.mean));
-  absl::StrAppendFormat(&out, "  server compute per batch: p50=%.3f ms\n", Ms(r.compute_p50));
+  if (r.compute_p50) {
+    absl::StrAppendFormat(&out, "  server compute per batch: p50=%.3f ms\n", Ms(*r.compute_p50));
+  }
   if (r.batching) {
     const v1::BatchingStats& b = *r.batching;
     absl::StrAppendFormat(&out,
@@ -148,6 +151,7 @@ nlohmann::ordered_json ReportJson(const BenchReport& r) {
       {"device", s.device},
       {"concurrency", s.concurrency},
       {"stream", s.stream},
+      {"protocol", s.protocol},
       {"channels", s.channels},
       {"rows", s.rows},
       {"dtype", s.dtype},
@@ -184,7 +188,8 @@ nlohmann::ordered_json ReportJson(const BenchReport& r) {
       {"requests_per_s", r.requests_per_second},
       {"rows_per_s", r.rows_per_second},
       {"latency_ms", LatencyJson(r.latency)},
-      {"server_compute_p50_ms", Ms(r.compute_p50)},
+      {"server_compute_p50_ms",
+       r.compute_p50 ? nlohmann::ordered_json(Ms(*r.compute_p50)) : nlohmann::ordered_json()},
       {"passed", r.passed()},
   };
   if (r.batching) {

@@ -29,7 +29,8 @@ struct BenchTally {
   double max_relative_error = 0;  // over the verified results
   std::string first_mismatch;
 
-  void RecordOk(absl::Duration latency, int64_t compute);
+  // `compute`: the server's batch time, when its answer says (qmm.v1's does).
+  void RecordOk(absl::Duration latency, std::optional<int64_t> compute);
   void RecordError(const absl::Status& status);
 };
 
@@ -45,6 +46,8 @@ struct BenchSetup {
   std::string device;
   int concurrency = 0;
   bool stream = false;
+  // "qmm.v1" (MatMul, MatMulStream) or "open-inference" (ModelInfer, ModelStreamInfer).
+  std::string protocol = "qmm.v1";
   int channels = 0;
   int64_t rows = 0;
   std::string dtype;
@@ -71,7 +74,9 @@ struct BenchReport {
   double requests_per_second = 0;  // successful ones
   double rows_per_second = 0;
   LatencySummary latency;
-  absl::Duration compute_p50;  // the server's batch time, median over the requests
+  // The server's batch time, median over the requests; absent when the answers do not
+  // carry it (the Open Inference Protocol's).
+  std::optional<absl::Duration> compute_p50;
   // The server's batcher over the run (counters as differences; limits and maxima as
   // the server reported them at the end). Absent when ServerInfo did not answer.
   std::optional<v1::BatchingStats> batching;

@@ -89,6 +89,9 @@ ABSL_FLAG(int32_t, channels, 0,
           "bench: connections the callers share; 0 = one per 4 callers, at most 64");
 ABSL_FLAG(int32_t, inputs, 64, "bench: distinct random activation sets, sent round robin");
 ABSL_FLAG(int32_t, warmup, 0, "bench: requests per caller before the clock starts");
+ABSL_FLAG(std::string, protocol, "qmm",
+          "bench: qmm (MatMul, MatMulStream) or oip (the Open Inference Protocol's ModelInfer, "
+          "ModelStreamInfer)");
 ABSL_FLAG(std::string, model, "", "forward: the model to run");
 ABSL_FLAG(std::string, tokens, "", "forward: comma-separated token ids (models with an embedding)");
 ABSL_FLAG(std::string, verify_seeds, "",
@@ -115,7 +118,7 @@ constexpr char kUsage[] =
     "           [--verify_seed S [--n --k --scheme --group_size] [--tolerance]]\n"
     "  bench    --weight=N --concurrency=C (--requests=R | --duration=S) [--rows=M]\n"
     "           [--stream] [--dtype] [--out_dtype] [--verify --verify_seed=S [--tolerance]]\n"
-    "           [--json FILE] [--channels] [--inputs] [--warmup] [--seed]\n"
+    "           [--json FILE] [--channels] [--inputs] [--warmup] [--seed] [--protocol=qmm|oip]\n"
     "  create-model SPEC.json   a model from a JSON layer list (client/model_spec.h)\n"
     "  ls-models                the models held\n"
     "  rm-model NAME            delete a model (its weights stay)\n"
@@ -253,6 +256,12 @@ absl::StatusOr<BenchOptions> BenchFlags() {
   }
   o.rows = absl::GetFlag(FLAGS_rows);
   o.stream = absl::GetFlag(FLAGS_stream);
+  const std::string protocol = absl::GetFlag(FLAGS_protocol);
+  if (protocol != "qmm" && protocol != "oip") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--protocol = '", protocol, "' must be qmm or oip"));
+  }
+  o.open_inference = protocol == "oip";
   absl::StatusOr<std::optional<DType>> dtype = DTypeFlag(absl::GetFlag(FLAGS_dtype));
   if (!dtype.ok()) return dtype.status();
   o.dtype = dtype->value_or(DType::kF32);

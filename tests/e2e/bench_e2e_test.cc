@@ -1,6 +1,7 @@
 // End to end: `qmmctl bench` against the real qmm-server on loopback. Every result is
 // verified, the JSON report agrees with itself and with the server's batch statistics,
-// and with --max_batch_rows=1 the server runs every request alone.
+// with --max_batch_rows=1 the server runs every request alone, and the Open Inference
+// Protocol's calls (--protocol=oip) are batched and right as qmm.v1's are.
 #include <signal.h>
 #include <unistd.h>
 
@@ -99,6 +100,23 @@ TEST_F(BenchEndToEndTest, MaxBatchRowsOneRunsEveryRequestAlone) {
   EXPECT_EQ(b["max_batch_rows"], 1);
   EXPECT_EQ(b["launches"], j["ok"]);
   EXPECT_EQ(b["multi_request_launches"], 0);
+}
+
+TEST_F(BenchEndToEndTest, OpenInferenceCallsAreBatchedAndRight) {
+  Start({"--workers=1", "--cpu_threads=1"});
+  for (const char* mode : {"--stream", "--stream=false"}) {
+    const nlohmann::json j = Bench(
+        {"--protocol=oip", "--concurrency=16", "--requests=300", "--rows=2", mode, "--warmup=1"});
+    ASSERT_TRUE(j.is_object()) << mode;
+    EXPECT_EQ(j["setup"]["protocol"], "open-inference");
+    EXPECT_EQ(j["ok"], 300) << mode;
+    EXPECT_EQ(j["verified"], 300) << mode;
+    EXPECT_EQ(j["mismatches"], 0) << mode;
+    // ModelInfer's answers do not carry the server's compute time.
+    EXPECT_TRUE(j["server_compute_p50_ms"].is_null()) << mode;
+    EXPECT_EQ(j["server_batching"]["requests"], 300) << mode;
+    EXPECT_GT(j["server_batching"]["multi_request_launches"].get<int64_t>(), 0) << mode;
+  }
 }
 
 }  // namespace

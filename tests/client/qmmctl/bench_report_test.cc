@@ -75,6 +75,21 @@ TEST(SummarizeTest, ACleanRunPasses) {
   EXPECT_DOUBLE_EQ(r.requests_per_second, 100);
 }
 
+TEST(SummarizeTest, AnswersWithoutComputeTimeLeaveItOut) {
+  std::vector<BenchTally> t(1);
+  t[0].RecordOk(absl::Milliseconds(1), std::nullopt);
+  BenchSetup setup = ExampleSetup();
+  setup.protocol = "open-inference";
+  const BenchReport r = Summarize(setup, std::move(t), absl::Milliseconds(10));
+  EXPECT_FALSE(r.compute_p50.has_value());
+  const std::string text = FormatReport(r);
+  EXPECT_NE(text.find("(cpu, open-inference)"), std::string::npos) << text;
+  EXPECT_EQ(text.find("server compute"), std::string::npos) << text;
+  const nlohmann::ordered_json j = ReportJson(r);
+  EXPECT_TRUE(j["server_compute_p50_ms"].is_null());
+  EXPECT_EQ(j["setup"]["protocol"], "open-inference");
+}
+
 TEST(SummarizeTest, NoTimeGivesNoRates) {
   const BenchReport r = Summarize(ExampleSetup(), {}, absl::ZeroDuration());
   EXPECT_EQ(r.ok, 0);

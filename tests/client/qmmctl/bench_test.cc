@@ -253,6 +253,14 @@ TEST(CheckBenchOptionsTest, EachBoundIsChecked) {
   EXPECT_TRUE(bad([](BenchOptions& o) { o.warmup = -1; }));
   EXPECT_TRUE(bad([](BenchOptions& o) { o.channels = -1; }));
   EXPECT_TRUE(bad([](BenchOptions& o) { o.tolerance = -1; }));
+  // The Open Inference Protocol answers in the activations' dtype.
+  EXPECT_TRUE(bad([](BenchOptions& o) {
+    o.open_inference = true;
+    o.output_dtype = DType::kF16;
+  }));
+  good.open_inference = true;
+  good.output_dtype = DType::kF32;  // the activations' own
+  EXPECT_TRUE(CheckBenchOptions(good).ok());
 }
 
 }  // namespace
