@@ -2,7 +2,8 @@
 # README command 1: install what is missing, build, start qmm-server on a free loopback
 # port, upload one random weight in every scheme with qmmctl, run MatMul against each
 # (latency over repeated calls, result summary, check against a float64 reference
-# computed here), then stop the server. Exits non-zero if any check fails.
+# computed here) and the Open Inference Protocol's ModelInfer against one, then stop the
+# server. Exits non-zero if any check fails.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -95,6 +96,14 @@ for entry in "${weights[@]}"; do
 done
 
 echo
+echo "== the Open Inference Protocol (KServe v2): ModelInfer on w4a16-g128, 4 callers, 40 requests, each checked"
+# w4a16-g128 is the fourth weight uploaded above: seed 4.
+if ! qmmctl bench --weight=w4a16-g128 --protocol=oip --concurrency=4 --requests=40 --rows="$m" \
+    --dtype=fp16 --verify --verify_seed=4; then
+  failed+=("ModelInfer")
+fi
+
+echo
 echo "== stopping qmm-server"
 kill -TERM "$server_pid"
 server_status=0
@@ -111,4 +120,4 @@ if [[ ${#failed[@]} -gt 0 ]]; then
   echo "quickstart: FAILED for ${failed[*]}" >&2
   exit 1
 fi
-echo "quickstart: all ${#weights[@]} schemes matched the reference"
+echo "quickstart: all ${#weights[@]} schemes and ModelInfer matched the reference"

@@ -1,10 +1,12 @@
 // The bidirectional streams of the services (MatMulStream, ForwardStream, the Open
-// Inference Protocol's ModelStreamInfer): one request at a time, answered in order. Read ->
-// validate (gRPC thread) -> the batching queue shared with the unary calls
-// (server/batcher.h) -> write -> read the next. A failed request ends the stream with its
-// status, unless Traits answers it in the stream (AnswerError below); the client's
-// half-close ends it OK. Each request message is counted in the metrics on its own, under
-// Traits::kMethod.
+// Inference Protocol's ModelStreamInfer): requests answered in order, up to
+// kMaxStreamInFlight of them in flight at once, so that a client that sends ahead gets its
+// requests batched together. Read -> validate -> the batching queue shared with the unary
+// calls (server/batcher.h) -> written in arrival order once it and every earlier one are
+// answered. A failed request ends the stream with its status once the answers before it
+// are written, unless Traits answers it in the stream (AnswerError below); the client's
+// half-close ends it OK once every answer is written. Each request message is counted in
+// the metrics on its own, under Traits::kMethod.
 //
 // Traits supplies Request, Response, kMethod and
 //   static absl::StatusOr<Job> Prepare(const Request&, const ServiceContext&);
@@ -12,19 +14,33 @@
 //                        Response*, absl::AnyInvocable<void(const absl::Status&) &&> done);
 // and may supply
 //   static void AnswerError(const absl::Status&, const Request&, Response*);
-// which writes a failed request's answer (the stream then goes on to the next request).
+// which writes a failed request's answer (the stream then goes on).
+//
+// Threads: gRPC's reactions and the requests' `done` (on batch workers) run concurrently;
+// one mutex guards the in-flight requests and the stream's state. Dispatch runs outside
+// it, since `done` may run on the calling thread.
 #ifndef QMM_SERVER_ORDERED_STREAM_REACTOR_H_
 #define QMM_SERVER_ORDERED_STREAM_REACTOR_H_
 
 #include <grpcpp/grpcpp.h>
 
+#include <deque>
+#include <optional>
 #include <utility>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "server/grpc_status.h"
 #include "server/request_clock.h"
 #include "server/service_context.h"
 
 namespace qmm {
+
+// Requests one stream may have read and not yet answered. Each holds its message (up to
+// max_message_bytes), so the bound keeps a stream's memory to a few messages while
+// leaving a client room to fill a batch by itself.
+inline constexpr size_t kMaxStreamInFlight = 16;
 
 template <typename Traits>
 concept AnswersErrorsInStream = requires(const absl::Status& status,
@@ -39,64 +55,148 @@ class OrderedStreamReactor
     : public grpc::ServerBidiReactor<typename Traits::Request, typename Traits::Response> {
  public:
   OrderedStreamReactor(const ServiceContext& context, grpc::CallbackServerContext* rpc)
-      : context_(context), rpc_(rpc), clock_(context.metrics, Traits::kMethod) {
-    this->StartRead(&request_);
+      : context_(context), rpc_(rpc) {
+    reading_ = true;
+    this->StartRead(&incoming_);
   }
 
   void OnReadDone(bool ok) override {
-    if (!ok) {
-      // The end of the stream, not a request: nothing to count.
-      this->Finish(rpc_->IsCancelled() ? grpc::Status::CANCELLED : grpc::Status::OK);
-      return;
+    Slot* slot = nullptr;
+    Actions actions;
+    {
+      absl::MutexLock lock(&mu_);
+      reading_ = false;
+      if (!ok || closing_) {
+        // The end of the stream (not a request: nothing to count), or one that is
+        // already ending.
+        read_closed_ = true;
+        if (!ok && rpc_->IsCancelled()) Close(grpc::Status::CANCELLED);
+      } else {
+        slot = &slots_.emplace_back(context_.metrics);
+        slot->request.Swap(&incoming_);
+        ++pending_;
+      }
+      actions = Plan();
     }
-    clock_.Restart();
-    auto job = Traits::Prepare(request_, context_);
+    Perform(actions);
+    if (slot == nullptr) return;
+    auto job = Traits::Prepare(slot->request, context_);
     if (!job.ok()) {
-      Fail(job.status());
+      Answered(*slot, job.status());
       return;
     }
-    Traits::Dispatch(context_, rpc_, *std::move(job), &response_,
-                     [this](const absl::Status& status) {
-                       if (!status.ok()) {
-                         Fail(status);
-                         return;
-                       }
-                       clock_.Finish(grpc::Status::OK);
-                       this->StartWrite(&response_);
-                     });
+    Traits::Dispatch(context_, rpc_, *std::move(job), &slot->response,
+                     [this, slot](const absl::Status& status) { Answered(*slot, status); });
   }
 
   void OnWriteDone(bool ok) override {
-    if (!ok) {
-      // The client went away mid-stream.
-      this->Finish(grpc::Status::CANCELLED);
-      return;
+    Actions actions;
+    {
+      absl::MutexLock lock(&mu_);
+      writing_ = false;
+      if (ok) {
+        slots_.pop_front();
+      } else {
+        Close(grpc::Status::CANCELLED);  // the client went away mid-stream
+      }
+      actions = Plan();
     }
-    this->StartRead(&request_);
+    Perform(actions);
   }
 
   void OnDone() override { delete this; }
 
  private:
-  // Answers the request in flight with `status`: in the stream where Traits does so,
-  // otherwise by ending the stream.
-  void Fail(const absl::Status& status) {
-    if constexpr (AnswersErrorsInStream<Traits>) {
-      clock_.Finish(status);
-      Traits::AnswerError(status, request_, &response_);
-      this->StartWrite(&response_);
-    } else {
-      this->Finish(clock_.Finish(status));
+  struct Slot {
+    explicit Slot(Metrics* metrics) : clock(metrics, Traits::kMethod) {}
+    typename Traits::Request request;
+    typename Traits::Response response;
+    RequestClock clock;  // from the read
+    bool answered = false;
+    absl::Status status;
+  };
+
+  // What to start on the stream, decided under the mutex and done outside it: gRPC may
+  // run a reaction inline from a Start call (an operation that fails at once), which
+  // would then wait for the mutex.
+  struct Actions {
+    bool read = false;
+    const typename Traits::Response* write = nullptr;
+    std::optional<grpc::Status> finish;
+  };
+
+  // A request's outcome, from its `done` or from a failed Prepare.
+  void Answered(Slot& slot, const absl::Status& status) {
+    Actions actions;
+    {
+      absl::MutexLock lock(&mu_);
+      --pending_;
+      slot.answered = true;
+      slot.status = status;
+      slot.clock.Finish(status);
+      if constexpr (AnswersErrorsInStream<Traits>) {
+        if (!status.ok()) Traits::AnswerError(status, slot.request, &slot.response);
+        slot.status = absl::OkStatus();
+      }
+      actions = Plan();
     }
+    Perform(actions);
+  }
+
+  // The next steps: read while the window has room and the stream goes on; write the
+  // oldest answer once it is there (a failed request ends the stream instead); finish
+  // once nothing is pending.
+  Actions Plan() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    Actions actions;
+    if (!reading_ && !read_closed_ && !closing_ && slots_.size() < kMaxStreamInFlight) {
+      reading_ = true;
+      actions.read = true;
+    }
+    if (!writing_ && !closing_ && !slots_.empty() && slots_.front().answered) {
+      if (slots_.front().status.ok()) {
+        writing_ = true;
+        actions.write = &slots_.front().response;
+      } else {
+        Close(ToGrpcStatus(slots_.front().status));
+      }
+    }
+    // Once every `done` has run, nothing touches the slots any more.
+    if (!finished_ && !writing_ && pending_ == 0 &&
+        (closing_ || (read_closed_ && slots_.empty()))) {
+      finished_ = true;
+      actions.finish = closing_ ? final_status_ : grpc::Status::OK;
+    }
+    return actions;
+  }
+
+  void Perform(const Actions& actions) {
+    if (actions.read) this->StartRead(&incoming_);
+    if (actions.write != nullptr) this->StartWrite(actions.write);
+    if (actions.finish) this->Finish(*actions.finish);
+  }
+
+  // No more reads or writes; the stream finishes with `status` once nothing is pending.
+  void Close(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (closing_) return;
+    closing_ = true;
+    final_status_ = status;
   }
 
   const ServiceContext& context_;
   grpc::CallbackServerContext* const rpc_;
-  // Reused for every request; only one is in flight at a time.
-  typename Traits::Request request_;
-  typename Traits::Response response_;
-  // Times the request in flight.
-  RequestClock clock_;
+  absl::Mutex mu_;
+  // Where the next request is read into (one read at a time); it moves into a slot.
+  typename Traits::Request incoming_;
+  // In arrival order; references stay valid as slots are added at the back and written
+  // ones removed at the front.
+  std::deque<Slot> slots_ ABSL_GUARDED_BY(mu_);
+  int pending_ ABSL_GUARDED_BY(mu_) = 0;  // slots whose request is not answered yet
+  bool reading_ ABSL_GUARDED_BY(mu_) = false;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool read_closed_ ABSL_GUARDED_BY(mu_) = false;
+  bool closing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status final_status_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace qmm

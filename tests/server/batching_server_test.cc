@@ -19,12 +19,14 @@
 #include <thread>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "kernels/reference.h"
 #include "server/backend.h"
 #include "server/cpu_backend.h"
+#include "server/ordered_stream_reactor.h"
 #include "server/proto_convert.h"
 #include "server/server.h"
 #include "tests/server/gated_backend.h"
@@ -285,6 +287,77 @@ TEST_F(BatchingServerTest, SixtyFourCallersUnaryAndStreamingEachGetTheirOwnRows)
   EXPECT_EQ(s.dropped_deadline() + s.dropped_cancelled() + s.rejected_queue_full() +
                 s.dropped_weight_deleted(),
             0);
+}
+
+// A stream reads ahead: requests a client sends without waiting for the answers are in
+// flight together (batched in one launch), answered in order, at most kMaxStreamInFlight
+// of them at a time.
+TEST_F(BatchingServerTest, OneStreamsRequestsSentAheadGoTogetherInOrder) {
+  Start(ServerOptions{}, /*workers=*/1);
+  UploadWeight("w");
+  gate_->Close();
+  const absl::Cleanup open = [this] { gate_->Open(); };
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kWait));
+  auto stream = stub_->MatMulStream(&context);
+  constexpr int64_t kWindow = static_cast<int64_t>(kMaxStreamInFlight);
+  constexpr int kSent = kWindow + 8;
+  std::vector<std::unique_ptr<Sent>> sent;
+  for (int i = 0; i < kSent; ++i) {
+    sent.push_back(MakeRequest("w", 1));
+    ASSERT_TRUE(stream->Write(sent.back()->request)) << i;
+  }
+  ASSERT_TRUE(gate_->WaitForCalls(1));       // the first launch (of one or more requests) is held
+  const int64_t held = gate_->calls()[0].m;  // one row a request
+  // The stream read a window's worth ahead: the rest of it waits behind that launch...
+  ASSERT_TRUE(WaitForWaiting(kWindow - held)) << held << " held";
+  // ...and no more.
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_EQ(Stats().waiting_requests(), kWindow - held);
+  gate_->Open();
+  for (int i = 0; i < kSent; ++i) {
+    ASSERT_TRUE(stream->Read(&sent[i]->response)) << i;
+    sent[i]->status = grpc::Status::OK;
+    ExpectCorrect(*sent[i]);
+  }
+  stream->WritesDone();
+  const grpc::Status status = stream->Finish();
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  const v1::BatchingStats s = Stats();
+  EXPECT_EQ(s.requests(), kSent);
+  // The held launch and the next one share the window's requests.
+  EXPECT_GE(s.max_requests_per_launch(), kWindow / 2);
+  EXPECT_LT(s.launches(), kSent);
+}
+
+// A failed request ends the stream with its status after the answers before it, once the
+// requests after it that were in flight have run (they are not answered).
+TEST_F(BatchingServerTest, AStreamEndsAtAFailedRequestAfterTheAnswersBeforeIt) {
+  Start(ServerOptions{}, /*workers=*/1);
+  UploadWeight("w");
+  gate_->Close();
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kWait));
+  auto stream = stub_->MatMulStream(&context);
+  const absl::Cleanup open = [this] { gate_->Open(); };
+  std::unique_ptr<Sent> first = MakeRequest("w", 2);
+  std::unique_ptr<Sent> bad = MakeRequest("nope", 1);
+  std::unique_ptr<Sent> third = MakeRequest("w", 1);
+  ASSERT_TRUE(stream->Write(first->request));
+  ASSERT_TRUE(gate_->WaitForCalls(1));  // held
+  ASSERT_TRUE(stream->Write(bad->request));
+  ASSERT_TRUE(stream->Write(third->request));
+  ASSERT_TRUE(WaitForWaiting(1));  // the third, queued behind the held launch
+  gate_->Open();
+  ASSERT_TRUE(stream->Read(&first->response));
+  first->status = grpc::Status::OK;
+  ExpectCorrect(*first);
+  v1::MatMulResponse extra;
+  EXPECT_FALSE(stream->Read(&extra));
+  const grpc::Status status = stream->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND) << status.error_message();
+  EXPECT_NE(status.error_message().find("nope"), std::string::npos) << status.error_message();
+  EXPECT_EQ(Stats().requests(), 2);  // the third ran; its answer was not sent
 }
 
 TEST_F(BatchingServerTest, ARequestLargerThanMaxBatchRowsRunsAloneAndRight) {
