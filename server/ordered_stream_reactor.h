@@ -78,7 +78,9 @@ class OrderedStreamReactor
       }
       actions = Plan();
     }
-    Perform(actions);
+    Perform(this, actions);
+    // A slot's request keeps the stream from finishing until it is answered, so `this`
+    // lives on here.
     if (slot == nullptr) return;
     auto job = Traits::Prepare(slot->request, context_);
     if (!job.ok()) {
@@ -101,7 +103,7 @@ class OrderedStreamReactor
       }
       actions = Plan();
     }
-    Perform(actions);
+    Perform(this, actions);
   }
 
   void OnDone() override { delete this; }
@@ -118,7 +120,7 @@ class OrderedStreamReactor
 
   // What to start on the stream, decided under the mutex and done outside it: gRPC may
   // run a reaction inline from a Start call (an operation that fails at once), which
-  // would then wait for the mutex.
+  // would then wait for the mutex. Either a read and/or a write, or the finish, or none.
   struct Actions {
     bool read = false;
     const typename Traits::Response* write = nullptr;
@@ -140,7 +142,7 @@ class OrderedStreamReactor
       }
       actions = Plan();
     }
-    Perform(actions);
+    Perform(this, actions);
   }
 
   // The next steps: read while the window has room and the stream goes on; write the
@@ -160,8 +162,13 @@ class OrderedStreamReactor
         Close(ToGrpcStatus(slots_.front().status));
       }
     }
-    // Once every `done` has run, nothing touches the slots any more.
-    if (!finished_ && !writing_ && pending_ == 0 &&
+    if (actions.read || actions.write != nullptr) {
+      ++starting_;
+      return actions;
+    }
+    // Once every `done` has run and no thread is about to start a read or a write,
+    // nothing touches the stream or the slots any more.
+    if (!finished_ && !writing_ && pending_ == 0 && starting_ == 0 &&
         (closing_ || (read_closed_ && slots_.empty()))) {
       finished_ = true;
       actions.finish = closing_ ? final_status_ : grpc::Status::OK;
@@ -169,10 +176,22 @@ class OrderedStreamReactor
     return actions;
   }
 
-  void Perform(const Actions& actions) {
-    if (actions.read) this->StartRead(&incoming_);
-    if (actions.write != nullptr) this->StartWrite(actions.write);
-    if (actions.finish) this->Finish(*actions.finish);
+  // Starts `actions` (from Plan, on the thread that made them, without the mutex), and what
+  // became due meanwhile. Static, and touching the reactor only when there is something to
+  // start: once another thread has finished the stream, gRPC may delete it at any time, so
+  // a thread whose plan is empty must not use it.
+  static void Perform(OrderedStreamReactor* self, Actions actions) {
+    while (actions.read || actions.write != nullptr || actions.finish) {
+      if (actions.finish) {
+        self->Finish(*actions.finish);
+        return;
+      }
+      if (actions.read) self->StartRead(&self->incoming_);
+      if (actions.write != nullptr) self->StartWrite(actions.write);
+      absl::MutexLock lock(&self->mu_);
+      --self->starting_;
+      actions = self->Plan();
+    }
   }
 
   // No more reads or writes; the stream finishes with `status` once nothing is pending.
@@ -190,7 +209,8 @@ class OrderedStreamReactor
   // In arrival order; references stay valid as slots are added at the back and written
   // ones removed at the front.
   std::deque<Slot> slots_ ABSL_GUARDED_BY(mu_);
-  int pending_ ABSL_GUARDED_BY(mu_) = 0;  // slots whose request is not answered yet
+  int pending_ ABSL_GUARDED_BY(mu_) = 0;   // slots whose request is not answered yet
+  int starting_ ABSL_GUARDED_BY(mu_) = 0;  // plans of reads or writes not started yet
   bool reading_ ABSL_GUARDED_BY(mu_) = false;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool read_closed_ ABSL_GUARDED_BY(mu_) = false;
