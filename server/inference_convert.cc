@@ -280,6 +280,21 @@ absl::StatusOr<InferenceModel> ResolveInferenceModel(absl::string_view name,
   return target;
 }
 
+bool InferenceServerReady(const std::atomic<bool>& serving, const Backend& backend) {
+  return serving.load(std::memory_order_acquire) && backend.healthy();
+}
+
+absl::StatusOr<bool> InferenceModelReady(absl::string_view name, absl::string_view version,
+                                         absl::string_view name_field, bool server_ready,
+                                         const ModelStore& models, const WeightStore& weights) {
+  absl::StatusOr<InferenceModel> target =
+      ResolveInferenceModel(name, version, name_field, models, weights);
+  if (!target.ok() && target.status().code() != absl::StatusCode::kNotFound) {
+    return target.status();
+  }
+  return target.ok() && server_ready;
+}
+
 void FillServerMetadata(inference::ServerMetadataResponse* out) {
   out->Clear();
   out->set_name("qmm");

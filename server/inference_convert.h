@@ -8,6 +8,7 @@
 #ifndef QMM_SERVER_INFERENCE_CONVERT_H_
 #define QMM_SERVER_INFERENCE_CONVERT_H_
 
+#include <atomic>
 #include <memory>
 
 #include "absl/status/status.h"
@@ -15,6 +16,7 @@
 #include "absl/strings/string_view.h"
 #include "inference/open_inference.pb.h"
 #include "qmm/v1/qmm.pb.h"
+#include "server/backend.h"
 #include "server/limits.h"
 #include "server/model.h"
 #include "server/model_store.h"
@@ -43,6 +45,17 @@ absl::StatusOr<InferenceModel> ResolveInferenceModel(absl::string_view name,
                                                      absl::string_view name_field,
                                                      const ModelStore& models,
                                                      const WeightStore& weights);
+
+// The protocol's server readiness: the server serves (`serving`, false while it drains)
+// and its backend is healthy.
+bool InferenceServerReady(const std::atomic<bool>& serving, const Backend& backend);
+
+// The protocol's model readiness: the model resolves (ResolveInferenceModel) and the
+// server is ready. An unknown model or version is not ready; a malformed name is
+// INVALID_ARGUMENT.
+absl::StatusOr<bool> InferenceModelReady(absl::string_view name, absl::string_view version,
+                                         absl::string_view name_field, bool server_ready,
+                                         const ModelStore& models, const WeightStore& weights);
 
 // Name "qmm", the version, no extensions.
 void FillServerMetadata(inference::ServerMetadataResponse* out);

@@ -142,10 +142,6 @@ InferenceHttpServer::~InferenceHttpServer() {
   if (civetweb_ != nullptr) mg_stop(civetweb_);
 }
 
-bool InferenceHttpServer::Ready() const {
-  return ready_.load(std::memory_order_acquire) && context_.backend->healthy();
-}
-
 int InferenceHttpServer::Handle(mg_connection* connection, void* self) {
   static_cast<InferenceHttpServer*>(self)->Serve(connection);
   return 1;
@@ -164,7 +160,7 @@ void InferenceHttpServer::Serve(mg_connection* connection) {
       return;
     }
     const bool live = uri == "/v2/health/live";
-    const bool ok = live || Ready();
+    const bool ok = live || InferenceServerReady(ready_, *context_.backend);
     clock.Finish(absl::OkStatus());
     Reply(connection, ok ? 200 : 503,
           absl::StrCat("{\"", live ? "live" : "ready", "\":", ok ? "true" : "false", "}"));
@@ -249,20 +245,22 @@ void InferenceHttpServer::Serve(mg_connection* connection) {
     WrongMethod(connection, clock, uri, "GET");
     return;
   }
-  absl::StatusOr<InferenceModel> target = ResolveInferenceModel(
-      path.name, path.version, "the model name in the path", *context_.models, *context_.store);
+  constexpr absl::string_view kNameField = "the model name in the path";
   if (path.action == "ready") {
-    // A model that does not exist is not ready; a malformed name is an error.
-    if (!target.ok() && target.status().code() != absl::StatusCode::kNotFound) {
-      Fail(connection, clock, target.status());
+    absl::StatusOr<bool> ready = InferenceModelReady(
+        path.name, path.version, kNameField, InferenceServerReady(ready_, *context_.backend),
+        *context_.models, *context_.store);
+    if (!ready.ok()) {
+      Fail(connection, clock, ready.status());
       return;
     }
-    const bool ready = target.ok() && Ready();
     clock.Finish(absl::OkStatus());
-    Reply(connection, ready ? 200 : 503,
-          absl::StrCat("{\"ready\":", ready ? "true" : "false", "}"));
+    Reply(connection, *ready ? 200 : 503,
+          absl::StrCat("{\"ready\":", *ready ? "true" : "false", "}"));
     return;
   }
+  absl::StatusOr<InferenceModel> target =
+      ResolveInferenceModel(path.name, path.version, kNameField, *context_.models, *context_.store);
   if (!target.ok()) {
     Fail(connection, clock, target.status());
     return;

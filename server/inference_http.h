@@ -53,7 +53,6 @@ class InferenceHttpServer {
   // civetweb's request handler; `self` is the server.
   static int Handle(mg_connection* connection, void* self);
   void Serve(mg_connection* connection);
-  bool Ready() const;
 
   const ServiceContext context_;
   const std::atomic<bool>& ready_;

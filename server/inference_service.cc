@@ -10,10 +10,6 @@
 
 namespace qmm {
 
-bool InferenceService::Ready() const {
-  return ready_.load(std::memory_order_acquire) && context_.backend->healthy();
-}
-
 grpc::ServerUnaryReactor* InferenceService::ServerLive(
     grpc::CallbackServerContext* rpc, const inference::ServerLiveRequest* /*request*/,
     inference::ServerLiveResponse* response) {
@@ -26,7 +22,7 @@ grpc::ServerUnaryReactor* InferenceService::ServerReady(
     grpc::CallbackServerContext* rpc, const inference::ServerReadyRequest* /*request*/,
     inference::ServerReadyResponse* response) {
   const RequestClock clock(context_.metrics, RpcMethod::kServerReady);
-  response->set_ready(Ready());
+  response->set_ready(InferenceServerReady(ready_, *context_.backend));
   return FinishNow(rpc, clock, absl::OkStatus());
 }
 
@@ -34,14 +30,11 @@ grpc::ServerUnaryReactor* InferenceService::ModelReady(grpc::CallbackServerConte
                                                        const inference::ModelReadyRequest* request,
                                                        inference::ModelReadyResponse* response) {
   const RequestClock clock(context_.metrics, RpcMethod::kModelReady);
-  absl::StatusOr<InferenceModel> target = ResolveInferenceModel(
-      request->name(), request->version(), "name", *context_.models, *context_.store);
-  // A model that does not exist is not ready; a malformed name is an error.
-  if (!target.ok() && target.status().code() != absl::StatusCode::kNotFound) {
-    return FinishNow(rpc, clock, target.status());
-  }
-  response->set_ready(target.ok() && Ready());
-  return FinishNow(rpc, clock, absl::OkStatus());
+  absl::StatusOr<bool> ready = InferenceModelReady(request->name(), request->version(), "name",
+                                                   InferenceServerReady(ready_, *context_.backend),
+                                                   *context_.models, *context_.store);
+  if (ready.ok()) response->set_ready(*ready);
+  return FinishNow(rpc, clock, ready.status());
 }
 
 grpc::ServerUnaryReactor* InferenceService::ServerMetadata(

@@ -43,8 +43,6 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   ModelStreamInfer(grpc::CallbackServerContext* rpc) override;
 
  private:
-  bool Ready() const;
-
   const ServiceContext context_;
   const std::atomic<bool>& ready_;
 };
