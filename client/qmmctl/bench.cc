@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <deque>
 #include <fstream>
 #include <functional>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -41,6 +43,10 @@ using client_internal::TakeMatMulResult;
 constexpr int kMaxConcurrency = 4096;
 constexpr int kMaxChannels = 256;
 constexpr int kMaxInputs = 4096;
+// A stream's requests ahead of their answers: no more than the server reads ahead
+// (server/ordered_stream_reactor.h), so that every request written is read while the
+// caller is not reading answers.
+constexpr int kMaxInflight = 16;
 constexpr int64_t kMaxRequests = int64_t{1} << 32;
 constexpr absl::Duration kMaxDuration = absl::Hours(24);
 
@@ -166,28 +172,51 @@ std::vector<std::shared_ptr<grpc::Channel>> OpenChannels(const ClientOptions& c,
   return channels;
 }
 
-// One caller's stream (MatMulStream or ModelStreamInfer), replaced before less than half
-// the call timeout is left.
+// One caller's stream (MatMulStream or ModelStreamInfer) with up to `depth` requests
+// written ahead of their answers, which come back in order; replaced, once its answers are
+// in, before less than half the call timeout is left of its deadline. When the stream
+// fails, every request written to it and not yet answered gets its final status.
 template <typename Request, typename Response>
 class StreamSlot {
  public:
   using Stream = grpc::ClientReaderWriter<Request, Response>;
   using Open = std::function<std::unique_ptr<Stream>(grpc::ClientContext*)>;
 
-  StreamSlot(Open open, absl::Duration timeout) : open_(std::move(open)), timeout_(timeout) {}
+  StreamSlot(Open open, absl::Duration timeout, int depth)
+      : open_(std::move(open)), timeout_(timeout), depth_(depth) {}
   ~StreamSlot() { End().IgnoreError(); }
 
-  absl::Status Call(const Request& request, Response* response) {
-    if (stream_ != nullptr && deadline_ - absl::Now() < timeout_ / 2) End().IgnoreError();
+  // False while `depth` answers are owed, or the failed stream's or the due stream's are.
+  bool CanSend() const {
+    return owed_ == 0 || (owed_ < depth_ && !failed_ && absl::Now() < replace_at_);
+  }
+
+  void Send(const Request& request) {
+    if (stream_ != nullptr && absl::Now() >= replace_at_) End().IgnoreError();
     if (stream_ == nullptr) {
       context_ = std::make_unique<grpc::ClientContext>();
-      deadline_ = absl::Now() + timeout_;
-      context_->set_deadline(absl::ToChronoTime(deadline_));
+      const absl::Time deadline = absl::Now() + timeout_;
+      replace_at_ = deadline - timeout_ / 2;
+      context_->set_deadline(absl::ToChronoTime(deadline));
       stream_ = open_(context_.get());
     }
-    if (stream_->Write(request) && stream_->Read(response)) return absl::OkStatus();
+    // A failed write shows as the failed read of its answer.
+    stream_->Write(request);
+    ++owed_;
+  }
+
+  // The oldest owed answer.
+  absl::Status Receive(Response* response) {
+    --owed_;
+    if (failed_) {
+      const absl::Status status = *failed_;
+      if (owed_ == 0) failed_.reset();
+      return status;
+    }
+    if (stream_->Read(response)) return absl::OkStatus();
     absl::Status ended = End();
-    if (ended.ok()) return absl::UnknownError("the server ended the stream without a response");
+    if (ended.ok()) ended = absl::UnknownError("the server ended the stream without a response");
+    if (owed_ > 0) failed_ = ended;
     return ended;
   }
 
@@ -207,9 +236,12 @@ class StreamSlot {
 
   const Open open_;
   const absl::Duration timeout_;
+  const int depth_;
   std::unique_ptr<grpc::ClientContext> context_;
   std::unique_ptr<Stream> stream_;
-  absl::Time deadline_;
+  absl::Time replace_at_;
+  int owed_ = 0;                        // requests written, answers not yet read
+  std::optional<absl::Status> failed_;  // the failed stream's status, while answers are owed
 };
 
 // What every caller shares.
@@ -260,95 +292,151 @@ void Verify(const Run& run, int input, int64_t index, v1::MatMulResponse& respon
   }
 }
 
-// The call one caller makes for input `input`, on its connection: it fills `response` and
-// `compute` (the server's batch time, when the protocol gives it).
-using CallFn = std::function<absl::Status(int input, v1::MatMulResponse* response,
-                                          std::optional<int64_t>* compute)>;
+// How one caller sends its requests and takes their answers, in order: a unary call a
+// request, or a stream with up to BenchOptions::inflight requests ahead of their answers.
+class Lane {
+ public:
+  virtual ~Lane() = default;
+  // Whether another request may go now; false: take an answer first.
+  virtual bool CanSend() const = 0;
+  virtual void Send(int input) = 0;
+  // The oldest unanswered request's result, and the server's batch time when the
+  // protocol gives it.
+  virtual absl::Status Receive(v1::MatMulResponse* response, std::optional<int64_t>* compute) = 0;
+};
 
-CallFn QmmCall(Run& run, const std::shared_ptr<grpc::Channel>& channel) {
-  std::shared_ptr<v1::Qmm::Stub> stub = v1::Qmm::NewStub(channel);
+// One call at a time; the call happens in Receive.
+template <typename Call>
+class UnaryLane final : public Lane {
+ public:
+  explicit UnaryLane(Call call) : call_(std::move(call)) {}
+  bool CanSend() const override { return !input_; }
+  void Send(int input) override { input_ = input; }
+  absl::Status Receive(v1::MatMulResponse* response, std::optional<int64_t>* compute) override {
+    const int input = *input_;
+    input_.reset();
+    return call_(input, response, compute);
+  }
+
+ private:
+  Call call_;
+  std::optional<int> input_;
+};
+
+class QmmStreamLane final : public Lane {
+ public:
+  QmmStreamLane(const Run& run, std::shared_ptr<v1::Qmm::Stub> stub)
+      : requests_(run.inputs.requests),
+        slot_([stub](grpc::ClientContext* context) { return stub->MatMulStream(context); },
+              run.call_timeout, run.options.inflight) {}
+  bool CanSend() const override { return slot_.CanSend(); }
+  void Send(int input) override { slot_.Send(requests_[input]); }
+  absl::Status Receive(v1::MatMulResponse* response, std::optional<int64_t>* compute) override {
+    const absl::Status status = slot_.Receive(response);
+    if (status.ok()) *compute = response->compute_ns();
+    return status;
+  }
+
+ private:
+  const std::vector<v1::MatMulRequest>& requests_;
+  StreamSlot<v1::MatMulRequest, v1::MatMulResponse> slot_;
+};
+
+class InferStreamLane final : public Lane {
+ public:
+  InferStreamLane(const Run& run, std::shared_ptr<inference::GRPCInferenceService::Stub> stub)
+      : requests_(run.inputs.infer_requests),
+        slot_([stub](grpc::ClientContext* context) { return stub->ModelStreamInfer(context); },
+              run.call_timeout, run.options.inflight) {}
+  bool CanSend() const override { return slot_.CanSend(); }
+  void Send(int input) override { slot_.Send(requests_[input]); }
+  absl::Status Receive(v1::MatMulResponse* response, std::optional<int64_t>*) override {
+    absl::Status status = slot_.Receive(&answer_);
+    if (status.ok() && !answer_.error_message().empty()) {
+      status = FromErrorMessage(answer_.error_message());
+    }
+    if (status.ok()) ToMatMulResponse(*answer_.mutable_infer_response(), response);
+    return status;
+  }
+
+ private:
+  const std::vector<inference::ModelInferRequest>& requests_;
+  StreamSlot<inference::ModelInferRequest, inference::ModelStreamInferResponse> slot_;
+  inference::ModelStreamInferResponse answer_;
+};
+
+std::unique_ptr<Lane> MakeLane(const Run& run, const std::shared_ptr<grpc::Channel>& channel) {
   const absl::Duration timeout = run.call_timeout;
-  const std::vector<v1::MatMulRequest>& requests = run.inputs.requests;
-  auto done = [](absl::Status status, v1::MatMulResponse* response,
-                 std::optional<int64_t>* compute) {
+  if (run.options.open_inference) {
+    std::shared_ptr<inference::GRPCInferenceService::Stub> stub =
+        inference::GRPCInferenceService::NewStub(channel);
+    if (run.options.stream) return std::make_unique<InferStreamLane>(run, std::move(stub));
+    auto call = [stub, timeout, &requests = run.inputs.infer_requests,
+                 answer = inference::ModelInferResponse()](int input, v1::MatMulResponse* response,
+                                                           std::optional<int64_t>*) mutable {
+      grpc::ClientContext context;
+      context.set_deadline(Deadline(timeout));
+      const absl::Status status =
+          FromGrpcStatus(stub->ModelInfer(&context, requests[input], &answer));
+      if (status.ok()) ToMatMulResponse(answer, response);
+      return status;
+    };
+    return std::make_unique<UnaryLane<decltype(call)>>(std::move(call));
+  }
+  std::shared_ptr<v1::Qmm::Stub> stub = v1::Qmm::NewStub(channel);
+  if (run.options.stream) return std::make_unique<QmmStreamLane>(run, std::move(stub));
+  auto call = [stub, timeout, &requests = run.inputs.requests](
+                  int input, v1::MatMulResponse* response, std::optional<int64_t>* compute) {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline(timeout));
+    const absl::Status status = FromGrpcStatus(stub->MatMul(&context, requests[input], response));
     if (status.ok()) *compute = response->compute_ns();
     return status;
   };
-  if (run.options.stream) {
-    auto slot = std::make_shared<StreamSlot<v1::MatMulRequest, v1::MatMulResponse>>(
-        [stub](grpc::ClientContext* context) { return stub->MatMulStream(context); }, timeout);
-    return [slot, &requests, done](int input, v1::MatMulResponse* response,
-                                   std::optional<int64_t>* compute) {
-      return done(slot->Call(requests[input], response), response, compute);
-    };
-  }
-  return [stub, timeout, &requests, done](int input, v1::MatMulResponse* response,
-                                          std::optional<int64_t>* compute) {
-    grpc::ClientContext context;
-    context.set_deadline(Deadline(timeout));
-    return done(FromGrpcStatus(stub->MatMul(&context, requests[input], response)), response,
-                compute);
-  };
-}
-
-CallFn OpenInferenceCall(Run& run, const std::shared_ptr<grpc::Channel>& channel) {
-  std::shared_ptr<inference::GRPCInferenceService::Stub> stub =
-      inference::GRPCInferenceService::NewStub(channel);
-  const absl::Duration timeout = run.call_timeout;
-  const std::vector<inference::ModelInferRequest>& requests = run.inputs.infer_requests;
-  if (run.options.stream) {
-    using Slot = StreamSlot<inference::ModelInferRequest, inference::ModelStreamInferResponse>;
-    auto slot = std::make_shared<Slot>(
-        [stub](grpc::ClientContext* context) { return stub->ModelStreamInfer(context); }, timeout);
-    auto answer = std::make_shared<inference::ModelStreamInferResponse>();
-    return [slot, answer, &requests](int input, v1::MatMulResponse* response,
-                                     std::optional<int64_t>*) {
-      absl::Status status = slot->Call(requests[input], answer.get());
-      if (status.ok() && !answer->error_message().empty()) {
-        status = FromErrorMessage(answer->error_message());
-      }
-      if (status.ok()) ToMatMulResponse(*answer->mutable_infer_response(), response);
-      return status;
-    };
-  }
-  auto answer = std::make_shared<inference::ModelInferResponse>();
-  return [stub, answer, timeout, &requests](int input, v1::MatMulResponse* response,
-                                            std::optional<int64_t>*) {
-    grpc::ClientContext context;
-    context.set_deadline(Deadline(timeout));
-    const absl::Status status =
-        FromGrpcStatus(stub->ModelInfer(&context, requests[input], answer.get()));
-    if (status.ok()) ToMatMulResponse(*answer, response);
-    return status;
-  };
+  return std::make_unique<UnaryLane<decltype(call)>>(std::move(call));
 }
 
 void Caller(Run& run, int caller, BenchTally& tally) {
   const BenchOptions& o = run.options;
-  const std::shared_ptr<grpc::Channel>& channel = run.channels[caller % run.channels.size()];
-  const CallFn call = o.open_inference ? OpenInferenceCall(run, channel) : QmmCall(run, channel);
+  const std::unique_ptr<Lane> lane = MakeLane(run, run.channels[caller % run.channels.size()]);
   v1::MatMulResponse response;
   std::optional<int64_t> compute;
 
   for (int i = 0; i < o.warmup; ++i) {
-    call((caller + i) % o.inputs, &response, &compute).IgnoreError();
+    lane->Send((caller + i) % o.inputs);
+    lane->Receive(&response, &compute).IgnoreError();
   }
   run.warmed_up.DecrementCount();
   run.go.WaitForNotification();
+  struct Sent {
+    int64_t index;
+    int input;
+    absl::Time start;
+  };
+  std::deque<Sent> sent;  // unanswered, oldest first
+  bool more = true;
   while (true) {
-    const int64_t index = run.next.fetch_add(1, std::memory_order_relaxed);
-    if (o.requests ? index >= *o.requests : absl::Now() >= run.end) break;
-    const int input = static_cast<int>(index % o.inputs);
-    const absl::Time start = absl::Now();
+    while (more && lane->CanSend()) {
+      const int64_t index = run.next.fetch_add(1, std::memory_order_relaxed);
+      if (o.requests ? index >= *o.requests : absl::Now() >= run.end) {
+        more = false;
+        break;
+      }
+      sent.push_back({index, static_cast<int>(index % o.inputs), absl::Now()});
+      lane->Send(sent.back().input);
+    }
+    if (sent.empty()) break;
+    const Sent s = sent.front();
+    sent.pop_front();
     compute.reset();
-    const absl::Status status = call(input, &response, &compute);
-    const absl::Duration latency = absl::Now() - start;
+    const absl::Status status = lane->Receive(&response, &compute);
+    const absl::Duration latency = absl::Now() - s.start;
     if (!status.ok()) {
       tally.RecordError(status);
       continue;
     }
     tally.RecordOk(latency, compute);
-    if (o.verify_seed) Verify(run, input, index, response, tally);
+    if (o.verify_seed) Verify(run, s.input, s.index, response, tally);
   }
 }
 
@@ -385,6 +473,13 @@ absl::Status CheckBenchOptions(const BenchOptions& o) {
         absl::StrCat("--inputs = ", o.inputs, " must be in [1, ", kMaxInputs, "]"));
   }
   if (o.warmup < 0) return absl::InvalidArgumentError("--warmup must not be negative");
+  if (o.inflight < 1 || o.inflight > kMaxInflight) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--inflight = ", o.inflight, " must be in [1, ", kMaxInflight, "]"));
+  }
+  if (o.inflight > 1 && !o.stream) {
+    return absl::InvalidArgumentError("--inflight above 1 needs --stream");
+  }
   if (o.channels < 0 || o.channels > kMaxChannels) {
     return absl::InvalidArgumentError(
         absl::StrCat("--channels = ", o.channels, " must be in [0, ", kMaxChannels, "]"));
@@ -423,6 +518,7 @@ absl::StatusOr<bool> RunBench(Client& client, const ClientOptions& connection,
   setup.device = info->device_name();
   setup.concurrency = o.concurrency;
   setup.stream = o.stream;
+  setup.inflight = o.inflight;
   setup.protocol = o.open_inference ? "open-inference" : "qmm.v1";
   setup.channels = o.channels > 0 ? o.channels : std::min(64, (o.concurrency + 3) / 4);
   setup.rows = o.rows;

@@ -1,7 +1,8 @@
 // qmmctl bench: a load generator for one weight. `concurrency` callers, each on its own
-// thread, send MatMul requests back to back (unary calls, or over one MatMulStream each;
-// with `open_inference`, the Open Inference Protocol's ModelInfer or ModelStreamInfer)
-// until `requests` have been sent in all or `duration` has passed, and the run is
+// thread, send MatMul requests back to back (unary calls, or over one MatMulStream each,
+// with `inflight` requests sent ahead of their answers; with `open_inference`, the Open
+// Inference Protocol's ModelInfer or ModelStreamInfer) until `requests` have been sent in
+// all or `duration` has passed, and the run is
 // summed up: requests/s, rows/s, latency percentiles, errors by status code, and the
 // server's batching over the run (bench_report.h).
 //
@@ -38,6 +39,9 @@ struct BenchOptions {
   std::optional<absl::Duration> duration;
   int64_t rows = 1;  // M of every request
   bool stream = false;
+  // Requests each stream keeps ahead of their answers (1 to 16; above 1 only with
+  // `stream`), which the server batches together.
+  int inflight = 1;
   // Through inference.GRPCInferenceService (answers in the activations' dtype, without the
   // server's compute time) instead of qmm.v1.Qmm.
   bool open_inference = false;

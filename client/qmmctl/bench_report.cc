@@ -91,12 +91,14 @@ v1::BatchingStats BatchingDelta(const v1::BatchingStats& before, const v1::Batch
 std::string FormatReport(const BenchReport& r) {
   const BenchSetup& s = r.setup;
   std::string out = absl::StrFormat(
-      "bench %s (%s [%d, %d]) on %s (%s%s): %d %s over %d connection%s, M=%d %s -> %s, %d "
+      "bench %s (%s [%d, %d]) on %s (%s%s): %d %s%s over %d connection%s, M=%d %s -> %s, %d "
       "input%s\n",
       s.weight, s.scheme, s.n, s.k, s.server, s.backend,
       s.protocol == "qmm.v1" ? "" : absl::StrCat(", ", s.protocol), s.concurrency,
-      s.stream ? "streams" : "unary callers", s.channels, s.channels == 1 ? "" : "s", s.rows,
-      s.dtype, s.output_dtype, s.inputs, s.inputs == 1 ? "" : "s");
+      s.stream ? "streams" : "unary callers",
+      s.inflight > 1 ? absl::StrCat(" (", s.inflight, " requests in flight each)") : "", s.channels,
+      s.channels == 1 ? "" : "s", s.rows, s.dtype, s.output_dtype, s.inputs,
+      s.inputs == 1 ? "" : "s");
   absl::StrAppendFormat(&out, "  requests: %d ok, %d error%s", r.ok, r.errors,
                         r.errors == 1 ? "" : "s");
   if (s.verify_seed) {
@@ -151,6 +153,7 @@ nlohmann::ordered_json ReportJson(const BenchReport& r) {
       {"device", s.device},
       {"concurrency", s.concurrency},
       {"stream", s.stream},
+      {"inflight", s.inflight},
       {"protocol", s.protocol},
       {"channels", s.channels},
       {"rows", s.rows},

@@ -46,6 +46,7 @@ struct BenchSetup {
   std::string device;
   int concurrency = 0;
   bool stream = false;
+  int inflight = 1;  // requests a stream keeps ahead of their answers
   // "qmm.v1" (MatMul, MatMulStream) or "open-inference" (ModelInfer, ModelStreamInfer).
   std::string protocol = "qmm.v1";
   int channels = 0;

@@ -89,6 +89,8 @@ ABSL_FLAG(int32_t, channels, 0,
           "bench: connections the callers share; 0 = one per 4 callers, at most 64");
 ABSL_FLAG(int32_t, inputs, 64, "bench: distinct random activation sets, sent round robin");
 ABSL_FLAG(int32_t, warmup, 0, "bench: requests per caller before the clock starts");
+ABSL_FLAG(int32_t, inflight, 1,
+          "bench --stream: requests each stream sends ahead of their answers (1 to 16)");
 ABSL_FLAG(std::string, protocol, "qmm",
           "bench: qmm (MatMul, MatMulStream) or oip (the Open Inference Protocol's ModelInfer, "
           "ModelStreamInfer)");
@@ -117,7 +119,8 @@ constexpr char kUsage[] =
     "           [--repeat R] [--stream] [--output FILE.npy]\n"
     "           [--verify_seed S [--n --k --scheme --group_size] [--tolerance]]\n"
     "  bench    --weight=N --concurrency=C (--requests=R | --duration=S) [--rows=M]\n"
-    "           [--stream] [--dtype] [--out_dtype] [--verify --verify_seed=S [--tolerance]]\n"
+    "           [--stream [--inflight=N]] [--dtype] [--out_dtype]\n"
+    "           [--verify --verify_seed=S [--tolerance]]\n"
     "           [--json FILE] [--channels] [--inputs] [--warmup] [--seed] [--protocol=qmm|oip]\n"
     "  create-model SPEC.json   a model from a JSON layer list (client/model_spec.h)\n"
     "  ls-models                the models held\n"
@@ -256,6 +259,7 @@ absl::StatusOr<BenchOptions> BenchFlags() {
   }
   o.rows = absl::GetFlag(FLAGS_rows);
   o.stream = absl::GetFlag(FLAGS_stream);
+  o.inflight = absl::GetFlag(FLAGS_inflight);
   const std::string protocol = absl::GetFlag(FLAGS_protocol);
   if (protocol != "qmm" && protocol != "oip") {
     return absl::InvalidArgumentError(

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Issue 6 (dynamic batching) on a GPU machine: qmm-server with the CUDA backend on
 # loopback and qmmctl bench against an 8192 x 8192 W4A16 weight at M = 1 per request:
-# one unary client (latency), 256 streams (throughput, then verified), the first two again
-# through the Open Inference Protocol, and 256 streams
-# with --max_batch_rows=1 (the no-batching baseline); then the same latency and throughput
+# one unary client (latency), 256 streams (throughput, then verified), streams with
+# several requests in flight each, the first two again through the Open Inference
+# Protocol, and 256 streams with --max_batch_rows=1 (the no-batching baseline); then the same latency and throughput
 # with the host-path helpers off (--completion_threads=0 --worker_spin_us=0), for
 # comparison, and the transfer and compute histograms of the first server (metrics.txt).
 # Each run also records the CPU time (user + system) of the server over the run and of the
@@ -81,6 +81,9 @@ start_server
 bench one_unary --concurrency=1 --requests=2000 --warmup=50
 bench streams256 --concurrency=256 --stream --duration=5s --warmup=1
 bench streams256_verify --concurrency=256 --stream --requests=10000 --verify --verify_seed=1
+# Streams that send ahead: 4 requests in flight on each of 256, 16 on each of 64.
+bench streams256_inflight4 --concurrency=256 --stream --inflight=4 --duration=5s --warmup=1
+bench streams64_inflight16 --concurrency=64 --stream --inflight=16 --duration=5s --warmup=1
 # The same load through the Open Inference Protocol (ModelInfer, ModelStreamInfer).
 bench oip_one_unary --protocol=oip --concurrency=1 --requests=2000 --warmup=50
 bench oip_streams256 --protocol=oip --concurrency=256 --stream --duration=5s --warmup=1

@@ -1,7 +1,8 @@
 // End to end: `qmmctl bench` against the real qmm-server on loopback. Every result is
 // verified, the JSON report agrees with itself and with the server's batch statistics,
-// with --max_batch_rows=1 the server runs every request alone, and the Open Inference
-// Protocol's calls (--protocol=oip) are batched and right as qmm.v1's are.
+// with --max_batch_rows=1 the server runs every request alone, the Open Inference
+// Protocol's calls (--protocol=oip) are batched and right as qmm.v1's are, and one
+// stream's requests sent ahead (--inflight) share launches.
 #include <signal.h>
 #include <unistd.h>
 
@@ -116,6 +117,25 @@ TEST_F(BenchEndToEndTest, OpenInferenceCallsAreBatchedAndRight) {
     EXPECT_TRUE(j["server_compute_p50_ms"].is_null()) << mode;
     EXPECT_EQ(j["server_batching"]["requests"], 300) << mode;
     EXPECT_GT(j["server_batching"]["multi_request_launches"].get<int64_t>(), 0) << mode;
+  }
+}
+
+TEST_F(BenchEndToEndTest, OneStreamsRequestsInFlightGoTogether) {
+  // One caller alone: only the requests its stream sends ahead can share a launch. The
+  // queue delay gives the ones written behind the first time to arrive.
+  Start({"--workers=1", "--cpu_threads=1", "--max_queue_delay_us=5000"});
+  for (const char* protocol : {"--protocol=qmm", "--protocol=oip"}) {
+    const nlohmann::json j = Bench(
+        {protocol, "--concurrency=1", "--stream", "--inflight=8", "--requests=160", "--rows=2"});
+    ASSERT_TRUE(j.is_object()) << protocol;
+    EXPECT_EQ(j["setup"]["inflight"], 8);
+    EXPECT_EQ(j["ok"], 160) << protocol;
+    EXPECT_EQ(j["verified"], 160) << protocol;
+    EXPECT_EQ(j["mismatches"], 0) << protocol;
+    const nlohmann::json& b = j["server_batching"];
+    EXPECT_EQ(b["requests"], 160) << protocol;
+    EXPECT_GT(b["multi_request_launches"].get<int64_t>(), 0) << protocol;
+    EXPECT_LT(b["launches"].get<int64_t>(), 80) << protocol;
   }
 }
 

@@ -90,6 +90,19 @@ TEST(SummarizeTest, AnswersWithoutComputeTimeLeaveItOut) {
   EXPECT_EQ(j["setup"]["protocol"], "open-inference");
 }
 
+TEST(SummarizeTest, StreamsWithRequestsInFlightSaySo) {
+  BenchSetup setup = ExampleSetup();
+  setup.stream = true;
+  setup.inflight = 8;
+  const BenchReport r = Summarize(setup, {}, absl::Milliseconds(10));
+  const std::string text = FormatReport(r);
+  EXPECT_NE(text.find("streams (8 requests in flight each)"), std::string::npos) << text;
+  EXPECT_EQ(ReportJson(r)["setup"]["inflight"], 8);
+  setup.inflight = 1;
+  const std::string one = FormatReport(Summarize(setup, {}, absl::Milliseconds(10)));
+  EXPECT_EQ(one.find("in flight"), std::string::npos) << one;
+}
+
 TEST(SummarizeTest, NoTimeGivesNoRates) {
   const BenchReport r = Summarize(ExampleSetup(), {}, absl::ZeroDuration());
   EXPECT_EQ(r.ok, 0);

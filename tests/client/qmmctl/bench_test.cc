@@ -190,6 +190,55 @@ TEST_F(BenchTest, StreamsReopenAfterAnErrorEndsThem) {
   std::remove(o.json_path.c_str());
 }
 
+TEST_F(BenchTest, StreamsWithRequestsInFlightAnswerEachInOrder) {
+  // Every answer is checked against its own input's reference: answers taken out of
+  // order would be mismatches.
+  fake_.set_faults(false);
+  BenchOptions o = Options();
+  o.stream = true;
+  o.inflight = 6;
+  o.requests = 90;
+  o.json_path = ::testing::TempDir() + "/bench_test_inflight.json";
+  absl::StatusOr<bool> passed = RunBench(*client_, connection_, o);
+  ASSERT_TRUE(passed.ok()) << passed.status();
+  EXPECT_TRUE(*passed);
+  EXPECT_EQ(fake_.matmuls(), 90);
+  const nlohmann::json j = ReadJson(o.json_path);
+  EXPECT_EQ(j["ok"], 90);
+  EXPECT_EQ(j["verified"], 90);
+  EXPECT_EQ(j["mismatches"], 0);
+  EXPECT_EQ(j["latency_ms"]["count"], 90);
+  EXPECT_EQ(j["setup"]["inflight"], 6);
+  std::remove(o.json_path.c_str());
+}
+
+TEST_F(BenchTest, AFailedStreamFailsTheRequestsInFlightBehindIt) {
+  // The fake ends a stream at every 7th request it reads; the requests written behind
+  // that one get the stream's status, the rest go over a new stream.
+  BenchOptions o = Options();
+  o.stream = true;
+  o.inflight = 4;
+  o.json_path = ::testing::TempDir() + "/bench_test_inflight_faults.json";
+  absl::StatusOr<bool> passed = RunBench(*client_, connection_, o);
+  ASSERT_TRUE(passed.ok()) << passed.status();
+  EXPECT_FALSE(*passed);
+  const nlohmann::json j = ReadJson(o.json_path);
+  // The fake answered `read` requests, refused every 7th of them, corrupted every other
+  // 5th; the requests it never read were behind a refused one.
+  const int64_t read = fake_.matmuls();
+  EXPECT_GT(read, 50);
+  EXPECT_LE(read, 70);
+  int64_t corrupted = 0;
+  for (int64_t number = 1; number <= read; ++number)
+    corrupted += number % 5 == 0 && number % 7 != 0;
+  EXPECT_EQ(j["ok"], read - read / 7);
+  EXPECT_EQ(j["errors"], 70 - (read - read / 7));
+  EXPECT_EQ(j["errors_by_code"]["RESOURCE_EXHAUSTED"], j["errors"]);
+  EXPECT_EQ(j["verified"], j["ok"]);
+  EXPECT_EQ(j["mismatches"], corrupted);
+  std::remove(o.json_path.c_str());
+}
+
 TEST_F(BenchTest, ACleanTimedRunPasses) {
   fake_.set_faults(false);
   BenchOptions o = Options();
@@ -253,6 +302,17 @@ TEST(CheckBenchOptionsTest, EachBoundIsChecked) {
   EXPECT_TRUE(bad([](BenchOptions& o) { o.warmup = -1; }));
   EXPECT_TRUE(bad([](BenchOptions& o) { o.channels = -1; }));
   EXPECT_TRUE(bad([](BenchOptions& o) { o.tolerance = -1; }));
+  EXPECT_TRUE(bad([](BenchOptions& o) { o.inflight = 0; }));
+  EXPECT_TRUE(bad([](BenchOptions& o) {
+    o.stream = true;
+    o.inflight = 17;
+  }));
+  EXPECT_TRUE(bad([](BenchOptions& o) { o.inflight = 2; }));  // unary calls
+  good.stream = true;
+  good.inflight = 16;
+  EXPECT_TRUE(CheckBenchOptions(good).ok());
+  good.stream = false;
+  good.inflight = 1;
   // The Open Inference Protocol answers in the activations' dtype.
   EXPECT_TRUE(bad([](BenchOptions& o) {
     o.open_inference = true;
