@@ -10,14 +10,19 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "server/backend.h"
 #include "server/lifecycle.h"
 #include "server/server.h"
+#include "server/unix_socket.h"
 
-ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "host:port to listen on; port 0 picks one");
+ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
+          "host:port to listen on (port 0 picks one), or unix:PATH, a Unix domain socket for "
+          "clients on the same host");
 ABSL_FLAG(std::string, backend, "auto", "auto (CUDA when a GPU is present, else CPU), cpu or cuda");
 ABSL_FLAG(int, device, 0, "CUDA device ordinal");
 ABSL_FLAG(int, workers, 2, "MatMul calls that run at once (CUDA: one stream each)");
@@ -129,11 +134,17 @@ int main(int argc, char** argv) {
   absl::StatusOr<int> port = server.Start();
   if (!port.ok()) return Fail(port.status());
 
-  // The one line scripts wait for; with --listen=HOST:0 it carries the real port.
-  const std::string host = options.listen_address.substr(0, options.listen_address.rfind(':'));
-  std::cout << "qmm-server listening on " << host << ":" << *port
-            << " backend=" << server.backend().name() << " device=\""
-            << absl::StrReplaceAll(server.backend().device_name(), {{"\"", "'"}}) << "\""
+  // The one line scripts wait for; with --listen=HOST:0 it carries the real port. A
+  // Unix socket's address is what clients dial as it was given.
+  const std::string address =
+      qmm::UnixSocketPath(options.listen_address) ||
+              absl::StartsWith(options.listen_address, "unix-abstract:")
+          ? options.listen_address
+          : absl::StrCat(options.listen_address.substr(0, options.listen_address.rfind(':')), ":",
+                         *port);
+  std::cout << "qmm-server listening on " << address << " backend=" << server.backend().name()
+            << " device=\"" << absl::StrReplaceAll(server.backend().device_name(), {{"\"", "'"}})
+            << "\""
             << " tls="
             << (options.tls.cert_file.empty()        ? "off"
                 : options.tls.client_ca_file.empty() ? "on"

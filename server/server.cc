@@ -13,6 +13,7 @@
 #include "qmm/v1/qmm.grpc.pb.h"
 #include "server/http_address.h"
 #include "server/limits.h"
+#include "server/unix_socket.h"
 
 namespace qmm {
 namespace {
@@ -120,6 +121,9 @@ absl::StatusOr<int> QmmServer::Start() {
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  if (const std::optional<std::string> path = UnixSocketPath(options_.listen_address)) {
+    if (absl::Status free = CheckUnixSocketFree(*path); !free.ok()) return free;
+  }
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(options_.listen_address, *credentials, &port);

@@ -32,7 +32,8 @@
 namespace qmm {
 
 struct ServerOptions {
-  // host:port; port 0 picks a free port (Start returns it).
+  // host:port; port 0 picks a free port (Start returns it). Or a Unix domain socket,
+  // "unix:PATH" (server/unix_socket.h), for clients on the same host.
   std::string listen_address = "127.0.0.1:50051";
   // TLS or mutual TLS on listen_address; none by default (plaintext).
   TlsServerOptions tls;
@@ -83,9 +84,11 @@ class QmmServer {
   QmmServer(const QmmServer&) = delete;
   QmmServer& operator=(const QmmServer&) = delete;
 
-  // Starts serving (and the metrics endpoint, when configured); returns the bound port.
-  // INVALID_ARGUMENT for bad options (TLS files included) or a malformed metrics address,
-  // UNAVAILABLE when an address cannot be bound. Call once.
+  // Starts serving (and the metrics endpoint, when configured); returns the bound port (1
+  // on a Unix socket, as gRPC reports it). INVALID_ARGUMENT for bad options (TLS files
+  // included) or a malformed metrics address, UNAVAILABLE when an address cannot be bound
+  // or another server listens on the Unix socket, FAILED_PRECONDITION when a file other
+  // than a socket is at its path. Call once.
   absl::StatusOr<int> Start();
 
   // Stops accepting calls, lets in-flight calls finish (up to shutdown_grace, then

@@ -3,7 +3,8 @@
 # loopback and qmmctl bench against an 8192 x 8192 W4A16 weight at M = 1 per request:
 # one unary client (latency), 256 streams (throughput, then verified), streams with
 # several requests in flight each, the first two again through the Open Inference
-# Protocol, and 256 streams with --max_batch_rows=1 (the no-batching baseline); then the same latency and throughput
+# Protocol, the first two over a Unix domain socket, and 256 streams with
+# --max_batch_rows=1 (the no-batching baseline); then the same latency and throughput
 # with the host-path helpers off (--completion_threads=0 --worker_spin_us=0), for
 # comparison, and the transfer and compute histograms of the first server (metrics.txt).
 # Each run also records the CPU time (user + system) of the server over the run and of the
@@ -20,8 +21,10 @@ mkdir -p "$out"
 pid=""
 trap '[[ -n $pid ]] && kill "$pid" 2>/dev/null || true' EXIT
 
+servers=0
 start_server() {  # extra server flags...
-  local log="$out/server-$#.log"
+  servers=$((servers + 1))
+  local log="$out/server-$servers.log"
   "$bin/qmm-server" --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 --backend=cuda --workers=2 \
     "$@" >"$log" 2>&1 &
   pid=$!
@@ -93,6 +96,12 @@ stop_server
 start_server --completion_threads=0 --worker_spin_us=0
 bench one_unary_nohelpers --concurrency=1 --requests=2000 --warmup=50
 bench streams256_nohelpers --concurrency=256 --stream --duration=5s --warmup=1
+stop_server
+
+# Over a Unix domain socket instead of TCP on loopback.
+start_server --listen="unix:$out/qmm.sock"
+bench uds_one_unary --concurrency=1 --requests=2000 --warmup=50
+bench uds_streams256 --concurrency=256 --stream --duration=5s --warmup=1
 stop_server
 
 start_server --max_batch_rows=1

@@ -4,8 +4,10 @@
 
 #include <grpcpp/generic/generic_stub.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <memory>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -166,6 +168,39 @@ TEST(QmmServerTest, AddressInUseIsUnavailable) {
   const absl::Status status = second.Start().status();
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
   EXPECT_NE(status.message().find(options.listen_address), std::string::npos);
+}
+
+TEST(QmmServerTest, ServesOnAUnixSocketAndKeepsItFromASecondServer) {
+  const std::string path = absl::StrCat(::testing::TempDir(), "/server_test_", getpid(), ".sock");
+  ServerOptions options;
+  options.listen_address = "unix:" + path;
+  auto first = std::make_unique<QmmServer>(Cpu(), options);
+  ASSERT_TRUE(first->Start().ok());
+  auto info = [&] {
+    std::unique_ptr<v1::Qmm::Stub> stub = v1::Qmm::NewStub(
+        grpc::CreateChannel(options.listen_address, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1::ServerInfoResponse response;
+    return stub->ServerInfo(&context, v1::ServerInfoRequest(), &response).ok() &&
+           response.backend() == "cpu";
+  };
+  EXPECT_TRUE(info());
+
+  // gRPC would unlink the live socket and take the path over; the check refuses instead.
+  QmmServer second(Cpu(), options);
+  const absl::Status status = second.Start().status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(status.message().find(options.listen_address), std::string::npos) << status;
+  EXPECT_TRUE(info());  // the first still gets the clients
+
+  // Once the first is gone, another server may listen there.
+  first->Shutdown();
+  first.reset();
+  QmmServer third(Cpu(), options);
+  EXPECT_TRUE(third.Start().ok());
+  EXPECT_TRUE(info());
+  third.Shutdown();
 }
 
 TEST(QmmServerTest, ShutdownLetsAnOpenStreamFinishThenRefusesCalls) {
