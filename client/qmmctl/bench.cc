@@ -323,46 +323,32 @@ class UnaryLane final : public Lane {
   std::optional<int> input_;
 };
 
-class QmmStreamLane final : public Lane {
+// A stream's requests through a StreamSlot; `take` turns an answer into the caller's
+// result.
+template <typename Request, typename Response>
+class StreamLane final : public Lane {
  public:
-  QmmStreamLane(const Run& run, std::shared_ptr<v1::Qmm::Stub> stub)
-      : requests_(run.inputs.requests),
-        slot_([stub](grpc::ClientContext* context) { return stub->MatMulStream(context); },
-              run.call_timeout, run.options.inflight) {}
+  using Slot = StreamSlot<Request, Response>;
+  using Take = std::function<absl::Status(Response& answer, v1::MatMulResponse* response,
+                                          std::optional<int64_t>* compute)>;
+
+  StreamLane(const Run& run, const std::vector<Request>& requests, typename Slot::Open open,
+             Take take)
+      : requests_(requests),
+        slot_(std::move(open), run.call_timeout, run.options.inflight),
+        take_(std::move(take)) {}
   bool CanSend() const override { return slot_.CanSend(); }
   void Send(int input) override { slot_.Send(requests_[input]); }
   absl::Status Receive(v1::MatMulResponse* response, std::optional<int64_t>* compute) override {
-    const absl::Status status = slot_.Receive(response);
-    if (status.ok()) *compute = response->compute_ns();
-    return status;
+    const absl::Status status = slot_.Receive(&answer_);
+    return status.ok() ? take_(answer_, response, compute) : status;
   }
 
  private:
-  const std::vector<v1::MatMulRequest>& requests_;
-  StreamSlot<v1::MatMulRequest, v1::MatMulResponse> slot_;
-};
-
-class InferStreamLane final : public Lane {
- public:
-  InferStreamLane(const Run& run, std::shared_ptr<inference::GRPCInferenceService::Stub> stub)
-      : requests_(run.inputs.infer_requests),
-        slot_([stub](grpc::ClientContext* context) { return stub->ModelStreamInfer(context); },
-              run.call_timeout, run.options.inflight) {}
-  bool CanSend() const override { return slot_.CanSend(); }
-  void Send(int input) override { slot_.Send(requests_[input]); }
-  absl::Status Receive(v1::MatMulResponse* response, std::optional<int64_t>*) override {
-    absl::Status status = slot_.Receive(&answer_);
-    if (status.ok() && !answer_.error_message().empty()) {
-      status = FromErrorMessage(answer_.error_message());
-    }
-    if (status.ok()) ToMatMulResponse(*answer_.mutable_infer_response(), response);
-    return status;
-  }
-
- private:
-  const std::vector<inference::ModelInferRequest>& requests_;
-  StreamSlot<inference::ModelInferRequest, inference::ModelStreamInferResponse> slot_;
-  inference::ModelStreamInferResponse answer_;
+  const std::vector<Request>& requests_;
+  Slot slot_;
+  const Take take_;
+  Response answer_;
 };
 
 std::unique_ptr<Lane> MakeLane(const Run& run, const std::shared_ptr<grpc::Channel>& channel) {
@@ -370,7 +356,18 @@ std::unique_ptr<Lane> MakeLane(const Run& run, const std::shared_ptr<grpc::Chann
   if (run.options.open_inference) {
     std::shared_ptr<inference::GRPCInferenceService::Stub> stub =
         inference::GRPCInferenceService::NewStub(channel);
-    if (run.options.stream) return std::make_unique<InferStreamLane>(run, std::move(stub));
+    if (run.options.stream) {
+      return std::make_unique<
+          StreamLane<inference::ModelInferRequest, inference::ModelStreamInferResponse>>(
+          run, run.inputs.infer_requests,
+          [stub](grpc::ClientContext* context) { return stub->ModelStreamInfer(context); },
+          [](inference::ModelStreamInferResponse& answer, v1::MatMulResponse* response,
+             std::optional<int64_t>*) {
+            if (!answer.error_message().empty()) return FromErrorMessage(answer.error_message());
+            ToMatMulResponse(*answer.mutable_infer_response(), response);
+            return absl::OkStatus();
+          });
+    }
     auto call = [stub, timeout, &requests = run.inputs.infer_requests,
                  answer = inference::ModelInferResponse()](int input, v1::MatMulResponse* response,
                                                            std::optional<int64_t>*) mutable {
@@ -384,7 +381,17 @@ std::unique_ptr<Lane> MakeLane(const Run& run, const std::shared_ptr<grpc::Chann
     return std::make_unique<UnaryLane<decltype(call)>>(std::move(call));
   }
   std::shared_ptr<v1::Qmm::Stub> stub = v1::Qmm::NewStub(channel);
-  if (run.options.stream) return std::make_unique<QmmStreamLane>(run, std::move(stub));
+  if (run.options.stream) {
+    return std::make_unique<StreamLane<v1::MatMulRequest, v1::MatMulResponse>>(
+        run, run.inputs.requests,
+        [stub](grpc::ClientContext* context) { return stub->MatMulStream(context); },
+        [](v1::MatMulResponse& answer, v1::MatMulResponse* response,
+           std::optional<int64_t>* compute) {
+          response->Swap(&answer);
+          *compute = response->compute_ns();
+          return absl::OkStatus();
+        });
+  }
   auto call = [stub, timeout, &requests = run.inputs.requests](
                   int input, v1::MatMulResponse* response, std::optional<int64_t>* compute) {
     grpc::ClientContext context;
