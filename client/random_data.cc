@@ -56,4 +56,16 @@ std::vector<float> RandomActivationValues(int64_t m, int64_t k, uint64_t seed) {
   return x;
 }
 
+std::vector<int32_t> RandomTokenIds(int64_t m, int64_t vocab, uint64_t seed) {
+  std::vector<int32_t> ids(m);
+  uint64_t state = seed;
+  for (int32_t& id : ids) {
+    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    id = static_cast<int32_t>((z ^ (z >> 31)) % static_cast<uint64_t>(vocab));
+  }
+  return ids;
+}
+
 }  // namespace qmm

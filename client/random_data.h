@@ -21,6 +21,9 @@ std::vector<float> RandomWeightValues(int64_t n, int64_t k, uint64_t seed);
 // [m, k] row-major bell-shaped noise with mean 0 and standard deviation 1 (|x| < 3.5).
 std::vector<float> RandomActivationValues(int64_t m, int64_t k, uint64_t seed);
 
+// m token ids uniform in [0, vocab) (vocab >= 1), by integer hashing (splitmix64).
+std::vector<int32_t> RandomTokenIds(int64_t m, int64_t vocab, uint64_t seed);
+
 }  // namespace qmm
 
 #endif  // QMM_CLIENT_RANDOM_DATA_H_

@@ -24,7 +24,9 @@
 #include "client/grpc_status.h"
 #include "client/matmul_messages.h"
 #include "client/nd_array.h"
+#include "client/qmmctl/bench_inputs.h"
 #include "client/qmmctl/bench_report.h"
+#include "client/qmmctl/forward_verify.h"
 #include "client/qmmctl/names.h"
 #include "client/qmmctl/verify.h"
 #include "client/random_data.h"
@@ -54,34 +56,12 @@ std::chrono::system_clock::time_point Deadline(absl::Duration timeout) {
   return absl::ToChronoTime(absl::Now() + timeout);
 }
 
-// The activation sets and, when verifying, their references; read-only during the run.
-struct Inputs {
-  std::vector<v1::MatMulRequest> requests;
-  std::vector<inference::ModelInferRequest> infer_requests;  // the same, for open_inference
-  std::vector<std::vector<double>> references;               // empty unless verifying
-};
-
-// The Open Inference Protocol's spelling of the activations' dtype, and back.
-const char* InferDatatype(v1::DType dtype) {
-  return dtype == v1::DTYPE_FP16 ? "FP16" : dtype == v1::DTYPE_BF16 ? "BF16" : "FP32";
-}
+// The Open Inference Protocol's spelling of a dtype, as the qmm.v1 enum.
 v1::DType FromInferDatatype(const std::string& datatype) {
   return datatype == "FP16"   ? v1::DTYPE_FP16
          : datatype == "BF16" ? v1::DTYPE_BF16
          : datatype == "FP32" ? v1::DTYPE_FP32
                               : v1::DTYPE_UNSPECIFIED;
-}
-
-// `request` as a ModelInfer of input "x" on the model of the weight's name.
-inference::ModelInferRequest ToInferRequest(const v1::MatMulRequest& request) {
-  inference::ModelInferRequest out;
-  out.set_model_name(request.weight());
-  inference::ModelInferRequest::InferInputTensor* x = out.add_inputs();
-  x->set_name("x");
-  x->set_datatype(InferDatatype(request.input().dtype()));
-  *x->mutable_shape() = request.input().shape();
-  out.add_raw_input_contents(request.input().data());
-  return out;
 }
 
 // A ModelInfer answer as the MatMul answer Verify reads (its output moved out).
@@ -104,43 +84,6 @@ absl::Status FromErrorMessage(const std::string& error) {
     }
   }
   return absl::UnknownError(error);
-}
-
-absl::StatusOr<Inputs> MakeInputs(const BenchOptions& o, const v1::WeightInfo& w, Scheme scheme) {
-  Inputs inputs;
-  std::vector<std::vector<float>> sent(o.inputs);  // the values as the server will see them
-  for (int i = 0; i < o.inputs; ++i) {
-    const NdArray x =
-        FromFloats(o.dtype, {o.rows, w.k()}, RandomActivationValues(o.rows, w.k(), o.seed + i));
-    v1::MatMulRequest& request = inputs.requests.emplace_back();
-    if (absl::Status s = BuildMatMulRequest(o.weight, x, o.output_dtype, &request); !s.ok()) {
-      return s;
-    }
-    if (o.verify_seed) sent[i] = ToFloats(x);
-    if (o.open_inference) inputs.infer_requests.push_back(ToInferRequest(request));
-  }
-  if (!o.verify_seed) return inputs;
-
-  const WeightShape shape{w.n(), w.k(), w.group_size()};
-  std::fprintf(stderr, "bench: computing float64 references of %d inputs...\n", o.inputs);
-  absl::StatusOr<std::vector<uint8_t>> packed = PackRandomWeight(scheme, shape, *o.verify_seed);
-  if (!packed.ok()) return packed.status();
-  absl::StatusOr<PackedWeight> view = ViewPacked(scheme, shape, *packed);
-  if (!view.ok()) return view.status();
-  inputs.references.resize(o.inputs);
-  std::atomic<int> next{0};
-  std::vector<std::thread> threads;
-  const int count =
-      std::clamp<int>(static_cast<int>(std::thread::hardware_concurrency()), 1, o.inputs);
-  for (int t = 0; t < count; ++t) {
-    threads.emplace_back([&] {
-      for (int i = next++; i < o.inputs; i = next++) {
-        inputs.references[i] = ReferenceMatMul(*view, sent[i].data(), o.rows);
-      }
-    });
-  }
-  for (std::thread& t : threads) t.join();
-  return inputs;
 }
 
 std::vector<std::shared_ptr<grpc::Channel>> OpenChannels(const ClientOptions& c, int count,
@@ -246,17 +189,18 @@ class StreamSlot {
 
 // What every caller shares.
 struct Run {
-  Run(const BenchOptions& o, const Inputs& in, int64_t weight_n, double tol, absl::Duration timeout)
+  Run(const BenchOptions& o, const BenchInputs& in, int64_t out_features, double tol,
+      absl::Duration timeout)
       : options(o),
         inputs(in),
-        n(weight_n),
+        n(out_features),
         tolerance(tol),
         call_timeout(timeout),
         warmed_up(o.concurrency) {}
 
   const BenchOptions& options;
-  const Inputs& inputs;
-  const int64_t n;  // the weight's
+  const BenchInputs& inputs;
+  const int64_t n;  // the weight's N, the model's out_features
   const double tolerance;
   const absl::Duration call_timeout;
   std::vector<std::shared_ptr<grpc::Channel>> channels;
@@ -351,15 +295,45 @@ class StreamLane final : public Lane {
   Response answer_;
 };
 
+// A qmm.v1 answer (a MatMulResponse or a ForwardResponse: the same fields) as the result.
+template <typename Response>
+absl::Status TakeAnswer(Response& answer, v1::MatMulResponse* response,
+                        std::optional<int64_t>* compute) {
+  response->Clear();
+  response->mutable_output()->Swap(answer.mutable_output());
+  *compute = answer.compute_ns();
+  return absl::OkStatus();
+}
+
+// A qmm.v1 lane: `unary` makes one call, `open` opens a stream.
+template <typename Request, typename Response>
+std::unique_ptr<Lane> QmmLane(
+    const Run& run, const std::vector<Request>& requests,
+    std::function<grpc::Status(grpc::ClientContext*, const Request&, Response*)> unary,
+    typename StreamSlot<Request, Response>::Open open) {
+  if (run.options.stream) {
+    return std::make_unique<StreamLane<Request, Response>>(run, requests, std::move(open),
+                                                           &TakeAnswer<Response>);
+  }
+  auto call = [unary = std::move(unary), timeout = run.call_timeout, &requests,
+               answer = Response()](int input, v1::MatMulResponse* response,
+                                    std::optional<int64_t>* compute) mutable {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline(timeout));
+    const absl::Status status = FromGrpcStatus(unary(&context, requests[input], &answer));
+    return status.ok() ? TakeAnswer(answer, response, compute) : status;
+  };
+  return std::make_unique<UnaryLane<decltype(call)>>(std::move(call));
+}
+
 std::unique_ptr<Lane> MakeLane(const Run& run, const std::shared_ptr<grpc::Channel>& channel) {
-  const absl::Duration timeout = run.call_timeout;
   if (run.options.open_inference) {
     std::shared_ptr<inference::GRPCInferenceService::Stub> stub =
         inference::GRPCInferenceService::NewStub(channel);
     if (run.options.stream) {
       return std::make_unique<
           StreamLane<inference::ModelInferRequest, inference::ModelStreamInferResponse>>(
-          run, run.inputs.infer_requests,
+          run, run.inputs.infer,
           [stub](grpc::ClientContext* context) { return stub->ModelStreamInfer(context); },
           [](inference::ModelStreamInferResponse& answer, v1::MatMulResponse* response,
              std::optional<int64_t>*) {
@@ -368,7 +342,7 @@ std::unique_ptr<Lane> MakeLane(const Run& run, const std::shared_ptr<grpc::Chann
             return absl::OkStatus();
           });
     }
-    auto call = [stub, timeout, &requests = run.inputs.infer_requests,
+    auto call = [stub, timeout = run.call_timeout, &requests = run.inputs.infer,
                  answer = inference::ModelInferResponse()](int input, v1::MatMulResponse* response,
                                                            std::optional<int64_t>*) mutable {
       grpc::ClientContext context;
@@ -381,26 +355,18 @@ std::unique_ptr<Lane> MakeLane(const Run& run, const std::shared_ptr<grpc::Chann
     return std::make_unique<UnaryLane<decltype(call)>>(std::move(call));
   }
   std::shared_ptr<v1::Qmm::Stub> stub = v1::Qmm::NewStub(channel);
-  if (run.options.stream) {
-    return std::make_unique<StreamLane<v1::MatMulRequest, v1::MatMulResponse>>(
-        run, run.inputs.requests,
-        [stub](grpc::ClientContext* context) { return stub->MatMulStream(context); },
-        [](v1::MatMulResponse& answer, v1::MatMulResponse* response,
-           std::optional<int64_t>* compute) {
-          response->Swap(&answer);
-          *compute = response->compute_ns();
-          return absl::OkStatus();
-        });
+  if (!run.options.model.empty()) {
+    return QmmLane<v1::ForwardRequest, v1::ForwardResponse>(
+        run, run.inputs.forward,
+        [stub](grpc::ClientContext* context, const v1::ForwardRequest& request,
+               v1::ForwardResponse* response) { return stub->Forward(context, request, response); },
+        [stub](grpc::ClientContext* context) { return stub->ForwardStream(context); });
   }
-  auto call = [stub, timeout, &requests = run.inputs.requests](
-                  int input, v1::MatMulResponse* response, std::optional<int64_t>* compute) {
-    grpc::ClientContext context;
-    context.set_deadline(Deadline(timeout));
-    const absl::Status status = FromGrpcStatus(stub->MatMul(&context, requests[input], response));
-    if (status.ok()) *compute = response->compute_ns();
-    return status;
-  };
-  return std::make_unique<UnaryLane<decltype(call)>>(std::move(call));
+  return QmmLane<v1::MatMulRequest, v1::MatMulResponse>(
+      run, run.inputs.matmul,
+      [stub](grpc::ClientContext* context, const v1::MatMulRequest& request,
+             v1::MatMulResponse* response) { return stub->MatMul(context, request, response); },
+      [stub](grpc::ClientContext* context) { return stub->MatMulStream(context); });
 }
 
 void Caller(Run& run, int caller, BenchTally& tally) {
@@ -443,7 +409,7 @@ void Caller(Run& run, int caller, BenchTally& tally) {
       continue;
     }
     tally.RecordOk(latency, compute);
-    if (o.verify_seed) Verify(run, s.input, s.index, response, tally);
+    if (!run.inputs.references.empty()) Verify(run, s.input, s.index, response, tally);
   }
 }
 
@@ -456,7 +422,16 @@ std::optional<v1::BatchingStats> Batching(Client& client) {
 }  // namespace
 
 absl::Status CheckBenchOptions(const BenchOptions& o) {
-  if (o.weight.empty()) return absl::InvalidArgumentError("bench needs --weight");
+  if (o.weight.empty() == o.model.empty()) {
+    return absl::InvalidArgumentError("bench needs exactly one of --weight and --model");
+  }
+  if (!o.model.empty() && o.verify_seed) {
+    return absl::InvalidArgumentError(
+        "--verify_seed is a weight's; a model's weights take --verify_seeds=NAME=SEED,...");
+  }
+  if (!o.weight.empty() && !o.verify_seeds.empty()) {
+    return absl::InvalidArgumentError("--verify_seeds is a model's; a weight takes --verify_seed");
+  }
   if (o.concurrency < 1 || o.concurrency > kMaxConcurrency) {
     return absl::InvalidArgumentError(
         absl::StrCat("--concurrency = ", o.concurrency, " must be in [1, ", kMaxConcurrency, "]"));
@@ -500,13 +475,78 @@ absl::Status CheckBenchOptions(const BenchOptions& o) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<bool> RunBench(Client& client, const ClientOptions& connection,
-                              const BenchOptions& o) {
-  if (absl::Status s = CheckBenchOptions(o); !s.ok()) return s;
+namespace {
+
+// The weight's setup and inputs.
+absl::Status PrepareWeight(Client& client, const BenchOptions& o, const std::string& backend,
+                           BenchSetup& setup, absl::StatusOr<BenchInputs>& inputs) {
   absl::StatusOr<v1::WeightInfo> weight = client.GetWeight(o.weight);
   if (!weight.ok()) return weight.status();
   const std::optional<Scheme> scheme = SchemeFromProto(weight->scheme());
   if (!scheme) return absl::InvalidArgumentError("the weight's scheme is unknown to qmmctl");
+  setup.weight = o.weight;
+  setup.scheme = std::string(SchemeFlagName(*scheme));
+  setup.n = weight->n();
+  setup.k = weight->k();
+  setup.group_size = weight->group_size();
+  setup.verify_seed = o.verify_seed;
+  setup.tolerance = o.tolerance > 0
+                        ? o.tolerance
+                        : DefaultTolerance(*scheme, o.output_dtype.value_or(o.dtype), backend);
+  inputs = WeightInputs(o, *weight, *scheme);
+  return inputs.status();
+}
+
+// The model's setup and inputs: activations of --dtype, or token ids (whose answers are
+// fp32 unless --out_dtype says otherwise; through the Open Inference Protocol, always).
+absl::Status PrepareModel(Client& client, const BenchOptions& o, const std::string& backend,
+                          BenchSetup& setup, absl::StatusOr<BenchInputs>& inputs) {
+  absl::StatusOr<v1::ModelInfo> model = client.GetModel(o.model);
+  if (!model.ok()) return model.status();
+  int64_t vocab = 0;
+  bool bf16_activations = o.dtype == DType::kBF16;
+  DType output = o.output_dtype.value_or(o.dtype);
+  if (model->token_input()) {
+    absl::StatusOr<v1::WeightInfo> table = client.GetWeight(model->layers(0).embedding().weight());
+    if (!table.ok()) return table.status();
+    vocab = table->n();
+    bf16_activations = table->scheme() == v1::SCHEME_BF16;
+    output = o.output_dtype.value_or(DType::kF32);
+    if (o.open_inference && output != DType::kF32) {
+      return absl::InvalidArgumentError(
+          "--out_dtype is not fp32, but the Open Inference Protocol answers a token model in "
+          "FP32");
+    }
+  }
+  std::map<std::string, RandomWeight, std::less<>> weights;
+  bool has_w2a8 = false;
+  if (!o.verify_seeds.empty()) {
+    absl::StatusOr<std::map<std::string, RandomWeight, std::less<>>> random =
+        RandomWeightsOf(client, *model, o.verify_seeds);
+    if (!random.ok()) return random.status();
+    weights = *std::move(random);
+    for (const auto& [name, w] : weights) has_w2a8 |= w.scheme == Scheme::kW2A8;
+  }
+  setup.model = true;
+  setup.weight = o.model;
+  setup.scheme = model->token_input() ? "token model" : "model";
+  setup.n = model->out_features();
+  setup.k = model->token_input() ? vocab : model->in_features();
+  setup.layers = model->layers_size();
+  setup.dtype = model->token_input() ? "token ids" : std::string(DTypeName(o.dtype));
+  setup.output_dtype = std::string(DTypeName(output));
+  setup.verify_seeds = o.verify_seeds;
+  setup.tolerance =
+      o.tolerance > 0 ? o.tolerance : ForwardTolerance(has_w2a8, bf16_activations, output, backend);
+  inputs = ModelInputs(o, *model, vocab, weights);
+  return inputs.status();
+}
+
+}  // namespace
+
+absl::StatusOr<bool> RunBench(Client& client, const ClientOptions& connection,
+                              const BenchOptions& o) {
+  if (absl::Status s = CheckBenchOptions(o); !s.ok()) return s;
   absl::StatusOr<v1::ServerInfoResponse> info = client.ServerInfo();
   if (!info.ok()) return info.status();
   if (o.rows > info->limits().max_rows()) {
@@ -516,11 +556,6 @@ absl::StatusOr<bool> RunBench(Client& client, const ClientOptions& connection,
 
   BenchSetup setup;
   setup.server = connection.server;
-  setup.weight = o.weight;
-  setup.scheme = std::string(SchemeFlagName(*scheme));
-  setup.n = weight->n();
-  setup.k = weight->k();
-  setup.group_size = weight->group_size();
   setup.backend = info->backend();
   setup.device = info->device_name();
   setup.concurrency = o.concurrency;
@@ -535,14 +570,13 @@ absl::StatusOr<bool> RunBench(Client& client, const ClientOptions& connection,
   setup.requests = o.requests;
   setup.duration = o.duration;
   setup.warmup = o.warmup;
-  setup.verify_seed = o.verify_seed;
-  setup.tolerance = o.tolerance > 0 ? o.tolerance
-                                    : DefaultTolerance(*scheme, o.output_dtype.value_or(o.dtype),
-                                                       info->backend());
-
-  absl::StatusOr<Inputs> inputs = MakeInputs(o, *weight, *scheme);
-  if (!inputs.ok()) return inputs.status();
-  Run run(o, *inputs, weight->n(), setup.tolerance, connection.call_timeout);
+  absl::StatusOr<BenchInputs> inputs;
+  if (absl::Status s = o.model.empty() ? PrepareWeight(client, o, info->backend(), setup, inputs)
+                                       : PrepareModel(client, o, info->backend(), setup, inputs);
+      !s.ok()) {
+    return s;
+  }
+  Run run(o, *inputs, setup.n, setup.tolerance, connection.call_timeout);
   absl::Status opened;
   run.channels = OpenChannels(connection, setup.channels, &opened);
   if (!opened.ok()) return opened;

@@ -1,17 +1,18 @@
-// qmmctl bench: a load generator for one weight. `concurrency` callers, each on its own
-// thread, send MatMul requests back to back (unary calls, or over one MatMulStream each,
-// with `inflight` requests sent ahead of their answers; with `open_inference`, the Open
-// Inference Protocol's ModelInfer or ModelStreamInfer) until `requests` have been sent in
-// all or `duration` has passed, and the run is
+// qmmctl bench: a load generator for one weight or one model. `concurrency` callers, each
+// on its own thread, send MatMul (or Forward) requests back to back (unary calls, or over
+// one MatMulStream or ForwardStream each, with `inflight` requests sent ahead of their
+// answers; with `open_inference`, the Open Inference Protocol's ModelInfer or
+// ModelStreamInfer) until `requests` have been sent in all or `duration` has passed, and
+// the run is
 // summed up: requests/s, rows/s, latency percentiles, errors by status code, and the
 // server's batching over the run (bench_report.h).
 //
-// Activations: `inputs` distinct random [rows, K] sets (RandomActivationValues, seeds
-// seed, seed + 1, ...) drawn before the run and taken round robin, so every request of a
-// batch carries other rows and nothing is generated while the clock runs. With a verify
-// seed, each set's float64 reference is computed once, before the run, from the random
-// weight of that seed quantized here (verify.h), and every result is compared with it:
-// a verified run costs the server nothing extra.
+// Activations: `inputs` distinct random [rows, K] sets (bench_inputs.h) drawn before the
+// run and taken round robin, so every request of a batch carries other rows and nothing is
+// generated while the clock runs. With verify seeds, each set's float64 reference is
+// computed once, before the run, from the random weights of those seeds quantized here
+// (verify.h, forward_verify.h), and every result is compared with it: a verified run
+// costs the server nothing extra.
 //
 // Callers share `channels` connections round robin, as the clients of a real server would
 // come over many. Each unary call has ClientOptions::call_timeout; a stream is replaced
@@ -21,6 +22,7 @@
 #define QMM_CLIENT_QMMCTL_BENCH_H_
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -32,7 +34,10 @@
 namespace qmm::ctl {
 
 struct BenchOptions {
+  // Exactly one target: a weight (MatMul) or a model (Forward; a token model gets `rows`
+  // random token ids a request).
   std::string weight;
+  std::string model;
   int concurrency = 1;
   // Exactly one bound: requests in all (warm-up not counted), or a measured time.
   std::optional<int64_t> requests;
@@ -53,6 +58,8 @@ struct BenchOptions {
   int channels = 0;   // 0: one per 4 callers, at most 64
   // The weight was uploaded with --random --seed=S: check every result.
   std::optional<uint64_t> verify_seed;
+  // The same for each weight of the model, by name.
+  std::map<std::string, uint64_t> verify_seeds;
   double tolerance = 0;   // 0: DefaultTolerance()
   std::string json_path;  // also write the report here as JSON
 };

@@ -90,22 +90,29 @@ v1::BatchingStats BatchingDelta(const v1::BatchingStats& before, const v1::Batch
 
 std::string FormatReport(const BenchReport& r) {
   const BenchSetup& s = r.setup;
+  const std::string target =
+      s.model ? absl::StrFormat("model %s (%d layer%s, [%d, %d])", s.weight, s.layers,
+                                s.layers == 1 ? "" : "s", s.n, s.k)
+              : absl::StrFormat("%s (%s [%d, %d])", s.weight, s.scheme, s.n, s.k);
   std::string out = absl::StrFormat(
-      "bench %s (%s [%d, %d]) on %s (%s%s): %d %s%s over %d connection%s, M=%d %s -> %s, %d "
-      "input%s\n",
-      s.weight, s.scheme, s.n, s.k, s.server, s.backend,
-      s.protocol == "qmm.v1" ? "" : absl::StrCat(", ", s.protocol), s.concurrency,
-      s.stream ? "streams" : "unary callers",
+      "bench %s on %s (%s%s): %d %s%s over %d connection%s, M=%d %s -> %s, %d input%s\n", target,
+      s.server, s.backend, s.protocol == "qmm.v1" ? "" : absl::StrCat(", ", s.protocol),
+      s.concurrency, s.stream ? "streams" : "unary callers",
       s.inflight > 1 ? absl::StrCat(" (", s.inflight, " requests in flight each)") : "", s.channels,
       s.channels == 1 ? "" : "s", s.rows, s.dtype, s.output_dtype, s.inputs,
       s.inputs == 1 ? "" : "s");
   absl::StrAppendFormat(&out, "  requests: %d ok, %d error%s", r.ok, r.errors,
                         r.errors == 1 ? "" : "s");
-  if (s.verify_seed) {
+  if (s.verifying()) {
+    std::string seeds;
+    if (s.verify_seed) seeds = absl::StrCat("seed ", *s.verify_seed);
+    for (const auto& [name, seed] : s.verify_seeds) {
+      absl::StrAppend(&seeds, seeds.empty() ? "seeds " : ",", name, "=", seed);
+    }
     absl::StrAppendFormat(&out,
-                          ", %d verified against seed %d: %d mismatch%s (max relative error "
+                          ", %d verified against %s: %d mismatch%s (max relative error "
                           "%.3g, tolerance %.3g)",
-                          r.verified, *s.verify_seed, r.mismatches, r.mismatches == 1 ? "" : "es",
+                          r.verified, seeds, r.mismatches, r.mismatches == 1 ? "" : "es",
                           r.max_relative_error, s.tolerance);
   }
   out += "\n";
@@ -144,7 +151,7 @@ nlohmann::ordered_json ReportJson(const BenchReport& r) {
   const BenchSetup& s = r.setup;
   nlohmann::ordered_json setup = {
       {"server", s.server},
-      {"weight", s.weight},
+      {s.model ? "model" : "weight", s.weight},
       {"scheme", s.scheme},
       {"n", s.n},
       {"k", s.k},
@@ -167,8 +174,10 @@ nlohmann::ordered_json ReportJson(const BenchReport& r) {
                                 : nlohmann::ordered_json(nullptr)},
       {"verify_seed",
        s.verify_seed ? nlohmann::ordered_json(*s.verify_seed) : nlohmann::ordered_json(nullptr)},
+      {"verify_seeds", s.verify_seeds},
       {"tolerance", s.tolerance},
   };
+  if (s.model) setup["layers"] = s.layers;
   nlohmann::ordered_json errors = nlohmann::ordered_json::object();
   for (const auto& [code, count] : r.errors_by_code) {
     errors[absl::StatusCodeToString(code)] = count;

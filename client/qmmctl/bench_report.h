@@ -37,10 +37,14 @@ struct BenchTally {
 // What the run was; echoed in the report.
 struct BenchSetup {
   std::string server;
+  // A weight's name, or with `model`, a model's.
   std::string weight;
-  std::string scheme;  // as qmmctl spells it, "w4a16"
-  int64_t n = 0;
-  int64_t k = 0;
+  bool model = false;
+  int layers = 0;  // the model's
+  // As qmmctl spells it, "w4a16"; "model" or "token model".
+  std::string scheme;
+  int64_t n = 0;  // N, or the model's out_features
+  int64_t k = 0;  // K, the model's in_features, or a token model's vocabulary
   int32_t group_size = 0;
   std::string backend;  // the server's, "cpu" or "cuda"
   std::string device;
@@ -58,7 +62,10 @@ struct BenchSetup {
   std::optional<absl::Duration> duration;  // ... or a time
   int warmup = 0;
   std::optional<uint64_t> verify_seed;
+  std::map<std::string, uint64_t> verify_seeds;  // a model's weights'
   double tolerance = 0;
+
+  bool verifying() const { return verify_seed.has_value() || !verify_seeds.empty(); }
 };
 
 struct BenchReport {

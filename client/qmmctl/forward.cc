@@ -17,42 +17,6 @@
 #include "proto/enum_convert.h"
 
 namespace qmm::ctl {
-namespace {
-
-// Token ids in [0, vocab) from the seed, by integer hashing (splitmix64): the same on
-// every machine.
-std::vector<int32_t> RandomTokenIds(int64_t m, int64_t vocab, uint64_t seed) {
-  std::vector<int32_t> ids(m);
-  uint64_t state = seed;
-  for (int32_t& id : ids) {
-    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    id = static_cast<int32_t>((z ^ (z >> 31)) % static_cast<uint64_t>(vocab));
-  }
-  return ids;
-}
-
-// Each weight of the model as its --verify_seeds seed regenerates it (shape from the server).
-absl::StatusOr<std::map<std::string, RandomWeight, std::less<>>> RandomWeights(
-    Client& client, const v1::ModelInfo& model, const std::map<std::string, uint64_t>& seeds) {
-  std::map<std::string, RandomWeight, std::less<>> out;
-  for (const std::string& name : model.weights()) {
-    auto seed = seeds.find(name);
-    if (seed == seeds.end()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--verify_seeds has no seed for weight \"", name, "\""));
-    }
-    absl::StatusOr<v1::WeightInfo> w = client.GetWeight(name);
-    if (!w.ok()) return w.status();
-    const std::optional<Scheme> scheme = SchemeFromProto(w->scheme());
-    if (!scheme) return absl::InvalidArgumentError("a weight's scheme is unknown to qmmctl");
-    out[name] = RandomWeight{*scheme, {w->n(), w->k(), w->group_size()}, seed->second};
-  }
-  return out;
-}
-
-}  // namespace
 
 absl::StatusOr<bool> RunForward(Client& client, const ForwardOptions& o) {
   if (o.model.empty()) return absl::InvalidArgumentError("forward needs --model");
@@ -136,7 +100,7 @@ absl::StatusOr<bool> RunForward(Client& client, const ForwardOptions& o) {
   if (o.verify_seeds.empty()) return true;
 
   absl::StatusOr<std::map<std::string, RandomWeight, std::less<>>> weights =
-      RandomWeights(client, *model, o.verify_seeds);
+      RandomWeightsOf(client, *model, o.verify_seeds);
   if (!weights.ok()) return weights.status();
   bool has_w2a8 = false;
   for (const auto& [name, w] : *weights) has_w2a8 |= w.scheme == Scheme::kW2A8;

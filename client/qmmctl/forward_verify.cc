@@ -6,8 +6,27 @@
 #include "client/qmmctl/verify.h"
 #include "kernels/cpu/chain.h"
 #include "kernels/layers_reference.h"
+#include "proto/enum_convert.h"
 
 namespace qmm::ctl {
+
+absl::StatusOr<std::map<std::string, RandomWeight, std::less<>>> RandomWeightsOf(
+    Client& client, const v1::ModelInfo& model, const std::map<std::string, uint64_t>& seeds) {
+  std::map<std::string, RandomWeight, std::less<>> out;
+  for (const std::string& name : model.weights()) {
+    auto seed = seeds.find(name);
+    if (seed == seeds.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--verify_seeds has no seed for weight \"", name, "\""));
+    }
+    absl::StatusOr<v1::WeightInfo> w = client.GetWeight(name);
+    if (!w.ok()) return w.status();
+    const std::optional<Scheme> scheme = SchemeFromProto(w->scheme());
+    if (!scheme) return absl::InvalidArgumentError("a weight's scheme is unknown to qmmctl");
+    out[name] = RandomWeight{*scheme, {w->n(), w->k(), w->group_size()}, seed->second};
+  }
+  return out;
+}
 
 absl::StatusOr<std::vector<double>> ReferenceForRandomModel(
     const v1::ModelInfo& model, const std::map<std::string, RandomWeight, std::less<>>& weights,

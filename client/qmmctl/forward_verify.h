@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "client/client.h"
 #include "kernels/dtype.h"
 #include "kernels/format.h"
 #include "qmm/v1/qmm.pb.h"
@@ -25,6 +26,12 @@ struct RandomWeight {
   WeightShape shape;
   uint64_t seed = 0;
 };
+
+// Each weight of `model` as its seed in `seeds` (`upload --random --seed`) regenerates it,
+// with the shape the server reports (GetWeight). INVALID_ARGUMENT naming a weight without
+// a seed.
+absl::StatusOr<std::map<std::string, RandomWeight, std::less<>>> RandomWeightsOf(
+    Client& client, const v1::ModelInfo& model, const std::map<std::string, uint64_t>& seeds);
 
 // The float64 reference of `model` (with its parameters, as GetModel returns it) on token
 // ids (a model that starts with an embedding) or on x [m, in_features] exactly as the

@@ -62,7 +62,7 @@ ABSL_FLAG(std::string, encoding, "packed",
           "(Liger-Kernel, [K/4, N]); the BitNet ones are W2A8 and may end with 0, 1 or N scales");
 ABSL_FLAG(std::string, scale_dtype, "fp32",
           "upload --encoding=bitnet_*: dtype of the scales at the end of the file");
-ABSL_FLAG(std::string, weight, "", "matmul: the weight to multiply with");
+ABSL_FLAG(std::string, weight, "", "matmul, bench: the weight to multiply with");
 ABSL_FLAG(std::string, dtype, "",
           "matmul: activation dtype on the wire, fp32, fp16 or bf16 (default fp32, or the "
           ".npy file's f4/f2)");
@@ -94,10 +94,10 @@ ABSL_FLAG(int32_t, inflight, 1,
 ABSL_FLAG(std::string, protocol, "qmm",
           "bench: qmm (MatMul, MatMulStream) or oip (the Open Inference Protocol's ModelInfer, "
           "ModelStreamInfer)");
-ABSL_FLAG(std::string, model, "", "forward: the model to run");
+ABSL_FLAG(std::string, model, "", "forward, bench: the model to run");
 ABSL_FLAG(std::string, tokens, "", "forward: comma-separated token ids (models with an embedding)");
 ABSL_FLAG(std::string, verify_seeds, "",
-          "forward: NAME=SEED,... the --seed each of the model's weights was uploaded with "
+          "forward, bench: NAME=SEED,... the --seed each of the model's weights was uploaded with "
           "(--random); checks the result against a float64 reference of the model");
 
 namespace qmm::ctl {
@@ -118,9 +118,10 @@ constexpr char kUsage[] =
     "  matmul   --weight=N, --random --m [--seed] [--dtype] or --npy FILE, [--out_dtype]\n"
     "           [--repeat R] [--stream] [--output FILE.npy]\n"
     "           [--verify_seed S [--n --k --scheme --group_size] [--tolerance]]\n"
-    "  bench    --weight=N --concurrency=C (--requests=R | --duration=S) [--rows=M]\n"
+    "  bench    (--weight=N | --model=M) --concurrency=C (--requests=R | --duration=S)\n"
+    "           [--rows=M]\n"
     "           [--stream [--inflight=N]] [--dtype] [--out_dtype]\n"
-    "           [--verify --verify_seed=S [--tolerance]]\n"
+    "           [--verify (--verify_seed=S | --verify_seeds=W1=S1,..) [--tolerance]]\n"
     "           [--json FILE] [--channels] [--inputs] [--warmup] [--seed] [--protocol=qmm|oip]\n"
     "  create-model SPEC.json   a model from a JSON layer list (client/model_spec.h)\n"
     "  ls-models                the models held\n"
@@ -239,9 +240,29 @@ absl::StatusOr<MatMulOptions> MatMulFlags() {
   return o;
 }
 
+// --verify_seeds=NAME=SEED,... (forward, bench --model).
+absl::StatusOr<std::map<std::string, uint64_t>> VerifySeedsFlag() {
+  std::map<std::string, uint64_t> out;
+  for (absl::string_view pair :
+       absl::StrSplit(absl::GetFlag(FLAGS_verify_seeds), ',', absl::SkipEmpty())) {
+    const std::vector<absl::string_view> parts = absl::StrSplit(pair, absl::MaxSplits('=', 1));
+    uint64_t seed = 0;
+    if (parts.size() != 2 || parts[0].empty() || !absl::SimpleAtoi(parts[1], &seed)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--verify_seeds: '", pair, "' is not NAME=SEED"));
+    }
+    out[std::string(parts[0])] = seed;
+  }
+  return out;
+}
+
 absl::StatusOr<BenchOptions> BenchFlags() {
   BenchOptions o;
   o.weight = absl::GetFlag(FLAGS_weight);
+  o.model = absl::GetFlag(FLAGS_model);
+  absl::StatusOr<std::map<std::string, uint64_t>> seeds = VerifySeedsFlag();
+  if (!seeds.ok()) return seeds.status();
+  o.verify_seeds = *std::move(seeds);
   o.concurrency = absl::GetFlag(FLAGS_concurrency);
   o.requests = NonDefault<int64_t>(absl::GetFlag(FLAGS_requests), 0);
   const std::string duration = absl::GetFlag(FLAGS_duration);
@@ -278,9 +299,10 @@ absl::StatusOr<BenchOptions> BenchFlags() {
   o.channels = absl::GetFlag(FLAGS_channels);
   const int64_t verify_seed = absl::GetFlag(FLAGS_verify_seed);
   if (verify_seed >= 0) o.verify_seed = static_cast<uint64_t>(verify_seed);
-  if (absl::GetFlag(FLAGS_verify) && !o.verify_seed) {
+  if (absl::GetFlag(FLAGS_verify) && !o.verify_seed && o.verify_seeds.empty()) {
     return absl::InvalidArgumentError(
-        "--verify needs --verify_seed=S, the --seed the weight was uploaded with");
+        "--verify needs --verify_seed=S, the --seed the weight was uploaded with (a model: "
+        "--verify_seeds=NAME=SEED,... for its weights)");
   }
   o.tolerance = absl::GetFlag(FLAGS_tolerance);
   o.json_path = absl::GetFlag(FLAGS_json);
@@ -306,16 +328,9 @@ absl::StatusOr<ForwardOptions> ForwardFlags() {
     }
     o.token_ids.push_back(value);
   }
-  for (absl::string_view pair :
-       absl::StrSplit(absl::GetFlag(FLAGS_verify_seeds), ',', absl::SkipEmpty())) {
-    const std::vector<absl::string_view> parts = absl::StrSplit(pair, absl::MaxSplits('=', 1));
-    uint64_t seed = 0;
-    if (parts.size() != 2 || parts[0].empty() || !absl::SimpleAtoi(parts[1], &seed)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--verify_seeds: '", pair, "' is not NAME=SEED"));
-    }
-    o.verify_seeds[std::string(parts[0])] = seed;
-  }
+  absl::StatusOr<std::map<std::string, uint64_t>> seeds = VerifySeedsFlag();
+  if (!seeds.ok()) return seeds.status();
+  o.verify_seeds = *std::move(seeds);
   return o;
 }
 

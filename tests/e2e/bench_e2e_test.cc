@@ -56,15 +56,24 @@ class BenchEndToEndTest : public ::testing::Test {
     return r->output;
   }
 
-  // Runs a verified bench and returns its JSON report.
-  nlohmann::json Bench(std::vector<std::string> flags) {
+  // Runs a verified bench of `target` (a weight or model and its seeds) and returns its
+  // JSON report.
+  nlohmann::json Bench(std::vector<std::string> flags,
+                       const std::vector<std::string>& target = {"--weight=w", "--verify_seed=3"}) {
     json_ = absl::StrCat(scratch_, "/bench_e2e_", getpid(), ".json");
-    flags.insert(flags.end(), {"bench", "--weight=w", "--verify", "--verify_seed=3", "--dtype=fp16",
-                               "--json=" + json_});
+    flags.insert(flags.end(), {"bench", "--verify", "--dtype=fp16", "--json=" + json_});
+    flags.insert(flags.end(), target.begin(), target.end());
     const std::string output = Ok(flags);
     EXPECT_NE(output.find("0 mismatches"), std::string::npos) << output;
     std::ifstream in(json_);
     return nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  }
+
+  // A file in the scratch folder holding `text`; its path.
+  std::string Write(const std::string& name, const std::string& text) {
+    const std::string path = absl::StrCat(scratch_, "/", getpid(), "_", name);
+    std::ofstream(path) << text;
+    return path;
   }
 
   std::string scratch_;
@@ -137,6 +146,57 @@ TEST_F(BenchEndToEndTest, OneStreamsRequestsInFlightGoTogether) {
     EXPECT_GT(b["multi_request_launches"].get<int64_t>(), 0) << protocol;
     EXPECT_LT(b["launches"].get<int64_t>(), 80) << protocol;
   }
+}
+
+TEST_F(BenchEndToEndTest, ModelsAreBatchedAndEveryResultIsRight) {
+  Start({"--workers=1", "--cpu_threads=1"});
+  Ok({"upload", "--name=tok", "--scheme=bf16", "--random", "--n=100", "--k=512", "--seed=4"});
+  Ok({"upload", "--name=down", "--scheme=w2a8", "--random", "--n=512", "--k=256", "--seed=5"});
+  Ok({"create-model", Write("block.json", R"({"name": "block", "layers": [
+        {"dyt": {"alpha": 0.5, "gamma": 1.0, "features": 512}},
+        {"linear": {"weight": "w"}}, {"activation": "silu"}, {"linear": {"weight": "down"}}]})")});
+  Ok({"create-model", Write("lm.json", R"({"name": "lm", "layers": [
+        {"embedding": "tok"}, {"dyt": {"alpha": 0.8, "gamma": 1.5, "features": 512}},
+        {"residual": 1}, {"linear": {"weight": "w"}}]})")});
+
+  const std::vector<std::string> block = {"--model=block", "--verify_seeds=w=3,down=5"};
+  for (const char* protocol : {"--protocol=qmm", "--protocol=oip"}) {
+    for (const char* mode : {"--stream", "--stream=false"}) {
+      const nlohmann::json j = Bench(
+          {protocol, mode, "--concurrency=8", "--requests=120", "--rows=2", "--warmup=1"}, block);
+      ASSERT_TRUE(j.is_object()) << protocol << mode;
+      EXPECT_EQ(j["setup"]["model"], "block");
+      EXPECT_EQ(j["setup"]["layers"], 4);
+      EXPECT_EQ(j["setup"]["n"], 512);
+      EXPECT_EQ(j["ok"], 120) << protocol << mode;
+      EXPECT_EQ(j["verified"], 120) << protocol << mode;
+      EXPECT_EQ(j["mismatches"], 0) << protocol << mode;
+      EXPECT_EQ(j["server_batching"]["requests"], 120) << protocol << mode;
+      EXPECT_GT(j["server_batching"]["multi_request_launches"].get<int64_t>(), 0)
+          << protocol << mode;
+    }
+  }
+  // A token model: three random ids a request, answered in fp32.
+  for (const char* protocol : {"--protocol=qmm", "--protocol=oip"}) {
+    const nlohmann::json j = Bench(
+        {protocol, "--stream", "--inflight=4", "--concurrency=4", "--requests=80", "--rows=3"},
+        {"--model=lm", "--verify_seeds=tok=4,w=3"});
+    ASSERT_TRUE(j.is_object()) << protocol;
+    EXPECT_EQ(j["setup"]["scheme"], "token model");
+    EXPECT_EQ(j["setup"]["output_dtype"], "fp32");
+    EXPECT_EQ(j["verified"], 80) << protocol;
+    EXPECT_EQ(j["mismatches"], 0) << protocol;
+  }
+
+  // A wrong seed: every result mismatches (exit 1), which shows the check can fail.
+  const absl::StatusOr<RunResult> wrong =
+      RunProcess(kQmmctl,
+                 {"--server=" + server_->address(), "bench", "--model=block", "--verify",
+                  "--verify_seeds=w=3,down=6", "--requests=10", "--dtype=fp16"},
+                 scratch_);
+  ASSERT_TRUE(wrong.ok()) << wrong.status();
+  EXPECT_EQ(wrong->exit_code, 1) << wrong->output;
+  EXPECT_NE(wrong->output.find("10 mismatches"), std::string::npos) << wrong->output;
 }
 
 }  // namespace

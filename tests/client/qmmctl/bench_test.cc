@@ -289,6 +289,13 @@ TEST(CheckBenchOptionsTest, EachBoundIsChecked) {
     return CheckBenchOptions(o).code() == absl::StatusCode::kInvalidArgument;
   };
   EXPECT_TRUE(bad([](BenchOptions& o) { o.weight.clear(); }));
+  EXPECT_TRUE(bad([](BenchOptions& o) { o.model = "m"; }));            // a weight and a model
+  EXPECT_TRUE(bad([](BenchOptions& o) { o.verify_seeds["w"] = 1; }));  // a model's seeds
+  EXPECT_TRUE(bad([](BenchOptions& o) {
+    o.weight.clear();
+    o.model = "m";
+    o.verify_seed = 1;  // a weight's seed
+  }));
   EXPECT_TRUE(bad([](BenchOptions& o) { o.concurrency = 0; }));
   EXPECT_TRUE(bad([](BenchOptions& o) { o.concurrency = 5000; }));
   EXPECT_TRUE(bad([](BenchOptions& o) { o.duration = absl::Seconds(1); }));  // both bounds
@@ -321,6 +328,10 @@ TEST(CheckBenchOptionsTest, EachBoundIsChecked) {
   }));
   good.open_inference = true;
   good.output_dtype = DType::kF32;  // the activations' own
+  EXPECT_TRUE(CheckBenchOptions(good).ok());
+  good.weight.clear();
+  good.model = "m";
+  good.verify_seeds["w"] = 1;
   EXPECT_TRUE(CheckBenchOptions(good).ok());
 }
 
