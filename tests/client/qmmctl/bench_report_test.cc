@@ -103,6 +103,28 @@ TEST(SummarizeTest, StreamsWithRequestsInFlightSaySo) {
   EXPECT_EQ(one.find("in flight"), std::string::npos) << one;
 }
 
+TEST(SummarizeTest, AModelIsNamedAsOneWithItsLayersAndSeeds) {
+  BenchSetup setup = ExampleSetup();
+  setup.model = true;
+  setup.weight = "mlp";
+  setup.layers = 3;
+  setup.scheme = "model";
+  setup.verify_seed.reset();
+  setup.verify_seeds = {{"down", 4}, {"gate", 2}};
+  std::vector<BenchTally> t(1);
+  t[0].RecordOk(absl::Milliseconds(1), 5);
+  ++t[0].verified;
+  const BenchReport r = Summarize(setup, std::move(t), absl::Milliseconds(10));
+  const std::string text = FormatReport(r);
+  EXPECT_NE(text.find("bench model mlp (3 layers, ["), std::string::npos) << text;
+  EXPECT_NE(text.find("verified against seeds down=4,gate=2"), std::string::npos) << text;
+  const nlohmann::ordered_json j = ReportJson(r);
+  EXPECT_EQ(j["setup"]["model"], "mlp");
+  EXPECT_FALSE(j["setup"].contains("weight"));
+  EXPECT_EQ(j["setup"]["layers"], 3);
+  EXPECT_EQ(j["setup"]["verify_seeds"]["gate"], 2);
+}
+
 TEST(SummarizeTest, NoTimeGivesNoRates) {
   const BenchReport r = Summarize(ExampleSetup(), {}, absl::ZeroDuration());
   EXPECT_EQ(r.ok, 0);
