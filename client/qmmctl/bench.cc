@@ -29,16 +29,13 @@
 #include "client/qmmctl/forward_verify.h"
 #include "client/qmmctl/names.h"
 #include "client/qmmctl/verify.h"
-#include "client/random_data.h"
 #include "inference/open_inference.grpc.pb.h"
 #include "kernels/format.h"
-#include "kernels/reference.h"
 #include "proto/enum_convert.h"
 
 namespace qmm::ctl {
 namespace {
 
-using client_internal::BuildMatMulRequest;
 using client_internal::FromGrpcStatus;
 using client_internal::TakeMatMulResult;
 
@@ -115,10 +112,11 @@ std::vector<std::shared_ptr<grpc::Channel>> OpenChannels(const ClientOptions& c,
   return channels;
 }
 
-// One caller's stream (MatMulStream or ModelStreamInfer) with up to `depth` requests
-// written ahead of their answers, which come back in order; replaced, once its answers are
-// in, before less than half the call timeout is left of its deadline. When the stream
-// fails, every request written to it and not yet answered gets its final status.
+// One caller's stream (MatMulStream, ForwardStream or ModelStreamInfer) with up to
+// `depth` requests written ahead of their answers, which come back in order; replaced,
+// once its answers are in, before less than half the call timeout is left of its
+// deadline. When the stream fails, every request written to it and not yet answered gets
+// its final status.
 template <typename Request, typename Response>
 class StreamSlot {
  public:
