@@ -302,6 +302,23 @@ void FillServerMetadata(inference::ServerMetadataResponse* out) {
   // None of the protocol's extensions (model repository, statistics, ...) is served.
 }
 
+absl::StatusOr<absl::Duration> InferTimeout(const inference::ModelInferRequest& request) {
+  const auto it = request.parameters().find("timeout");
+  if (it == request.parameters().end()) return absl::InfiniteDuration();
+  if (it->second.parameter_choice_case() != inference::InferParameter::kInt64Param) {
+    return absl::InvalidArgumentError(
+        "parameters[\"timeout\"] must be an int64_param: microseconds the request may wait "
+        "before it launches (0: no limit)");
+  }
+  const int64_t us = it->second.int64_param();
+  if (us < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("parameters[\"timeout\"] = ", us,
+                                                   " must be at least 0 (microseconds; 0: no "
+                                                   "limit)"));
+  }
+  return us == 0 ? absl::InfiniteDuration() : absl::Microseconds(us);
+}
+
 void FillModelMetadata(const InferenceModel& target, inference::ModelMetadataResponse* out) {
   out->Clear();
   out->add_versions(std::string(kInferenceVersion));

@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "inference/open_inference.pb.h"
 #include "qmm/v1/qmm.pb.h"
 #include "server/backend.h"
@@ -63,6 +64,13 @@ void FillServerMetadata(inference::ServerMetadataResponse* out);
 // Name, version, platform ("qmm_forward" for a model, "qmm_" and the scheme, "qmm_w4a16",
 // for a weight) and the input and output tensors, with -1 for the rows.
 void FillModelMetadata(const InferenceModel& target, inference::ModelMetadataResponse* out);
+
+// The request's "timeout" parameter (Triton's schedule-policy parameter): how long, in
+// microseconds from its arrival, the request may wait before it launches; a request still
+// queued then never launches and fails with DEADLINE_EXCEEDED, as one past its gRPC
+// deadline does. Absent or 0: no limit (InfiniteDuration). INVALID_ARGUMENT naming
+// parameters["timeout"] when it is not an int64_param or is negative.
+absl::StatusOr<absl::Duration> InferTimeout(const inference::ModelInferRequest& request);
 
 // Checks `request`'s tensors against `weight` and writes the MatMul they ask for into
 // `out` (cleared first). INVALID_ARGUMENT naming the field for anything the weight cannot

@@ -214,8 +214,8 @@ void InferenceHttpServer::Serve(mg_connection* connection) {
       Fail(connection, clock, job.status());
       return;
     }
-    // This civetweb thread waits for the batch; HTTP has no deadline or cancellation to
-    // pass on.
+    // This civetweb thread waits for the batch. HTTP carries no deadline or cancellation;
+    // the request's "timeout" parameter, if any, is its deadline (DispatchInfer).
     inference::ModelInferResponse response;
     absl::Status status;
     absl::Notification done;

@@ -116,6 +116,23 @@ absl::StatusOr<bool> BoolParameter(const json& object, const std::string& field,
   return parameters[key].get<bool>();
 }
 
+// The request's "timeout" parameter, copied as the gRPC request's int64 "timeout"
+// parameter (InferTimeout checks its value on either transport); absent, nothing.
+absl::Status CopyTimeout(const json& root, inference::ModelInferRequest* request) {
+  if (!root.contains("parameters") || !root["parameters"].is_object() ||
+      !root["parameters"].contains("timeout")) {
+    return absl::OkStatus();
+  }
+  const json& timeout = root["parameters"]["timeout"];
+  if (!timeout.is_number_integer() ||
+      (timeout.is_number_unsigned() &&
+       timeout.get<uint64_t>() > uint64_t{std::numeric_limits<int64_t>::max()})) {
+    return Invalid("request.parameters.timeout", "is not an integer (microseconds)");
+  }
+  (*request->mutable_parameters())["timeout"].set_int64_param(timeout.get<int64_t>());
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::string> StringField(const json& object, const std::string& field,
                                         const char* key) {
   if (!object.contains(key)) return std::string();
@@ -248,6 +265,7 @@ absl::StatusOr<HttpInferRequest> ParseInferRequest(absl::string_view body,
   absl::StatusOr<bool> binary_output = BoolParameter(root, "request", "binary_data_output");
   if (!binary_output.ok()) return binary_output.status();
   parsed.binary_output = *binary_output;
+  if (absl::Status s = CopyTimeout(root, &request); !s.ok()) return s;
 
   if (!root.contains("inputs") || !root["inputs"].is_array()) {
     return absl::InvalidArgumentError("inputs is missing or not an array");

@@ -1,5 +1,6 @@
 #include "server/inference_runner.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "server/inference_convert.h"
@@ -11,8 +12,11 @@ absl::StatusOr<std::unique_ptr<InferJob>> PrepareInfer(const inference::ModelInf
   absl::StatusOr<InferenceModel> target = ResolveInferenceModel(
       request.model_name(), request.model_version(), "model_name", *context.models, *context.store);
   if (!target.ok()) return target.status();
+  absl::StatusOr<absl::Duration> timeout = InferTimeout(request);
+  if (!timeout.ok()) return timeout.status();
   auto job = std::make_unique<InferJob>();
   job->request = &request;
+  job->deadline = absl::Now() + *timeout;
   job->forward = target->model != nullptr;
   if (job->forward) {
     if (absl::Status s =
@@ -42,6 +46,7 @@ void DispatchInfer(const ServiceContext& context, RpcMethod method, RequestContr
                    std::unique_ptr<InferJob> job, inference::ModelInferResponse* response,
                    absl::AnyInvocable<void(const absl::Status&) &&> done) {
   InferJob& j = *job;
+  control.deadline = std::min(control.deadline, j.deadline);
   // The callback owns the job, so the qmm.v1 messages it points into live until the
   // batcher is done with the request.
   auto finish = [job = std::move(job), response,

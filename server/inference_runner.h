@@ -9,6 +9,7 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "inference/open_inference.pb.h"
 #include "qmm/v1/qmm.pb.h"
 #include "server/matmul_runner.h"
@@ -28,6 +29,8 @@ struct InferJob {
 
   // The client's request; it must stay alive and unchanged until the job has run.
   const inference::ModelInferRequest* request = nullptr;
+  // From the request's "timeout" parameter (InferTimeout), counted from PrepareInfer.
+  absl::Time deadline = absl::InfiniteFuture();
   bool forward = false;
   // forward == false.
   v1::MatMulRequest matmul_request;
@@ -40,12 +43,13 @@ struct InferJob {
 };
 
 // Resolves request.model_name (server/inference_convert.h), converts the request and
-// prepares the job as MatMul and Forward do. Errors as ResolveInferenceModel,
+// prepares the job as MatMul and Forward do. Errors as ResolveInferenceModel, InferTimeout,
 // ToMatMulRequest / ToForwardRequest, then PrepareMatMul / PrepareForward.
 absl::StatusOr<std::unique_ptr<InferJob>> PrepareInfer(const inference::ModelInferRequest& request,
                                                        const ServiceContext& context);
 
-// Queues `job` as DispatchMatMul or DispatchForward would; when it has run, fills
+// Queues `job` as DispatchMatMul or DispatchForward would, dropped at the earlier of
+// `control`'s deadline and the job's; when it has run, fills
 // `response` (ToInferResponse) and then runs `done` with the status, exactly once. What
 // `control` refers to, the request and `response` must stay valid until then.
 void DispatchInfer(const ServiceContext& context, RpcMethod method, RequestControl control,

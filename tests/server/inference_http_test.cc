@@ -218,6 +218,12 @@ TEST_F(InferenceHttpTest, FailuresAnswerTheirHttpStatus) {
        400, "inputs[0].shape[1] = 2, but weight \"w\" takes 64 features"},
       {"/v2/models/w/infer", R"({"inputs": [)" + good_input + R"(], "outputs": [{"name": "z"}]})",
        400, "outputs[0].name = \"z\" is not an output"},
+      {"/v2/models/w/infer",
+       R"({"inputs": [)" + good_input + R"(], "parameters": {"timeout": -5}})", 400,
+       "parameters[\"timeout\"] = -5 must be at least 0"},
+      {"/v2/models/w/infer",
+       R"({"inputs": [)" + good_input + R"(], "parameters": {"timeout": 0.5}})", 400,
+       "request.parameters.timeout is not an integer"},
   };
   for (const Case& c : cases) {
     const HttpResponse r = Post(c.target, c.body);
@@ -229,8 +235,12 @@ TEST_F(InferenceHttpTest, FailuresAnswerTheirHttpStatus) {
   // Over max_message_bytes (4 MiB): refused before it is parsed.
   const HttpResponse big = Post("/v2/models/w/infer", std::string(5 << 20, ' '));
   EXPECT_EQ(big.status, 413);
-  // The server still serves.
+  // The server still serves, with a timeout it meets too.
   EXPECT_EQ(Post("/v2/models/w/infer", R"({"inputs": [)" + good_input + "]}").status, 200);
+  EXPECT_EQ(Post("/v2/models/w/infer",
+                 R"({"inputs": [)" + good_input + R"(], "parameters": {"timeout": 60000000}})")
+                .status,
+            200);
 }
 
 TEST_F(InferenceHttpTest, ATakenPortIsUnavailable) {

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "kernels/dtype.h"
 
 namespace qmm {
@@ -82,12 +83,28 @@ TEST(InferenceJsonTest, BinaryInputsFollowTheJsonInOrder) {
   EXPECT_EQ(Values<int32_t>(r.raw_input_contents(1)), std::vector<int32_t>{5});
   EXPECT_EQ(r.raw_input_contents(2), binary.substr(4, 4));
 
+  EXPECT_FALSE(r.parameters().contains("timeout"));
+
   // An output's binary_data asks for binary output too.
   parsed = ParseInferRequest(
       R"({"inputs": [], "outputs": [{"name": "y", "parameters": {"binary_data": true}}]})",
       std::nullopt, "m", "");
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   EXPECT_TRUE(parsed->binary_output);
+}
+
+// Triton's request-level "timeout" (microseconds) becomes the gRPC request's int64
+// parameter, whatever its value: InferTimeout judges it on both transports.
+TEST(InferenceJsonTest, TheTimeoutParameterIsCopiedAsAnInt64) {
+  for (const int64_t us : {int64_t{0}, int64_t{250}, int64_t{-3}, int64_t{9223372036854775807}}) {
+    absl::StatusOr<HttpInferRequest> parsed =
+        ParseInferRequest(absl::StrCat(R"({"inputs": [], "parameters": {"timeout": )", us, "}}"),
+                          std::nullopt, "m", "");
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    const auto& parameters = parsed->request.parameters();
+    ASSERT_TRUE(parameters.contains("timeout")) << us;
+    EXPECT_EQ(parameters.at("timeout").int64_param(), us);
+  }
 }
 
 TEST(InferenceJsonTest, MalformedBodiesNameTheField) {
@@ -138,6 +155,12 @@ TEST(InferenceJsonTest, MalformedBodiesNameTheField) {
       {R"({"inputs": [], "parameters": 3})", std::nullopt, "request.parameters is not an object"},
       {R"({"inputs": [], "parameters": {"binary_data_output": 1}})", std::nullopt,
        "request.parameters.binary_data_output is not a boolean"},
+      {R"({"inputs": [], "parameters": {"timeout": 1.5}})", std::nullopt,
+       "request.parameters.timeout is not an integer (microseconds)"},
+      {R"({"inputs": [], "parameters": {"timeout": "5"}})", std::nullopt,
+       "request.parameters.timeout is not an integer"},
+      {R"({"inputs": [], "parameters": {"timeout": 9223372036854775808}})", std::nullopt,
+       "request.parameters.timeout is not an integer"},
       {R"({"inputs": [], "outputs": {}})", std::nullopt, "outputs is not an array"},
       {R"({"inputs": [], "outputs": [{"name": 3}]})", std::nullopt,
        "outputs[0].name is not a string"},

@@ -471,6 +471,13 @@ TEST_F(InferenceServiceTest, BadRequestsNameTheField) {
        },
        grpc::StatusCode::INVALID_ARGUMENT,
        "is not one that model \"token-model\" takes (INT32, INT64)"},
+      {"negative timeout",
+       [](ModelInferRequest& r) { (*r.mutable_parameters())["timeout"].set_int64_param(-1); },
+       grpc::StatusCode::INVALID_ARGUMENT,
+       "parameters[\"timeout\"] = -1 must be at least 0 (microseconds; 0: no limit)"},
+      {"timeout of another type",
+       [](ModelInferRequest& r) { (*r.mutable_parameters())["timeout"].set_string_param("1s"); },
+       grpc::StatusCode::INVALID_ARGUMENT, "parameters[\"timeout\"] must be an int64_param"},
   };
   for (const Case& c : cases) {
     ModelInferRequest request = good;
@@ -482,7 +489,11 @@ TEST_F(InferenceServiceTest, BadRequestsNameTheField) {
         << c.what << ": " << status.error_message();
   }
   ModelInferResponse response;
-  const grpc::Status status = Infer(good, &response);
+  grpc::Status status = Infer(good, &response);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  ModelInferRequest untimed = good;  // 0: no limit
+  (*untimed.mutable_parameters())["timeout"].set_int64_param(0);
+  status = Infer(untimed, &response);
   EXPECT_TRUE(status.ok()) << status.error_message();
 }
 
@@ -608,6 +619,79 @@ TEST(InferenceBatchingTest, ModelInferAndMatMulShareALaunch) {
   const BatchStats stats = server.batcher().stats();
   EXPECT_EQ(stats.launches, 2);
   EXPECT_EQ(stats.max_requests_per_launch, kCallers - 1);
+  server.Shutdown();
+}
+
+// Triton's "timeout" parameter: a request still queued when its timeout passes never
+// launches; one whose timeout is ample runs, in the same launch as the others.
+TEST(InferenceBatchingTest, ATimeoutParameterDropsARequestStillQueued) {
+  BackendOptions backend_options;
+  backend_options.kind = BackendOptions::Kind::kCpu;
+  backend_options.num_workers = 1;
+  auto gated = std::make_unique<testing::GatedBackend>(CreateCpuBackend(backend_options));
+  testing::GatedBackend* gate = gated.get();
+  ServerOptions options;
+  options.listen_address = "127.0.0.1:0";
+  options.memory_limit_bytes = int64_t{64} << 20;
+  QmmServer server(std::move(gated), options);
+  absl::StatusOr<int> port = server.Start();
+  ASSERT_TRUE(port.ok()) << port.status();
+  auto channel =
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", *port), grpc::InsecureChannelCredentials());
+  auto qmm = v1::Qmm::NewStub(channel);
+  auto infer = inference::GRPCInferenceService::NewStub(channel);
+  const WeightShape shape{24, 64, 0};
+  const std::vector<float> values = RandomFloats(shape.n * shape.k, 60);
+  const std::string payload = ToBytes(DType::kF32, values);
+  ASSERT_TRUE(testing::Upload(*qmm,
+                              MakeHeader("w", v1::SCHEME_W8A16, shape.n, shape.k, shape.group_size,
+                                         v1::SOURCE_ENCODING_FLOAT, v1::DTYPE_FP32, payload),
+                              payload)
+                  .ok());
+  const std::vector<uint8_t> packed =
+      testing::PackLocally(Scheme::kW8A16, shape, DType::kF32, values);
+  const PackedWeight w{Scheme::kW8A16, shape, packed};
+
+  // timeout in microseconds; -1: none sent.
+  const std::vector<int64_t> timeouts = {-1, 20'000, 60'000'000};
+  std::vector<std::vector<float>> x(timeouts.size());
+  std::vector<grpc::Status> status(timeouts.size());
+  std::vector<std::string> y(timeouts.size());
+  std::vector<std::thread> callers;
+  gate->Close();
+  for (size_t c = 0; c < timeouts.size(); ++c) {
+    x[c] = RandomFloats(shape.k, 61 + static_cast<uint32_t>(c));
+    if (c == 1) {
+      ASSERT_TRUE(gate->WaitForCalls(1));  // the first launch is held
+    }
+    callers.emplace_back([&, c] {
+      ModelInferRequest request =
+          MakeRequest("w", "x", "FP32", {1, shape.k}, ToBytes(DType::kF32, x[c]));
+      if (timeouts[c] >= 0) (*request.mutable_parameters())["timeout"].set_int64_param(timeouts[c]);
+      grpc::ClientContext context;
+      ModelInferResponse response;
+      status[c] = infer->ModelInfer(&context, request, &response);
+      if (status[c].ok()) y[c] = response.raw_output_contents(0);
+    });
+  }
+  const absl::Time until = absl::Now() + absl::Seconds(30);
+  while (server.batcher().stats().waiting_requests < 2 && absl::Now() < until) {
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  ASSERT_EQ(server.batcher().stats().waiting_requests, 2);
+  absl::SleepFor(absl::Milliseconds(100));  // past the 20 ms timeout
+  gate->Open();
+  for (std::thread& t : callers) t.join();
+  EXPECT_EQ(status[1].error_code(), grpc::StatusCode::DEADLINE_EXCEEDED)
+      << status[1].error_message();
+  for (size_t c : {size_t{0}, size_t{2}}) {
+    ASSERT_TRUE(status[c].ok()) << c << ": " << status[c].error_message();
+    SCOPED_TRACE(c);
+    testing::ExpectMatchesReference(w, x[c], 1, FromBytes(DType::kF32, y[c]), DType::kF32);
+  }
+  const BatchStats stats = server.batcher().stats();
+  EXPECT_EQ(stats.dropped_deadline, 1);
+  EXPECT_EQ(stats.launches, 2);
   server.Shutdown();
 }
 
