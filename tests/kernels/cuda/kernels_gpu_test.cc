@@ -251,9 +251,14 @@ class GpuWeight {
   // same rounded values. `launch` overrides the registry's launcher (tuning variants).
   // With `residual`, GemmArgs::residual in that dtype (random, sigma 2) is added: the
   // expectation is the product plus the residual, which stays exact until y's rounding.
+  // The tolerance scales with the output's rms, or, given `row_norms` (each weight row's
+  // 2-norm), with each output's own expected size, that norm times the rms of x (and at
+  // least a twentieth of the rms): where rows differ in magnitude, the rounding of a row's
+  // dequantized weights is relative to that row, not to the whole output.
   void Check(DType x_dtype, DType y_dtype, int64_t m, std::mt19937_64& rng,
              cudaError_t (*launch)(const GemmArgs&) = nullptr,
-             std::optional<DType> residual = std::nullopt) {
+             std::optional<DType> residual = std::nullopt,
+             const std::vector<double>* row_norms = nullptr) {
     const WeightShape& shape = weight_.shape;
     SCOPED_TRACE(::testing::Message()
                  << SchemeName(weight_.scheme) << " n=" << shape.n << " k=" << shape.k
@@ -297,12 +302,20 @@ class GpuWeight {
     EXPECT_TRUE(sync_.LeftZero());
 
     const double c = x_dtype == DType::kF16 ? 2e-3 : 1.5e-2;
+    double x_sq = 0.0;
+    for (float v : x.values) x_sq += static_cast<double>(v) * v;
+    const double x_rms = std::sqrt(x_sq / x.values.size());
     ExpectWithin(
         got, shape.n,
         [&](size_t i) {
           return static_cast<double>(expected[i]) + (residual ? res.values[i] : 0.0f);
         },
-        [&](size_t, double want) { return c * rms + OutputRoundoff(y_dtype) * std::fabs(want); });
+        [&](size_t i, double want) {
+          // At least a twentieth of the rms: a row of zeros has norm 0.
+          const double scale =
+              row_norms != nullptr ? std::max((*row_norms)[i % shape.n] * x_rms, 0.05 * rms) : rms;
+          return c * scale + OutputRoundoff(y_dtype) * std::fabs(want);
+        });
   }
 
  private:
@@ -645,6 +658,16 @@ TEST_F(W4A16Test, WideScaleRangesMatchCpu) {
   const Weight weight = QuantizedWeight(Scheme::kW4A16, shape, w);
   GpuWeight gpu(*FindKernel(Scheme::kW4A16), weight);
   ASSERT_TRUE(gpu.ok());
+  // Rows of 2^-1 to 2^1 (and one near 2^-14): each output's tolerance follows its row's
+  // size. Against the whole output's rms, the largest rows' fp16 rounding reached 1.0007
+  // of the tolerance in one output of 133120 on the H200 (session 61, wgmma 256-token
+  // tiles at M = 256): their errors are 1.5 times the rms's share.
+  std::vector<double> row_norms(shape.n);
+  for (int64_t n = 0; n < shape.n; ++n) {
+    double sq = 0.0;
+    for (int64_t k = 0; k < shape.k; ++k) sq += double{w[n * shape.k + k]} * w[n * shape.k + k];
+    row_norms[n] = std::sqrt(sq);
+  }
   const Variants variants = {{"default", &LaunchWithSplits<W4A16Options, &LaunchW4A16, 0>},
                              {"wgmma 1 group", &LaunchW4A16Wgmma<1, 0>},
                              {"wgmma 2 groups", &LaunchW4A16Wgmma<2, 0>},
@@ -652,8 +675,8 @@ TEST_F(W4A16Test, WideScaleRangesMatchCpu) {
   for (const auto& [label, launch] : variants) {
     SCOPED_TRACE(label);
     for (int64_t m : {1, 17, 64, 256}) {
-      gpu.Check(DType::kF16, DType::kF32, m, rng_, launch);
-      gpu.Check(DType::kF16, DType::kF16, m, rng_, launch);
+      gpu.Check(DType::kF16, DType::kF32, m, rng_, launch, std::nullopt, &row_norms);
+      gpu.Check(DType::kF16, DType::kF16, m, rng_, launch, std::nullopt, &row_norms);
       if (HasFatalFailure()) return;
     }
   }
