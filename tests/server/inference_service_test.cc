@@ -17,7 +17,6 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "inference/open_inference.grpc.pb.h"
 #include "kernels/format.h"
-#include "server/cpu_backend.h"
 #include "server/proto_convert.h"
 #include "tests/server/gated_backend.h"
 #include "tests/server/server_test_util.h"
@@ -28,7 +27,6 @@ namespace {
 using inference::ModelInferRequest;
 using inference::ModelInferResponse;
 using testing::FromBytes;
-using testing::MakeHeader;
 using testing::RandomFloats;
 using testing::ToBytes;
 
@@ -543,38 +541,50 @@ TEST_F(InferenceServiceTest, StreamAnswersInOrderWithErrorsInTheStream) {
   EXPECT_TRUE(status.ok()) << status.error_message();
 }
 
+// A server of one batch worker whose launches the test can hold (GatedBackend), with
+// qmm.v1 and Open Inference Protocol stubs.
+class InferenceBatchingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ServerOptions options;
+    options.memory_limit_bytes = int64_t{64} << 20;
+    int port = 0;
+    server_ = testing::StartGatedServer(options, &port, &gate_, /*workers=*/1);
+    ASSERT_NE(server_, nullptr);
+    auto channel =
+        grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials());
+    qmm_ = v1::Qmm::NewStub(channel);
+    infer_ = inference::GRPCInferenceService::NewStub(channel);
+  }
+  void TearDown() override {
+    if (server_ == nullptr) return;
+    gate_->Open();  // a failed test may leave a launch held
+    server_->Shutdown();
+  }
+
+  // Waits until `count` requests wait behind the held launch; the count then.
+  int64_t WaitForWaiting(int64_t count) {
+    const absl::Time until = absl::Now() + absl::Seconds(30);
+    while (server_->batcher().stats().waiting_requests < count && absl::Now() < until) {
+      absl::SleepFor(absl::Milliseconds(2));
+    }
+    return server_->batcher().stats().waiting_requests;
+  }
+
+  testing::GatedBackend* gate_ = nullptr;
+  std::unique_ptr<QmmServer> server_;
+  std::unique_ptr<v1::Qmm::Stub> qmm_;
+  std::unique_ptr<inference::GRPCInferenceService::Stub> infer_;
+  testing::ReferenceWeights weights_;
+};
+
 // ModelInfer joins the weight's batching queue with MatMul: requests of both that wait
 // behind a running launch go together in the next one, each with its own rows.
-TEST(InferenceBatchingTest, ModelInferAndMatMulShareALaunch) {
-  BackendOptions backend_options;
-  backend_options.kind = BackendOptions::Kind::kCpu;
-  backend_options.num_workers = 1;
-  auto gated = std::make_unique<testing::GatedBackend>(CreateCpuBackend(backend_options));
-  testing::GatedBackend* gate = gated.get();
-  ServerOptions options;
-  options.listen_address = "127.0.0.1:0";
-  options.memory_limit_bytes = int64_t{64} << 20;
-  QmmServer server(std::move(gated), options);
-  absl::StatusOr<int> port = server.Start();
-  ASSERT_TRUE(port.ok()) << port.status();
-  auto channel =
-      grpc::CreateChannel(absl::StrCat("127.0.0.1:", *port), grpc::InsecureChannelCredentials());
-  auto qmm = v1::Qmm::NewStub(channel);
-  auto infer = inference::GRPCInferenceService::NewStub(channel);
-
+TEST_F(InferenceBatchingTest, ModelInferAndMatMulShareALaunch) {
   const WeightShape shape{40, 128, 128};
-  const std::vector<float> values = RandomFloats(shape.n * shape.k, 40);
-  const std::string payload = ToBytes(DType::kF32, values);
-  ASSERT_TRUE(testing::Upload(*qmm,
-                              MakeHeader("w", v1::SCHEME_W4A16, shape.n, shape.k, shape.group_size,
-                                         v1::SOURCE_ENCODING_FLOAT, v1::DTYPE_FP32, payload),
-                              payload)
-                  .ok());
-  const std::vector<uint8_t> packed =
-      testing::PackLocally(Scheme::kW4A16, shape, DType::kF32, values);
-  const PackedWeight w{Scheme::kW4A16, shape, packed};
+  const PackedWeight& w = weights_.Upload(*qmm_, "w", Scheme::kW4A16, shape, 40);
 
-  gate->Close();
+  gate_->Close();
   constexpr int kCallers = 6;
   std::vector<std::vector<float>> x(kCallers);
   std::vector<std::string> y(kCallers);
@@ -583,19 +593,19 @@ TEST(InferenceBatchingTest, ModelInferAndMatMulShareALaunch) {
   for (int c = 0; c < kCallers; ++c) {
     x[c] = RandomFloats(2 * shape.k, 50 + c);
     if (c == 1) {
-      ASSERT_TRUE(gate->WaitForCalls(1));  // the first launch is held
+      ASSERT_TRUE(gate_->WaitForCalls(1));  // the first launch is held
     }
     callers.emplace_back([&, c] {
       grpc::ClientContext context;
       if (c % 2 == 0) {
         ModelInferResponse response;
-        status[c] = infer->ModelInfer(
+        status[c] = infer_->ModelInfer(
             &context, MakeRequest("w", "x", "FP32", {2, shape.k}, ToBytes(DType::kF32, x[c])),
             &response);
         if (status[c].ok()) y[c] = response.raw_output_contents(0);
       } else {
         v1::MatMulResponse response;
-        status[c] = qmm->MatMul(
+        status[c] = qmm_->MatMul(
             &context,
             testing::MakeMatMulRequest("w", DType::kF32, 2, shape.k, x[c], v1::DTYPE_UNSPECIFIED),
             &response);
@@ -604,53 +614,24 @@ TEST(InferenceBatchingTest, ModelInferAndMatMulShareALaunch) {
     });
   }
   // Every caller but the first waits behind the held launch.
-  const absl::Time until = absl::Now() + absl::Seconds(30);
-  while (server.batcher().stats().waiting_requests < kCallers - 1 && absl::Now() < until) {
-    absl::SleepFor(absl::Milliseconds(2));
-  }
-  EXPECT_EQ(server.batcher().stats().waiting_requests, kCallers - 1);
-  gate->Open();
+  EXPECT_EQ(WaitForWaiting(kCallers - 1), kCallers - 1);
+  gate_->Open();
   for (std::thread& t : callers) t.join();
   for (int c = 0; c < kCallers; ++c) {
     ASSERT_TRUE(status[c].ok()) << c << ": " << status[c].error_message();
     SCOPED_TRACE(c);
     testing::ExpectMatchesReference(w, x[c], 2, FromBytes(DType::kF32, y[c]), DType::kF32);
   }
-  const BatchStats stats = server.batcher().stats();
+  const BatchStats stats = server_->batcher().stats();
   EXPECT_EQ(stats.launches, 2);
   EXPECT_EQ(stats.max_requests_per_launch, kCallers - 1);
-  server.Shutdown();
 }
 
 // Triton's "timeout" parameter: a request still queued when its timeout passes never
 // launches; one whose timeout is ample runs, in the same launch as the others.
-TEST(InferenceBatchingTest, ATimeoutParameterDropsARequestStillQueued) {
-  BackendOptions backend_options;
-  backend_options.kind = BackendOptions::Kind::kCpu;
-  backend_options.num_workers = 1;
-  auto gated = std::make_unique<testing::GatedBackend>(CreateCpuBackend(backend_options));
-  testing::GatedBackend* gate = gated.get();
-  ServerOptions options;
-  options.listen_address = "127.0.0.1:0";
-  options.memory_limit_bytes = int64_t{64} << 20;
-  QmmServer server(std::move(gated), options);
-  absl::StatusOr<int> port = server.Start();
-  ASSERT_TRUE(port.ok()) << port.status();
-  auto channel =
-      grpc::CreateChannel(absl::StrCat("127.0.0.1:", *port), grpc::InsecureChannelCredentials());
-  auto qmm = v1::Qmm::NewStub(channel);
-  auto infer = inference::GRPCInferenceService::NewStub(channel);
+TEST_F(InferenceBatchingTest, ATimeoutParameterDropsARequestStillQueued) {
   const WeightShape shape{24, 64, 0};
-  const std::vector<float> values = RandomFloats(shape.n * shape.k, 60);
-  const std::string payload = ToBytes(DType::kF32, values);
-  ASSERT_TRUE(testing::Upload(*qmm,
-                              MakeHeader("w", v1::SCHEME_W8A16, shape.n, shape.k, shape.group_size,
-                                         v1::SOURCE_ENCODING_FLOAT, v1::DTYPE_FP32, payload),
-                              payload)
-                  .ok());
-  const std::vector<uint8_t> packed =
-      testing::PackLocally(Scheme::kW8A16, shape, DType::kF32, values);
-  const PackedWeight w{Scheme::kW8A16, shape, packed};
+  const PackedWeight& w = weights_.Upload(*qmm_, "w", Scheme::kW8A16, shape, 60);
 
   // timeout in microseconds; -1: none sent.
   const std::vector<int64_t> timeouts = {-1, 20'000, 60'000'000};
@@ -658,11 +639,11 @@ TEST(InferenceBatchingTest, ATimeoutParameterDropsARequestStillQueued) {
   std::vector<grpc::Status> status(timeouts.size());
   std::vector<std::string> y(timeouts.size());
   std::vector<std::thread> callers;
-  gate->Close();
+  gate_->Close();
   for (size_t c = 0; c < timeouts.size(); ++c) {
     x[c] = RandomFloats(shape.k, 61 + static_cast<uint32_t>(c));
     if (c == 1) {
-      ASSERT_TRUE(gate->WaitForCalls(1));  // the first launch is held
+      ASSERT_TRUE(gate_->WaitForCalls(1));  // the first launch is held
     }
     callers.emplace_back([&, c] {
       ModelInferRequest request =
@@ -670,17 +651,13 @@ TEST(InferenceBatchingTest, ATimeoutParameterDropsARequestStillQueued) {
       if (timeouts[c] >= 0) (*request.mutable_parameters())["timeout"].set_int64_param(timeouts[c]);
       grpc::ClientContext context;
       ModelInferResponse response;
-      status[c] = infer->ModelInfer(&context, request, &response);
+      status[c] = infer_->ModelInfer(&context, request, &response);
       if (status[c].ok()) y[c] = response.raw_output_contents(0);
     });
   }
-  const absl::Time until = absl::Now() + absl::Seconds(30);
-  while (server.batcher().stats().waiting_requests < 2 && absl::Now() < until) {
-    absl::SleepFor(absl::Milliseconds(2));
-  }
-  ASSERT_EQ(server.batcher().stats().waiting_requests, 2);
+  ASSERT_EQ(WaitForWaiting(2), 2);
   absl::SleepFor(absl::Milliseconds(100));  // past the 20 ms timeout
-  gate->Open();
+  gate_->Open();
   for (std::thread& t : callers) t.join();
   EXPECT_EQ(status[1].error_code(), grpc::StatusCode::DEADLINE_EXCEEDED)
       << status[1].error_message();
@@ -689,10 +666,9 @@ TEST(InferenceBatchingTest, ATimeoutParameterDropsARequestStillQueued) {
     SCOPED_TRACE(c);
     testing::ExpectMatchesReference(w, x[c], 1, FromBytes(DType::kF32, y[c]), DType::kF32);
   }
-  const BatchStats stats = server.batcher().stats();
+  const BatchStats stats = server_->batcher().stats();
   EXPECT_EQ(stats.dropped_deadline, 1);
   EXPECT_EQ(stats.launches, 2);
-  server.Shutdown();
 }
 
 }  // namespace

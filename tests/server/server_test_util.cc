@@ -17,17 +17,37 @@
 
 namespace qmm::testing {
 
-std::unique_ptr<QmmServer> StartServer(ServerOptions options, int* port, int workers) {
+namespace {
+
+std::unique_ptr<Backend> CpuBackend(int workers) {
   BackendOptions backend_options;
   backend_options.kind = BackendOptions::Kind::kCpu;
   backend_options.num_workers = workers;
+  return CreateCpuBackend(backend_options);
+}
+
+std::unique_ptr<QmmServer> StartOn(std::unique_ptr<Backend> backend, ServerOptions options,
+                                   int* port) {
   options.listen_address = "127.0.0.1:0";
-  auto server = std::make_unique<QmmServer>(CreateCpuBackend(backend_options), options);
+  auto server = std::make_unique<QmmServer>(std::move(backend), options);
   absl::StatusOr<int> started = server->Start();
   EXPECT_TRUE(started.ok()) << started.status();
   if (!started.ok()) return nullptr;
   *port = *started;
   return server;
+}
+
+}  // namespace
+
+std::unique_ptr<QmmServer> StartServer(ServerOptions options, int* port, int workers) {
+  return StartOn(CpuBackend(workers), std::move(options), port);
+}
+
+std::unique_ptr<QmmServer> StartGatedServer(ServerOptions options, int* port, GatedBackend** gate,
+                                            int workers) {
+  auto gated = std::make_unique<GatedBackend>(CpuBackend(workers));
+  *gate = gated.get();
+  return StartOn(std::move(gated), std::move(options), port);
 }
 
 TestServer StartTestServer(ServerOptions options, int workers) {

@@ -18,6 +18,7 @@
 #include "qmm/v1/qmm.grpc.pb.h"
 #include "server/backend.h"
 #include "server/server.h"
+#include "tests/server/gated_backend.h"
 
 namespace qmm::testing {
 
@@ -36,6 +37,11 @@ TestServer StartTestServer(ServerOptions options, int workers = 2);
 // The same server without a channel, for tests that open their own (TLS): nullptr, and a
 // failed test, if it cannot start; `*port` gets its port.
 std::unique_ptr<QmmServer> StartServer(ServerOptions options, int* port, int workers = 2);
+
+// The same over a GatedBackend around the CPU backend, so that a test can hold launches;
+// `*gate` gets it (the server owns it).
+std::unique_ptr<QmmServer> StartGatedServer(ServerOptions options, int* port, GatedBackend** gate,
+                                            int workers = 2);
 
 // `count` values uniform in [-1, 1) with a few larger ones, deterministic in `seed`.
 std::vector<float> RandomFloats(int64_t count, uint32_t seed);

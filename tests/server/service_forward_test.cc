@@ -18,7 +18,6 @@
 #include "kernels/cpu/chain.h"
 #include "kernels/format.h"
 #include "kernels/layers_reference.h"
-#include "server/cpu_backend.h"
 #include "server/proto_convert.h"
 #include "tests/server/gated_backend.h"
 #include "tests/server/server_test_util.h"
@@ -350,22 +349,17 @@ TEST_F(ServiceForwardTest, ConcurrentCallersGetTheirOwnRows) {
 class ForwardBatchingTest : public ServiceForwardTest {
  protected:
   void SetUp() override {
-    BackendOptions backend_options;
-    backend_options.kind = BackendOptions::Kind::kCpu;
-    backend_options.num_workers = 2;
-    auto gated = std::make_unique<testing::GatedBackend>(CreateCpuBackend(backend_options));
-    gate_ = gated.get();
     ServerOptions options;
-    options.listen_address = "127.0.0.1:0";
     options.memory_limit_bytes = int64_t{256} << 20;
-    qmm_server_ = std::make_unique<QmmServer>(std::move(gated), options);
-    absl::StatusOr<int> port = qmm_server_->Start();
-    ASSERT_TRUE(port.ok()) << port.status();
+    int port = 0;
+    qmm_server_ = testing::StartGatedServer(options, &port, &gate_);
+    ASSERT_NE(qmm_server_, nullptr);
     server_.channel =
-        grpc::CreateChannel(absl::StrCat("127.0.0.1:", *port), grpc::InsecureChannelCredentials());
+        grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials());
     server_.stub = v1::Qmm::NewStub(server_.channel);
   }
   void TearDown() override {
+    if (qmm_server_ == nullptr) return;
     gate_->Open();
     qmm_server_->Shutdown();
   }
