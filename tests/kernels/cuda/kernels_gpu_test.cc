@@ -661,7 +661,8 @@ TEST_F(W4A16Test, WideScaleRangesMatchCpu) {
   // Rows of 2^-1 to 2^1 (and one near 2^-14): each output's tolerance follows its row's
   // size. Against the whole output's rms, the largest rows' fp16 rounding reached 1.0007
   // of the tolerance in one output of 133120 on the H200 (session 61, wgmma 256-token
-  // tiles at M = 256): their errors are 1.5 times the rms's share.
+  // tiles at M = 256): those rows' outputs are 1.5 times the rms in size, and so are
+  // their errors.
   std::vector<double> row_norms(shape.n);
   for (int64_t n = 0; n < shape.n; ++n) {
     double sq = 0.0;
