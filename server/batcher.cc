@@ -29,6 +29,9 @@ bool BeyondFp16(const BatchRequest& r) {
 int64_t ComputeNs(const BatchRequest& r) {
   return IsForward(r) ? r.forward_response->compute_ns() : r.response->compute_ns();
 }
+UsageStats& UsageOf(const BatchRequest& r) {
+  return IsForward(r) ? r.forward.model->usage() : r.job.weight->usage();
+}
 
 }  // namespace
 
@@ -129,8 +132,10 @@ void Batcher::Enqueue(BatchRequest request) {
                        q.rows, " rows, limit ", options_.max_queue_rows,
                        " (--max_queue_rows); this request has ", m, " rows"));
     }
+    UsageOf(request).RecordArrival(now);
     if (!refused.ok()) {
       ++stats_.rejected_queue_full;
+      UsageOf(request).RecordFailure(absl::ZeroDuration());
       EraseIfIdleLocked(&q);
     } else {
       q.rows += m;
@@ -184,7 +189,9 @@ void Batcher::ScheduleLocked(WeightQueue& q, absl::Time now, Completions& comple
     while (!q.waiting.empty()) {
       if (full) ++stats_.rejected_queue_full;
       metrics_.RecordRejected(full ? RejectReason::kQueueFull : RejectReason::kDraining);
-      completions.emplace_back(std::move(PopLocked(q).request.done), submitted);
+      Waiting w = PopLocked(q);
+      UsageOf(w.request).RecordFailure(now - w.enqueued);
+      completions.emplace_back(std::move(w.request.done), submitted);
     }
     return;
   }
@@ -289,6 +296,7 @@ bool Batcher::RunOneBatch(WeightQueue* q, int worker) {
   }
   for (auto& [w, status] : dropped) {
     metrics_.RecordQueue(w.request.method, Seconds(taken - w.enqueued));
+    UsageOf(w.request).RecordFailure(taken - w.enqueued);
     if (status.code() == absl::StatusCode::kDeadlineExceeded) {
       metrics_.RecordRejected(RejectReason::kDeadline);
     } else if (status.code() == absl::StatusCode::kCancelled) {
@@ -306,6 +314,8 @@ bool Batcher::RunOneBatch(WeightQueue* q, int worker) {
   TransferTimes transfer;
   const absl::Status status = weight != nullptr ? Launch(worker, *weight, batch, transfer)
                                                 : LaunchForward(worker, *model, batch, transfer);
+  RecordUsage(weight != nullptr ? weight->usage() : model->usage(), batch, rows, taken, status,
+              transfer);
 
   const auto requests = static_cast<int64_t>(batch.size());
   Completions completions;
@@ -351,6 +361,27 @@ bool Batcher::RunOneBatch(WeightQueue* q, int worker) {
   for (auto& [done, s] : completions) std::move(done)(s);
   FinishBatch(batch, status, /*busy=*/run_here);
   return run_here;
+}
+
+void Batcher::RecordUsage(UsageStats& usage, const std::vector<Waiting>& batch, int64_t rows,
+                          absl::Time taken, const absl::Status& status,
+                          const TransferTimes& transfer) {
+  const absl::Time ended = absl::Now();
+  if (!status.ok()) {
+    for (const Waiting& w : batch) usage.RecordFailure(ended - w.enqueued);
+    return;
+  }
+  std::vector<UsageStats::RequestTimes> requests;
+  requests.reserve(batch.size());
+  for (const Waiting& w : batch) {
+    requests.push_back(
+        {.rows = Rows(w.request), .queued = taken - w.enqueued, .total = ended - w.enqueued});
+  }
+  // Every response carries the launch's compute time.
+  const UsageStats::LaunchTimes times{.input_ns = transfer.h2d_ns,
+                                      .infer_ns = ComputeNs(batch.front().request),
+                                      .output_ns = transfer.d2h_ns};
+  usage.RecordLaunch(rows, times, requests);
 }
 
 void Batcher::FinishBatch(std::vector<Waiting>& batch, const absl::Status& status, bool busy) {

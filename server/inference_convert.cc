@@ -299,7 +299,10 @@ void FillServerMetadata(inference::ServerMetadataResponse* out) {
   out->Clear();
   out->set_name("qmm");
   out->set_version(QMM_VERSION);
-  // None of the protocol's extensions (model repository, statistics, ...) is served.
+  // Triton's names for what server/inference_config.h serves; the other extensions (the
+  // model repository, shared memory, ...) are not.
+  out->add_extensions("model_configuration");
+  out->add_extensions("statistics");
 }
 
 absl::StatusOr<absl::Duration> InferTimeout(const inference::ModelInferRequest& request) {
@@ -319,45 +322,46 @@ absl::StatusOr<absl::Duration> InferTimeout(const inference::ModelInferRequest& 
   return us == 0 ? absl::InfiniteDuration() : absl::Microseconds(us);
 }
 
-void FillModelMetadata(const InferenceModel& target, inference::ModelMetadataResponse* out) {
-  out->Clear();
-  out->add_versions(std::string(kInferenceVersion));
-  inference::ModelMetadataResponse::TensorMetadata* input = out->add_inputs();
-  inference::ModelMetadataResponse::TensorMetadata* output = out->add_outputs();
-  output->set_name(std::string(kInferenceOutput));
-  // Rows vary; a float input may be any of FP32, FP16 and BF16 and the output follows it:
-  // FP16 is what decode clients send.
+InferenceTensors DescribeTensors(const InferenceModel& target) {
+  // A float input may be any of FP32, FP16 and BF16 and the output follows it: FP16 is
+  // what decode clients send.
   if (target.model != nullptr) {
     const ModelSpec& spec = target.model->spec();
-    out->set_name(spec.name);
-    out->set_platform("qmm_forward");
     if (spec.token_input) {
-      input->set_name(std::string(kInferenceTokenInput));
-      input->set_datatype("INT32");
-      input->add_shape(-1);
-      output->set_datatype("FP32");
-    } else {
-      input->set_name(std::string(kInferenceInput));
-      input->set_datatype("FP16");
-      input->add_shape(-1);
-      input->add_shape(spec.in_features);
-      output->set_datatype("FP16");
+      return {.input = {.name = kInferenceTokenInput, .datatype = "INT32", .width = 0},
+              .output = {.name = kInferenceOutput, .datatype = "FP32", .width = spec.out_features}};
     }
-    output->add_shape(-1);
-    output->add_shape(spec.out_features);
-    return;
+    return {.input = {.name = kInferenceInput, .datatype = "FP16", .width = spec.in_features},
+            .output = {.name = kInferenceOutput, .datatype = "FP16", .width = spec.out_features}};
   }
-  const StoredWeight& weight = *target.weight;
-  out->set_name(weight.name());
-  out->set_platform(
-      absl::StrCat("qmm_", absl::AsciiStrToLower(std::string(SchemeName(weight.desc().scheme)))));
-  input->set_name(std::string(kInferenceInput));
-  input->set_datatype("FP16");
-  input->add_shape(-1);
-  input->add_shape(weight.desc().shape.k);
-  output->set_datatype("FP16");
-  output->add_shape(-1);
-  output->add_shape(weight.desc().shape.n);
+  const WeightShape& shape = target.weight->desc().shape;
+  return {.input = {.name = kInferenceInput, .datatype = "FP16", .width = shape.k},
+          .output = {.name = kInferenceOutput, .datatype = "FP16", .width = shape.n}};
+}
+
+const std::string& InferenceName(const InferenceModel& target) {
+  return target.model != nullptr ? target.model->name() : target.weight->name();
+}
+
+std::string InferencePlatform(const InferenceModel& target) {
+  if (target.model != nullptr) return "qmm_forward";
+  return absl::StrCat("qmm_",
+                      absl::AsciiStrToLower(std::string(SchemeName(target.weight->desc().scheme))));
+}
+
+void FillModelMetadata(const InferenceModel& target, inference::ModelMetadataResponse* out) {
+  out->Clear();
+  out->set_name(InferenceName(target));
+  out->add_versions(std::string(kInferenceVersion));
+  out->set_platform(InferencePlatform(target));
+  const InferenceTensors tensors = DescribeTensors(target);
+  for (const auto& [tensor, metadata] : {std::pair{tensors.input, out->add_inputs()},
+                                         std::pair{tensors.output, out->add_outputs()}}) {
+    metadata->set_name(std::string(tensor.name));
+    metadata->set_datatype(std::string(tensor.datatype));
+    metadata->add_shape(-1);  // the rows
+    if (tensor.width > 0) metadata->add_shape(tensor.width);
+  }
 }
 
 absl::Status ToMatMulRequest(const ModelInferRequest& request, const StoredWeight& weight,
@@ -399,9 +403,10 @@ absl::Status ToForwardRequest(const ModelInferRequest& request, const ModelSpec&
       CheckSingleInput(request, kInferenceTokenInput, {Element::kInt32, Element::kInt64}, target);
   if (!element.ok()) return element.status();
   const google::protobuf::RepeatedField<int64_t>& shape = request.inputs(0).shape();
-  if (shape.size() != 1) {
-    return absl::InvalidArgumentError(absl::StrCat("inputs[0].shape = ", ShapeText(shape), " has ",
-                                                   shape.size(), " dimensions, but ", target,
+  // [M, 1] is how Triton's clients send a batch of scalars (the model config's dims [1]).
+  if (shape.size() != 1 && !(shape.size() == 2 && shape[1] == 1)) {
+    return absl::InvalidArgumentError(absl::StrCat("inputs[0].shape = ", ShapeText(shape),
+                                                   " is not [M] or [M, 1], but ", target,
                                                    " takes token ids [M]"));
   }
   if (shape[0] < 1 || shape[0] > limits.max_rows) {

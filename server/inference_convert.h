@@ -9,7 +9,9 @@
 #define QMM_SERVER_INFERENCE_CONVERT_H_
 
 #include <atomic>
+#include <cstdint>
 #include <memory>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -58,11 +60,28 @@ absl::StatusOr<bool> InferenceModelReady(absl::string_view name, absl::string_vi
                                          absl::string_view name_field, bool server_ready,
                                          const ModelStore& models, const WeightStore& weights);
 
-// Name "qmm", the version, no extensions.
+// Name "qmm", the version, and the extensions "model_configuration" and "statistics".
 void FillServerMetadata(inference::ServerMetadataResponse* out);
 
-// Name, version, platform ("qmm_forward" for a model, "qmm_" and the scheme, "qmm_w4a16",
-// for a weight) and the input and output tensors, with -1 for the rows.
+// One tensor of an inference model, its rows apart: `width` values a row, 0 for one value
+// (the token ids [M]).
+struct InferenceTensor {
+  absl::string_view name;
+  absl::string_view datatype;  // the protocol's name ("FP16")
+  int64_t width = 0;
+};
+struct InferenceTensors {
+  InferenceTensor input;
+  InferenceTensor output;
+};
+// `target`'s input and output: "x" [M, K] (or "token_ids" [M]) and "y" [M, N], FP16 (a
+// token model's output FP32) as the datatype a client would send and get.
+InferenceTensors DescribeTensors(const InferenceModel& target);
+const std::string& InferenceName(const InferenceModel& target);
+// "qmm_forward" for a model, "qmm_" and the scheme ("qmm_w4a16") for a weight.
+std::string InferencePlatform(const InferenceModel& target);
+
+// Name, version, platform and the tensors of DescribeTensors, with -1 for the rows.
 void FillModelMetadata(const InferenceModel& target, inference::ModelMetadataResponse* out);
 
 // The request's "timeout" parameter (Triton's schedule-policy parameter): how long, in

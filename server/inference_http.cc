@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "server/http_address.h"
+#include "server/inference_config.h"
 #include "server/inference_convert.h"
 #include "server/inference_json.h"
 #include "server/inference_runner.h"
@@ -88,8 +89,8 @@ absl::StatusOr<std::string> ReadBody(mg_connection* connection, int64_t limit) {
 }
 
 // The model's name, version and action from a path below /v2/models/: NAME[/versions/V]
-// followed by the action ("" for the metadata, "ready" or "infer"). Names may hold '/',
-// so the action and the version are taken from the end.
+// followed by the action ("" for the metadata, "ready", "infer", "config" or "stats").
+// Names may hold '/', so the action and the version are taken from the end.
 struct ModelPath {
   std::string name;
   std::string version;
@@ -97,7 +98,7 @@ struct ModelPath {
 };
 ModelPath ParseModelPath(absl::string_view rest) {
   ModelPath path;
-  for (absl::string_view action : {"ready", "infer"}) {
+  for (absl::string_view action : {"ready", "infer", "config", "stats"}) {
     if (absl::EndsWith(rest, absl::StrCat("/", action))) {
       path.action = std::string(action);
       rest.remove_suffix(action.size() + 1);
@@ -178,6 +179,23 @@ void InferenceHttpServer::Serve(mg_connection* connection) {
     return;
   }
   constexpr absl::string_view kModels = "/v2/models/";
+  constexpr absl::string_view kNameField = "the model name in the path";
+  if (uri == "/v2/models/stats") {  // every model's
+    const RequestClock clock(context_.metrics, RpcMethod::kHttpMetadata);
+    if (!get) {
+      WrongMethod(connection, clock, uri, "GET");
+      return;
+    }
+    inference::ModelStatisticsResponse stats;
+    const absl::Status status =
+        FillModelStatistics("", "", kNameField, *context_.models, *context_.store, &stats);
+    if (!status.ok()) {
+      Fail(connection, clock, status);
+      return;
+    }
+    Ok(connection, clock, ModelStatisticsJson(stats));
+    return;
+  }
   if (!absl::StartsWith(uri, kModels)) {
     const RequestClock clock(context_.metrics, RpcMethod::kHttpMetadata);
     Fail(connection, clock, absl::NotFoundError(absl::StrCat("no endpoint ", uri)));
@@ -245,7 +263,17 @@ void InferenceHttpServer::Serve(mg_connection* connection) {
     WrongMethod(connection, clock, uri, "GET");
     return;
   }
-  constexpr absl::string_view kNameField = "the model name in the path";
+  if (path.action == "stats") {
+    inference::ModelStatisticsResponse stats;
+    const absl::Status status = FillModelStatistics(path.name, path.version, kNameField,
+                                                    *context_.models, *context_.store, &stats);
+    if (!status.ok()) {
+      Fail(connection, clock, status);
+      return;
+    }
+    Ok(connection, clock, ModelStatisticsJson(stats));
+    return;
+  }
   if (path.action == "ready") {
     absl::StatusOr<bool> ready = InferenceModelReady(
         path.name, path.version, kNameField, InferenceServerReady(ready_, *context_.backend),
@@ -263,6 +291,12 @@ void InferenceHttpServer::Serve(mg_connection* connection) {
       ResolveInferenceModel(path.name, path.version, kNameField, *context_.models, *context_.store);
   if (!target.ok()) {
     Fail(connection, clock, target.status());
+    return;
+  }
+  if (path.action == "config") {
+    inference::ModelConfigResponse config;
+    FillModelConfig(*target, ServingOf(context_), &config);
+    Ok(connection, clock, ModelConfigJson(config.config()));
     return;
   }
   inference::ModelMetadataResponse metadata;

@@ -8,6 +8,9 @@
 //   GET  /v2/models/NAME[/versions/V]              model metadata
 //   GET  /v2/models/NAME[/versions/V]/ready        200 {"ready": true}, 503 otherwise
 //   POST /v2/models/NAME[/versions/V]/infer        inference (server/inference_json.h)
+//   GET  /v2/models/NAME[/versions/V]/config       Triton's model config (inference_config.h)
+//   GET  /v2/models/NAME[/versions/V]/stats        its statistics
+//   GET  /v2/models/stats                          every model's statistics
 //
 // Failures answer {"error": message} with the HTTP status of their code (HttpStatusOf).
 // The endpoint is plain HTTP without authentication; QmmServer refuses it together with

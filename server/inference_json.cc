@@ -355,6 +355,74 @@ std::string ModelMetadataJson(const inference::ModelMetadataResponse& metadata) 
       .dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
+std::string ModelConfigJson(const inference::ModelConfig& config) {
+  auto ints = [](const auto& list) { return std::vector<int64_t>(list.begin(), list.end()); };
+  json inputs = json::array();
+  for (const inference::ModelInput& in : config.input()) {
+    json entry = {{"name", in.name()},
+                  {"data_type", inference::DataType_Name(in.data_type())},
+                  {"dims", ints(in.dims())}};
+    if (in.has_reshape()) entry["reshape"] = {{"shape", ints(in.reshape().shape())}};
+    inputs.push_back(std::move(entry));
+  }
+  json outputs = json::array();
+  for (const inference::ModelOutput& out : config.output()) {
+    outputs.push_back({{"name", out.name()},
+                       {"data_type", inference::DataType_Name(out.data_type())},
+                       {"dims", ints(out.dims())}});
+  }
+  json groups = json::array();
+  for (const inference::ModelInstanceGroup& g : config.instance_group()) {
+    groups.push_back({{"name", g.name()},
+                      {"kind", inference::ModelInstanceGroup::Kind_Name(g.kind())},
+                      {"count", g.count()}});
+  }
+  const inference::ModelDynamicBatching& batching = config.dynamic_batching();
+  return json{{"name", config.name()},
+              {"platform", config.platform()},
+              {"backend", config.backend()},
+              {"max_batch_size", config.max_batch_size()},
+              {"input", std::move(inputs)},
+              {"output", std::move(outputs)},
+              {"instance_group", std::move(groups)},
+              {"dynamic_batching",
+               {{"preferred_batch_size", ints(batching.preferred_batch_size())},
+                {"max_queue_delay_microseconds", batching.max_queue_delay_microseconds()}}}}
+      .dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string ModelStatisticsJson(const inference::ModelStatisticsResponse& response) {
+  auto duration = [](const inference::StatisticDuration& d) {
+    return json{{"count", d.count()}, {"ns", d.ns()}};
+  };
+  json models = json::array();
+  for (const inference::ModelStatistics& m : response.model_stats()) {
+    const inference::InferStatistics& s = m.inference_stats();
+    json batches = json::array();
+    for (const inference::InferBatchStatistics& b : m.batch_stats()) {
+      batches.push_back({{"batch_size", b.batch_size()},
+                         {"compute_input", duration(b.compute_input())},
+                         {"compute_infer", duration(b.compute_infer())},
+                         {"compute_output", duration(b.compute_output())}});
+    }
+    models.push_back({{"name", m.name()},
+                      {"version", m.version()},
+                      {"last_inference", m.last_inference()},
+                      {"inference_count", m.inference_count()},
+                      {"execution_count", m.execution_count()},
+                      {"inference_stats",
+                       {{"success", duration(s.success())},
+                        {"fail", duration(s.fail())},
+                        {"queue", duration(s.queue())},
+                        {"compute_input", duration(s.compute_input())},
+                        {"compute_infer", duration(s.compute_infer())},
+                        {"compute_output", duration(s.compute_output())}}},
+                      {"batch_stats", std::move(batches)}});
+  }
+  return json{{"model_stats", std::move(models)}}.dump(-1, ' ', false,
+                                                       json::error_handler_t::replace);
+}
+
 std::string ErrorJson(absl::string_view message) {
   return absl::StrCat("{\"error\":", Quote(message), "}");
 }

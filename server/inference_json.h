@@ -46,6 +46,10 @@ std::string FormatInferResponse(const inference::ModelInferResponse& response, b
 
 std::string ServerMetadataJson(const inference::ServerMetadataResponse& metadata);
 std::string ModelMetadataJson(const inference::ModelMetadataResponse& metadata);
+// Triton's JSON of a model config and of statistics: the proto field names, enums by name,
+// every number a JSON number (not the proto JSON mapping's strings for 64-bit values).
+std::string ModelConfigJson(const inference::ModelConfig& config);
+std::string ModelStatisticsJson(const inference::ModelStatisticsResponse& response);
 // {"error": message}.
 std::string ErrorJson(absl::string_view message);
 

@@ -3,6 +3,7 @@
 #include <string>
 #include <utility>
 
+#include "server/inference_config.h"
 #include "server/inference_convert.h"
 #include "server/inference_runner.h"
 #include "server/inference_stream_reactor.h"
@@ -71,6 +72,25 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
 grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
 InferenceService::ModelStreamInfer(grpc::CallbackServerContext* rpc) {
   return new InferenceStreamReactor(context_, rpc);
+}
+
+grpc::ServerUnaryReactor* InferenceService::ModelConfig(
+    grpc::CallbackServerContext* rpc, const inference::ModelConfigRequest* request,
+    inference::ModelConfigResponse* response) {
+  const RequestClock clock(context_.metrics, RpcMethod::kModelConfig);
+  absl::StatusOr<InferenceModel> target = ResolveInferenceModel(
+      request->name(), request->version(), "name", *context_.models, *context_.store);
+  if (target.ok()) FillModelConfig(*target, ServingOf(context_), response);
+  return FinishNow(rpc, clock, target.status());
+}
+
+grpc::ServerUnaryReactor* InferenceService::ModelStatistics(
+    grpc::CallbackServerContext* rpc, const inference::ModelStatisticsRequest* request,
+    inference::ModelStatisticsResponse* response) {
+  const RequestClock clock(context_.metrics, RpcMethod::kModelStatistics);
+  return FinishNow(rpc, clock,
+                   FillModelStatistics(request->name(), request->version(), "name",
+                                       *context_.models, *context_.store, response));
 }
 
 }  // namespace qmm

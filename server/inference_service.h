@@ -41,6 +41,12 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
                                        inference::ModelInferResponse* response) override;
   grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
   ModelStreamInfer(grpc::CallbackServerContext* rpc) override;
+  grpc::ServerUnaryReactor* ModelConfig(grpc::CallbackServerContext* rpc,
+                                        const inference::ModelConfigRequest* request,
+                                        inference::ModelConfigResponse* response) override;
+  grpc::ServerUnaryReactor* ModelStatistics(grpc::CallbackServerContext* rpc,
+                                            const inference::ModelStatisticsRequest* request,
+                                            inference::ModelStatisticsResponse* response) override;
 
  private:
   const ServiceContext context_;

@@ -17,11 +17,11 @@ using prometheus::Gauge;
 using prometheus::Histogram;
 
 constexpr absl::string_view kMethodNames[kNumRpcMethods] = {
-    "UploadWeight", "GetWeight",      "ListWeights",   "DeleteWeight", "ServerInfo",
-    "MatMul",       "MatMulStream",   "CreateModel",   "GetModel",     "ListModels",
-    "DeleteModel",  "Forward",        "ForwardStream", "ServerLive",   "ServerReady",
-    "ModelReady",   "ServerMetadata", "ModelMetadata", "ModelInfer",   "ModelStreamInfer",
-    "HttpHealth",   "HttpMetadata",   "HttpInfer"};
+    "UploadWeight", "GetWeight",       "ListWeights",   "DeleteWeight", "ServerInfo",
+    "MatMul",       "MatMulStream",    "CreateModel",   "GetModel",     "ListModels",
+    "DeleteModel",  "Forward",         "ForwardStream", "ServerLive",   "ServerReady",
+    "ModelReady",   "ServerMetadata",  "ModelMetadata", "ModelInfer",   "ModelStreamInfer",
+    "ModelConfig",  "ModelStatistics", "HttpHealth",    "HttpMetadata", "HttpInfer"};
 constexpr absl::string_view kRejectReasonNames[kNumRejectReasons] = {
     "queue_full", "memory_budget", "deadline_exceeded", "cancelled", "draining"};
 constexpr absl::string_view kTransferDirectionNames[2] = {"h2d", "d2h"};

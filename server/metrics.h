@@ -61,12 +61,14 @@ enum class RpcMethod : uint8_t {
   kModelMetadata,
   kModelInfer,
   kModelStreamInfer,
+  kModelConfig,
+  kModelStatistics,
   // The Open Inference Protocol's HTTP endpoint (server/inference_http.h).
   kHttpHealth,
   kHttpMetadata,
   kHttpInfer,
 };
-inline constexpr int kNumRpcMethods = 23;
+inline constexpr int kNumRpcMethods = 25;
 absl::string_view RpcMethodName(RpcMethod method);
 
 // Why a request was refused or dropped without running (the `reason` label).

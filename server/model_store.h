@@ -26,6 +26,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "server/model.h"
+#include "server/usage_stats.h"
 #include "server/weight_store.h"
 
 namespace qmm {
@@ -43,11 +44,14 @@ class StoredModel {
   const std::string& name() const { return spec_.name; }
   const ModelSpec& spec() const { return spec_; }
   const BackendModel* prepared() const { return prepared_.get(); }
+  // As StoredWeight::usage, for its Forward requests.
+  UsageStats& usage() const { return usage_; }
 
  private:
   // Declared first, destroyed last: the prepared model refers to the weights it holds.
   const ModelSpec spec_;
   const std::unique_ptr<BackendModel> prepared_;
+  mutable UsageStats usage_;
 };
 
 class ModelStore {

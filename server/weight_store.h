@@ -27,6 +27,7 @@
 #include "kernels/format.h"
 #include "server/backend.h"
 #include "server/memory_budget.h"
+#include "server/usage_stats.h"
 
 namespace qmm {
 
@@ -52,6 +53,9 @@ class StoredWeight {
   const WeightDesc& desc() const { return desc_; }
   const BackendWeight& backend_weight() const { return *weight_; }
   int64_t device_bytes() const { return weight_->device_bytes(); }
+  // What its requests did (the Open Inference Protocol's statistics); its own
+  // synchronization makes it writable through a const weight.
+  UsageStats& usage() const { return usage_; }
 
  private:
   const std::string name_;
@@ -59,6 +63,7 @@ class StoredWeight {
   std::unique_ptr<BackendWeight> weight_;
   const std::shared_ptr<MemoryBudget> budget_;
   const int64_t charged_bytes_;
+  mutable UsageStats usage_;
 };
 
 class WeightStore {

@@ -2,13 +2,13 @@
 // serving. One in-process qmm-server (CPU backend) on loopback holds a fixed set of weights
 // and a model; each input drives one client action against it through the generated stubs:
 // MatMul, MatMulStream, UploadWeight, CreateModel with Forward, Forward on the fixed model,
-// Get / Delete by name, or the Open Inference Protocol's ModelInfer and ModelStreamInfer,
-// and its HTTP bodies (parsed as the HTTP endpoint does, then sent as ModelInfer). The
-// fields of each request come from the input, biased towards the values validation compares against
-// (the fixtures' names and shapes, payload sizes that match the header) so that the fuzzer gets
-// past the first check; raw protobuf bytes reach the parsers as they are. A crash, a sanitizer
-// report, or a hang (libFuzzer's -timeout) is a finding. What an action creates, it deletes; the
-// fixtures are never deleted, so every input meets the same server state.
+// Get / Delete by name, or the Open Inference Protocol's ModelInfer, ModelStreamInfer,
+// ModelConfig and ModelStatistics, and its HTTP bodies (parsed as the HTTP endpoint does, then sent
+// as ModelInfer). The fields of each request come from the input, biased towards the values
+// validation compares against (the fixtures' names and shapes, payload sizes that match the header)
+// so that the fuzzer gets past the first check; raw protobuf bytes reach the parsers as they are. A
+// crash, a sanitizer report, or a hang (libFuzzer's -timeout) is a finding. What an action creates,
+// it deletes; the fixtures are never deleted, so every input meets the same server state.
 //
 // Built and run by scripts/fuzz.sh (clang, -fsanitize=fuzzer,address,undefined).
 #include <fuzzer/FuzzedDataProvider.h>
@@ -497,15 +497,41 @@ void HttpInferBody(FuzzedDataProvider& in) {
   FormatInferResponse(response, parsed->binary_output, &length);
 }
 
+// ModelConfig and ModelStatistics of a name (empty: every model's statistics) and version.
+void ModelConfigAndStatistics(FuzzedDataProvider& in) {
+  const std::string name = in.ConsumeIntegralInRange<int>(0, 7) == 7 ? "" : PickName(in);
+  const std::string version = in.ConsumeBool() ? "" : in.ConsumeRandomLengthString(4);
+  inference::ModelConfigRequest config;
+  config.set_name(name);
+  config.set_version(version);
+  inference::ModelConfigResponse config_response;
+  Count("ModelConfig", harness->infer->ModelConfig(Context().get(), config, &config_response));
+  inference::ModelStatisticsRequest stats;
+  stats.set_name(name);
+  stats.set_version(version);
+  inference::ModelStatisticsResponse stats_response;
+  Count("ModelStatistics",
+        harness->infer->ModelStatistics(Context().get(), stats, &stats_response));
+}
+
 void NewModel(FuzzedDataProvider& in) { CreateModelAndForward(in, /*raw=*/false); }
 void RawNewModel(FuzzedDataProvider& in) { CreateModelAndForward(in, /*raw=*/true); }
 void ForwardFixedModel(FuzzedDataProvider& in) { Forward(in, kModel, 64); }
 
 // What one input does; its last byte picks the action.
-constexpr void (*kActions[])(FuzzedDataProvider&) = {
-    MatMul,     RawMatMul,     MatMulStream,      Upload,
-    NewModel,   RawNewModel,   ForwardFixedModel, GetOrDelete,
-    ModelInfer, RawModelInfer, ModelStreamInfer,  HttpInferBody};
+constexpr void (*kActions[])(FuzzedDataProvider&) = {MatMul,
+                                                     RawMatMul,
+                                                     MatMulStream,
+                                                     Upload,
+                                                     NewModel,
+                                                     RawNewModel,
+                                                     ForwardFixedModel,
+                                                     GetOrDelete,
+                                                     ModelInfer,
+                                                     RawModelInfer,
+                                                     ModelStreamInfer,
+                                                     HttpInferBody,
+                                                     ModelConfigAndStatistics};
 
 // Starts the server and uploads the fixtures; exits on failure (nothing to fuzz).
 void Start() {

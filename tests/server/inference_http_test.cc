@@ -1,8 +1,8 @@
 // The Open Inference Protocol's HTTP/REST endpoint (server/inference_http.h) of an
 // in-process server (CPU backend): health, metadata and readiness, inference with JSON and
 // with binary data giving the very bytes of qmm.v1's MatMul and Forward (which the
-// service tests hold to the float64 reference), the HTTP statuses of failures, the body
-// limit, and the options that refuse the endpoint.
+// service tests hold to the float64 reference), the model config and statistics, the HTTP
+// statuses of failures, the body limit, and the options that refuse the endpoint.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -104,6 +104,57 @@ TEST_F(InferenceHttpTest, HealthMetadataAndReadiness) {
   EXPECT_EQ(Get("/v2/models/w/ready").status, 503);
   EXPECT_EQ(Get("/v2/health/live").status, 200);
   server_.server->SetServing(true);
+}
+
+// Triton's JSON of the config and of the statistics: proto field names, enums by name,
+// plain numbers (Triton's clients read int64s as numbers, not the proto JSON's strings).
+TEST_F(InferenceHttpTest, ConfigAndStatistics) {
+  Upload("w", Scheme::kW8A16, {16, 64, 0}, 1);
+  HttpResponse r = Get("/v2/models/w/config");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(json::parse(r.body), json::parse(R"({"name": "w", "platform": "qmm_w8a16",
+      "backend": "qmm", "max_batch_size": 65536,
+      "input": [{"name": "x", "data_type": "TYPE_FP16", "dims": [64]}],
+      "output": [{"name": "y", "data_type": "TYPE_FP16", "dims": [16]}],
+      "instance_group": [{"name": "w_0", "kind": "KIND_CPU", "count": 2}],
+      "dynamic_batching": {"preferred_batch_size": [64], "max_queue_delay_microseconds": 0}})"))
+      << r.body;
+  EXPECT_EQ(Get("/v2/models/w/versions/1/config").status, 200);
+  EXPECT_EQ(Get("/v2/models/w/versions/2/config").status, 404);
+  EXPECT_EQ(Get("/v2/models/nope/config").status, 404);
+  EXPECT_EQ(Post("/v2/models/w/config", "{}").status, 405);
+
+  const std::vector<float> x = RandomFloats(2 * 64, 3);
+  testing::MatMulBytes(*server_.stub, "w", DType::kF32, 2, 64, x);
+  r = Get("/v2/models/w/stats");
+  EXPECT_EQ(r.status, 200);
+  const json stats = json::parse(r.body);
+  ASSERT_EQ(stats["model_stats"].size(), 1u) << r.body;
+  const json& w = stats["model_stats"][0];
+  EXPECT_EQ(w["name"], "w");
+  EXPECT_EQ(w["version"], "1");
+  EXPECT_TRUE(w["last_inference"].is_number_unsigned()) << r.body;
+  EXPECT_GT(w["last_inference"].get<uint64_t>(), 0u);
+  EXPECT_EQ(w["inference_count"], 2);
+  EXPECT_EQ(w["execution_count"], 1);
+  EXPECT_EQ(w["inference_stats"]["success"]["count"], 1);
+  EXPECT_TRUE(w["inference_stats"]["compute_infer"]["ns"].is_number_unsigned());
+  EXPECT_EQ(w["inference_stats"]["fail"], json::parse(R"({"count": 0, "ns": 0})"));
+  ASSERT_EQ(w["batch_stats"].size(), 1u);
+  EXPECT_EQ(w["batch_stats"][0]["batch_size"], 2);
+  EXPECT_EQ(w["batch_stats"][0]["compute_infer"]["count"], 1);
+
+  Upload("v", Scheme::kW8A16, {16, 64, 0}, 2);
+  r = Get("/v2/models/stats");
+  EXPECT_EQ(r.status, 200);
+  const json all = json::parse(r.body);
+  ASSERT_EQ(all["model_stats"].size(), 2u) << r.body;
+  EXPECT_EQ(all["model_stats"][0]["name"], "v");
+  EXPECT_EQ(all["model_stats"][1]["name"], "w");
+  EXPECT_EQ(Get("/v2/models/v/versions/1/stats").status, 200);
+  EXPECT_EQ(Get("/v2/models/v/versions/2/stats").status, 404);
+  EXPECT_EQ(Get("/v2/models/nope/stats").status, 404);
+  EXPECT_EQ(Post("/v2/models/stats", "{}").status, 405);
 }
 
 TEST_F(InferenceHttpTest, InferWithJsonGivesMatMulsValues) {

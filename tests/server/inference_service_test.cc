@@ -3,13 +3,16 @@
 // ModelInfer on every scheme and input datatype against the float64 reference (tolerance:
 // testing::Tolerance of the output dtype) and bit for bit against qmm.v1's MatMul and
 // Forward, token models, every malformed request answered with the field it names,
-// ModelStreamInfer's in-stream errors, and ModelInfer batched with MatMul in one launch.
+// ModelStreamInfer's in-stream errors, ModelInfer batched with MatMul in one launch, and
+// the model config and statistics (their counts and durations, failures in the queue).
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <functional>
 #include <string>
 #include <thread>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -117,7 +120,7 @@ TEST_F(InferenceServiceTest, ServerLiveReadyMetadataAndHealth) {
     ASSERT_TRUE(infer_->ServerMetadata(&context, {}, &response).ok());
     EXPECT_EQ(response.name(), "qmm");
     EXPECT_EQ(response.version(), QMM_VERSION);
-    EXPECT_EQ(response.extensions_size(), 0);
+    EXPECT_EQ(absl::StrJoin(response.extensions(), ","), "model_configuration,statistics");
   }
   auto health = grpc::health::v1::Health::NewStub(server_.channel);
   grpc::ClientContext context;
@@ -220,6 +223,176 @@ TEST_F(InferenceServiceTest, ModelMetadataDescribesWeightsAndModels) {
   }
 }
 
+TEST_F(InferenceServiceTest, ModelConfigDescribesHowEachModelIsServed) {
+  Upload("w4", Scheme::kW4A16, {48, 256, 128}, 2);
+  Upload("tok", Scheme::kFp16, {50, 256, 0}, 3);
+  CreateModel("token-model", "w4", "tok");
+  auto config = [&](const std::string& name) {
+    grpc::ClientContext context;
+    inference::ModelConfigRequest request;
+    request.set_name(name);
+    inference::ModelConfigResponse response;
+    const grpc::Status status = infer_->ModelConfig(&context, request, &response);
+    EXPECT_TRUE(status.ok()) << name << ": " << status.error_message();
+    return response.config();
+  };
+  auto dims = [](const auto& tensor) {
+    return absl::StrCat(tensor.name(), " ", inference::DataType_Name(tensor.data_type()), " [",
+                        absl::StrJoin(tensor.dims(), ","), "]");
+  };
+
+  const inference::ModelConfig w = config("w4");
+  EXPECT_EQ(w.name(), "w4");
+  EXPECT_EQ(w.platform(), "qmm_w4a16");
+  EXPECT_EQ(w.backend(), "qmm");
+  EXPECT_EQ(w.max_batch_size(), kMaxRows);  // the rows: the batch dimension
+  ASSERT_EQ(w.input_size(), 1);
+  ASSERT_EQ(w.output_size(), 1);
+  EXPECT_EQ(dims(w.input(0)), "x TYPE_FP16 [256]");
+  EXPECT_FALSE(w.input(0).has_reshape());
+  EXPECT_EQ(dims(w.output(0)), "y TYPE_FP16 [48]");
+  ASSERT_EQ(w.instance_group_size(), 1);
+  EXPECT_EQ(w.instance_group(0).kind(), inference::ModelInstanceGroup::KIND_CPU);
+  EXPECT_EQ(w.instance_group(0).count(), 2);  // the test server's workers
+  ASSERT_TRUE(w.has_dynamic_batching());
+  EXPECT_EQ(absl::StrJoin(w.dynamic_batching().preferred_batch_size(), ","), "64");
+  EXPECT_EQ(w.dynamic_batching().max_queue_delay_microseconds(), 0u);
+
+  const inference::ModelConfig t = config("token-model");
+  EXPECT_EQ(t.platform(), "qmm_forward");
+  EXPECT_EQ(dims(t.input(0)), "token_ids TYPE_INT32 [1]");
+  ASSERT_TRUE(t.input(0).has_reshape());  // each row one id: [1] -> []
+  EXPECT_EQ(t.input(0).reshape().shape_size(), 0);
+  EXPECT_EQ(dims(t.output(0)), "y TYPE_FP32 [48]");
+
+  for (const auto& [name, version, code] :
+       std::vector<std::tuple<std::string, std::string, grpc::StatusCode>>{
+           {"nope", "", grpc::StatusCode::NOT_FOUND},
+           {"w4", "2", grpc::StatusCode::NOT_FOUND},
+           {"", "", grpc::StatusCode::INVALID_ARGUMENT}}) {
+    grpc::ClientContext context;
+    inference::ModelConfigRequest request;
+    request.set_name(name);
+    request.set_version(version);
+    inference::ModelConfigResponse response;
+    const grpc::Status status = infer_->ModelConfig(&context, request, &response);
+    EXPECT_EQ(status.error_code(), code)
+        << name << " " << version << ": " << status.error_message();
+    EXPECT_NE(status.error_message().find(name.empty() ? "name" : name), std::string::npos)
+        << status.error_message();
+  }
+}
+
+// The launches of each batch size, as "ROWSxLAUNCHES ..."; every phase counts them alike.
+std::string BatchSizes(const inference::ModelStatistics& stats) {
+  std::vector<std::string> out;
+  for (const inference::InferBatchStatistics& b : stats.batch_stats()) {
+    EXPECT_EQ(b.compute_input().count(), b.compute_infer().count());
+    EXPECT_EQ(b.compute_output().count(), b.compute_infer().count());
+    out.push_back(absl::StrCat(b.batch_size(), "x", b.compute_infer().count()));
+  }
+  return absl::StrJoin(out, " ");
+}
+
+TEST_F(InferenceServiceTest, ModelStatisticsCountEveryApisRequests) {
+  Upload("a", Scheme::kW8A16, {24, 64, 0}, 30);
+  Upload("b", Scheme::kW4A16, {16, 128, 128}, 31);
+  CreateModel("m", "a");
+  auto statistics = [&](const std::string& name, const std::string& version = "") {
+    grpc::ClientContext context;
+    inference::ModelStatisticsRequest request;
+    request.set_name(name);
+    request.set_version(version);
+    inference::ModelStatisticsResponse response;
+    const grpc::Status status = infer_->ModelStatistics(&context, request, &response);
+    EXPECT_TRUE(status.ok()) << name << ": " << status.error_message();
+    return response;
+  };
+  {
+    const inference::ModelStatisticsResponse fresh = statistics("a");
+    ASSERT_EQ(fresh.model_stats_size(), 1);
+    const inference::ModelStatistics& a = fresh.model_stats(0);
+    EXPECT_EQ(a.name(), "a");
+    EXPECT_EQ(a.version(), "1");
+    EXPECT_EQ(a.last_inference(), 0u);
+    EXPECT_EQ(a.inference_count(), 0u);
+    EXPECT_EQ(a.execution_count(), 0u);
+    EXPECT_EQ(a.inference_stats().success().count(), 0u);
+    EXPECT_EQ(a.batch_stats_size(), 0);
+  }
+
+  // One request at a time, so each is a launch of its own.
+  const auto before = static_cast<uint64_t>(absl::ToUnixMillis(absl::Now()));
+  const std::vector<int64_t> rows = {1, 2, 2, 3};
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const int64_t m = rows[i];
+    const std::vector<float> x = RandomFloats(m * 64, 32 + static_cast<uint32_t>(i));
+    if (i % 2 == 0) {  // the Open Inference Protocol and qmm.v1 alike
+      ModelInferResponse response;
+      const grpc::Status status =
+          Infer(MakeRequest("a", "x", "FP32", {m, 64}, ToBytes(DType::kF32, x)), &response);
+      ASSERT_TRUE(status.ok()) << status.error_message();
+    } else {
+      testing::MatMulBytes(*server_.stub, "a", DType::kF32, m, 64, x);
+    }
+  }
+  v1::ForwardRequest forward;
+  forward.set_model("m");
+  forward.mutable_input()->set_dtype(v1::DTYPE_FP32);
+  forward.mutable_input()->add_shape(2);
+  forward.mutable_input()->add_shape(64);
+  forward.mutable_input()->set_data(ToBytes(DType::kF32, RandomFloats(2 * 64, 40)));
+  ForwardBytes(forward);
+  const auto after = static_cast<uint64_t>(absl::ToUnixMillis(absl::Now()));
+
+  const inference::ModelStatistics a = statistics("a", "1").model_stats(0);
+  EXPECT_GE(a.last_inference(), before);
+  EXPECT_LE(a.last_inference(), after);
+  EXPECT_EQ(a.inference_count(), 8u);  // rows
+  EXPECT_EQ(a.execution_count(), 4u);
+  const inference::InferStatistics& s = a.inference_stats();
+  for (const inference::StatisticDuration* d :
+       {&s.success(), &s.queue(), &s.compute_input(), &s.compute_infer(), &s.compute_output()}) {
+    EXPECT_EQ(d->count(), 4u);
+  }
+  EXPECT_GT(s.compute_infer().ns(), 0u);
+  EXPECT_GE(s.success().ns(), s.compute_infer().ns());
+  EXPECT_EQ(s.fail().count(), 0u);
+  EXPECT_EQ(BatchSizes(a), "1x1 2x2 3x1");
+
+  // The model's Forward counts for the model, not for the weight it runs.
+  const inference::ModelStatistics m = statistics("m").model_stats(0);
+  EXPECT_EQ(m.inference_count(), 2u);
+  EXPECT_EQ(m.execution_count(), 1u);
+  EXPECT_EQ(BatchSizes(m), "2x1");
+
+  // Every model, by name; a model named as a weight stands for it (and has its own counts).
+  CreateModel("b", "a");
+  const inference::ModelStatisticsResponse all = statistics("");
+  std::vector<std::string> names;
+  for (const inference::ModelStatistics& e : all.model_stats()) names.push_back(e.name());
+  EXPECT_EQ(absl::StrJoin(names, ","), "a,b,m");
+  EXPECT_EQ(all.model_stats(0).inference_count(), 8u);
+  EXPECT_EQ(all.model_stats(1).inference_count(), 0u);
+
+  for (const auto& [name, version, code] :
+       std::vector<std::tuple<std::string, std::string, grpc::StatusCode>>{
+           {"nope", "", grpc::StatusCode::NOT_FOUND},
+           {"a", "2", grpc::StatusCode::NOT_FOUND},
+           {"", "2", grpc::StatusCode::NOT_FOUND},
+           {"a b", "", grpc::StatusCode::INVALID_ARGUMENT}}) {
+    grpc::ClientContext context;
+    inference::ModelStatisticsRequest request;
+    request.set_name(name);
+    request.set_version(version);
+    inference::ModelStatisticsResponse response;
+    const grpc::Status status = infer_->ModelStatistics(&context, request, &response);
+    EXPECT_EQ(status.error_code(), code)
+        << name << " " << version << ": " << status.error_message();
+    EXPECT_EQ(response.model_stats_size(), 0);
+  }
+}
+
 // Every scheme, every input datatype (FP32 raw and typed, FP16, BF16), a few M: the
 // float64 reference, and the very bytes qmm.v1's MatMul gives for the same input.
 TEST_F(InferenceServiceTest, ModelInferOnWeightsMatchesTheReferenceAndMatMul) {
@@ -314,8 +487,10 @@ TEST_F(InferenceServiceTest, ModelInferRunsModelsAsForwardDoes) {
           bytes.append(reinterpret_cast<const char*>(&wide), sizeof(wide));
         }
       }
-      ModelInferRequest request = MakeRequest("token-model", "token_ids", datatype,
-                                              {static_cast<int64_t>(ids.size())}, bytes);
+      // [M] and, as Triton's clients send a batch of scalars, [M, 1].
+      std::vector<int64_t> shape = {static_cast<int64_t>(ids.size())};
+      if (raw) shape.push_back(1);
+      ModelInferRequest request = MakeRequest("token-model", "token_ids", datatype, shape, bytes);
       if (!raw) {
         request.clear_raw_input_contents();
         inference::InferTensorContents* c = request.mutable_inputs(0)->mutable_contents();
@@ -449,7 +624,7 @@ TEST_F(InferenceServiceTest, BadRequestsNameTheField) {
        [&](ModelInferRequest& r) {
          r = MakeRequest("token-model", "token_ids", "INT32", {1, 2}, ids32({1, 2}));
        },
-       grpc::StatusCode::INVALID_ARGUMENT, "inputs[0].shape = [1, 2] has 2 dimensions"},
+       grpc::StatusCode::INVALID_ARGUMENT, "inputs[0].shape = [1, 2] is not [M] or [M, 1]"},
       {"token id out of range",
        [&](ModelInferRequest& r) {
          r = MakeRequest("token-model", "token_ids", "INT32", {3}, ids32({1, 10, 2}));
@@ -571,6 +746,18 @@ class InferenceBatchingTest : public ::testing::Test {
     return server_->batcher().stats().waiting_requests;
   }
 
+  inference::ModelStatistics Statistics(const std::string& name) {
+    grpc::ClientContext context;
+    inference::ModelStatisticsRequest request;
+    request.set_name(name);
+    inference::ModelStatisticsResponse response;
+    const grpc::Status status = infer_->ModelStatistics(&context, request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(response.model_stats_size(), 1);
+    return response.model_stats_size() == 1 ? response.model_stats(0)
+                                            : inference::ModelStatistics();
+  }
+
   testing::GatedBackend* gate_ = nullptr;
   std::unique_ptr<QmmServer> server_;
   std::unique_ptr<v1::Qmm::Stub> qmm_;
@@ -625,6 +812,17 @@ TEST_F(InferenceBatchingTest, ModelInferAndMatMulShareALaunch) {
   const BatchStats stats = server_->batcher().stats();
   EXPECT_EQ(stats.launches, 2);
   EXPECT_EQ(stats.max_requests_per_launch, kCallers - 1);
+
+  // The statistics: two launches, of 2 and 10 rows; each request counts its launch's times.
+  const inference::ModelStatistics w_stats = Statistics("w");
+  EXPECT_EQ(w_stats.execution_count(), 2u);
+  EXPECT_EQ(w_stats.inference_count(), 2u * kCallers);
+  EXPECT_EQ(w_stats.inference_stats().success().count(), static_cast<uint64_t>(kCallers));
+  EXPECT_EQ(w_stats.inference_stats().compute_infer().count(), static_cast<uint64_t>(kCallers));
+  ASSERT_EQ(w_stats.batch_stats_size(), 2);
+  EXPECT_EQ(w_stats.batch_stats(0).batch_size(), 2u);
+  EXPECT_EQ(w_stats.batch_stats(1).batch_size(), 2u * (kCallers - 1));
+  EXPECT_EQ(w_stats.batch_stats(1).compute_infer().count(), 1u);
 }
 
 // Triton's "timeout" parameter: a request still queued when its timeout passes never
@@ -669,6 +867,21 @@ TEST_F(InferenceBatchingTest, ATimeoutParameterDropsARequestStillQueued) {
   const BatchStats stats = server_->batcher().stats();
   EXPECT_EQ(stats.dropped_deadline, 1);
   EXPECT_EQ(stats.launches, 2);
+
+  // The dropped request is a failure after its 100 ms queued; the others waited as long
+  // (the first in its held launch, the last queued behind it).
+  const inference::ModelStatistics w_stats = Statistics("w");
+  const inference::InferStatistics& s = w_stats.inference_stats();
+  EXPECT_EQ(s.fail().count(), 1u);
+  EXPECT_GE(s.fail().ns(), 100'000'000u);
+  EXPECT_EQ(s.success().count(), 2u);
+  EXPECT_GE(s.success().ns(), 200'000'000u);
+  EXPECT_EQ(s.queue().count(), 2u);
+  EXPECT_GE(s.queue().ns(), 100'000'000u);
+  EXPECT_EQ(w_stats.execution_count(), 2u);
+  ASSERT_EQ(w_stats.batch_stats_size(), 1);
+  EXPECT_EQ(w_stats.batch_stats(0).batch_size(), 1u);
+  EXPECT_EQ(w_stats.batch_stats(0).compute_infer().count(), 2u);
 }
 
 }  // namespace

@@ -41,14 +41,15 @@ MetricsOptions Options(bool per_weight = false) {
 }
 
 constexpr RpcMethod kAllMethods[] = {
-    RpcMethod::kUploadWeight,  RpcMethod::kGetWeight,        RpcMethod::kListWeights,
-    RpcMethod::kDeleteWeight,  RpcMethod::kServerInfo,       RpcMethod::kMatMul,
-    RpcMethod::kMatMulStream,  RpcMethod::kCreateModel,      RpcMethod::kGetModel,
-    RpcMethod::kListModels,    RpcMethod::kDeleteModel,      RpcMethod::kForward,
-    RpcMethod::kForwardStream, RpcMethod::kServerLive,       RpcMethod::kServerReady,
-    RpcMethod::kModelReady,    RpcMethod::kServerMetadata,   RpcMethod::kModelMetadata,
-    RpcMethod::kModelInfer,    RpcMethod::kModelStreamInfer, RpcMethod::kHttpHealth,
-    RpcMethod::kHttpMetadata,  RpcMethod::kHttpInfer};
+    RpcMethod::kUploadWeight,    RpcMethod::kGetWeight,        RpcMethod::kListWeights,
+    RpcMethod::kDeleteWeight,    RpcMethod::kServerInfo,       RpcMethod::kMatMul,
+    RpcMethod::kMatMulStream,    RpcMethod::kCreateModel,      RpcMethod::kGetModel,
+    RpcMethod::kListModels,      RpcMethod::kDeleteModel,      RpcMethod::kForward,
+    RpcMethod::kForwardStream,   RpcMethod::kServerLive,       RpcMethod::kServerReady,
+    RpcMethod::kModelReady,      RpcMethod::kServerMetadata,   RpcMethod::kModelMetadata,
+    RpcMethod::kModelInfer,      RpcMethod::kModelStreamInfer, RpcMethod::kModelConfig,
+    RpcMethod::kModelStatistics, RpcMethod::kHttpHealth,       RpcMethod::kHttpMetadata,
+    RpcMethod::kHttpInfer};
 constexpr RejectReason kAllReasons[] = {RejectReason::kQueueFull, RejectReason::kMemoryBudget,
                                         RejectReason::kDeadline, RejectReason::kCancelled,
                                         RejectReason::kDraining};
