@@ -417,6 +417,24 @@ std::optional<v1::BatchingStats> Batching(Client& client) {
   return info->batching();
 }
 
+// The statistics of the weight or model `name`; none when the server does not say.
+std::optional<inference::ModelStatistics> ModelStatistics(
+    const std::shared_ptr<grpc::Channel>& channel, const std::string& name,
+    absl::Duration timeout) {
+  grpc::ClientContext context;
+  context.set_deadline(Deadline(timeout));
+  inference::ModelStatisticsRequest request;
+  request.set_name(name);
+  inference::ModelStatisticsResponse response;
+  if (!inference::GRPCInferenceService::NewStub(channel)
+           ->ModelStatistics(&context, request, &response)
+           .ok() ||
+      response.model_stats_size() != 1) {
+    return std::nullopt;
+  }
+  return response.model_stats(0);
+}
+
 }  // namespace
 
 absl::Status CheckBenchOptions(const BenchOptions& o) {
@@ -587,15 +605,22 @@ absl::StatusOr<bool> RunBench(Client& client, const ClientOptions& connection,
   }
   run.warmed_up.Wait();
   const std::optional<v1::BatchingStats> before = Batching(client);
+  const std::optional<inference::ModelStatistics> model_before =
+      ModelStatistics(run.channels.front(), setup.weight, connection.call_timeout);
   const absl::Time start = absl::Now();
   if (o.duration) run.end = start + *o.duration;
   run.go.Notify();
   for (std::thread& t : callers) t.join();
   const absl::Duration wall = absl::Now() - start;
   const std::optional<v1::BatchingStats> after = Batching(client);
+  const std::optional<inference::ModelStatistics> model_after =
+      ModelStatistics(run.channels.front(), setup.weight, connection.call_timeout);
 
   BenchReport report = Summarize(setup, std::move(tallies), wall);
   if (before && after) report.batching = BatchingDelta(*before, *after);
+  if (model_before && model_after) {
+    report.server_model = StatisticsDelta(*model_before, *model_after);
+  }
   std::fputs(FormatReport(report).c_str(), stdout);
   if (!o.json_path.empty()) {
     std::ofstream out(o.json_path);

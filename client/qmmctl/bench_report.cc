@@ -21,6 +21,16 @@ int64_t Dropped(const v1::BatchingStats& b) {
          b.dropped_weight_deleted();
 }
 
+void SubtractDuration(const inference::StatisticDuration& before, inference::StatisticDuration* d) {
+  d->set_count(d->count() - before.count());
+  d->set_ns(d->ns() - before.ns());
+}
+
+// The mean of a duration in milliseconds, 0 without events.
+double MeanMs(const inference::StatisticDuration& d) {
+  return d.count() > 0 ? static_cast<double>(d.ns()) / static_cast<double>(d.count()) * 1e-6 : 0;
+}
+
 nlohmann::ordered_json LatencyJson(const LatencySummary& l) {
   return {{"count", l.count}, {"min", Ms(l.min)}, {"p50", Ms(l.p50)},  {"p90", Ms(l.p90)},
           {"p99", Ms(l.p99)}, {"max", Ms(l.max)}, {"mean", Ms(l.mean)}};
@@ -88,6 +98,33 @@ v1::BatchingStats BatchingDelta(const v1::BatchingStats& before, const v1::Batch
   return d;
 }
 
+inference::ModelStatistics StatisticsDelta(const inference::ModelStatistics& before,
+                                           const inference::ModelStatistics& after) {
+  inference::ModelStatistics d = after;
+  d.set_inference_count(after.inference_count() - before.inference_count());
+  d.set_execution_count(after.execution_count() - before.execution_count());
+  const inference::InferStatistics& b = before.inference_stats();
+  inference::InferStatistics* s = d.mutable_inference_stats();
+  SubtractDuration(b.success(), s->mutable_success());
+  SubtractDuration(b.fail(), s->mutable_fail());
+  SubtractDuration(b.queue(), s->mutable_queue());
+  SubtractDuration(b.compute_input(), s->mutable_compute_input());
+  SubtractDuration(b.compute_infer(), s->mutable_compute_infer());
+  SubtractDuration(b.compute_output(), s->mutable_compute_output());
+  d.clear_batch_stats();
+  for (const inference::InferBatchStatistics& a : after.batch_stats()) {
+    inference::InferBatchStatistics batch = a;
+    for (const inference::InferBatchStatistics& e : before.batch_stats()) {
+      if (e.batch_size() != a.batch_size()) continue;
+      SubtractDuration(e.compute_input(), batch.mutable_compute_input());
+      SubtractDuration(e.compute_infer(), batch.mutable_compute_infer());
+      SubtractDuration(e.compute_output(), batch.mutable_compute_output());
+    }
+    if (batch.compute_infer().count() > 0) *d.add_batch_stats() = std::move(batch);
+  }
+  return d;
+}
+
 std::string FormatReport(const BenchReport& r) {
   const BenchSetup& s = r.setup;
   const std::string target =
@@ -142,6 +179,17 @@ std::string FormatReport(const BenchReport& r) {
                           b.launches(), PerLaunch(b.requests(), b.launches()),
                           PerLaunch(b.rows(), b.launches()), Dropped(b), b.max_batch_rows(),
                           b.max_requests_per_launch(), b.max_rows_per_launch());
+  }
+  if (r.server_model) {
+    const inference::InferStatistics& m = r.server_model->inference_stats();
+    absl::StrAppendFormat(&out,
+                          "  server, per request of %s: %.3f ms from its queue to its result, "
+                          "%.3f ms queued; its launch %.3f ms in, %.3f ms compute, %.3f ms out "
+                          "(%d requests, %d failed, in %d launches)\n",
+                          s.weight, MeanMs(m.success()), MeanMs(m.queue()),
+                          MeanMs(m.compute_input()), MeanMs(m.compute_infer()),
+                          MeanMs(m.compute_output()), m.success().count(), m.fail().count(),
+                          r.server_model->execution_count());
   }
   if (!r.passed()) out += "  FAIL: there were errors or mismatches\n";
   return out;
@@ -223,6 +271,21 @@ nlohmann::ordered_json ReportJson(const BenchReport& r) {
         {"dropped_deadline", b.dropped_deadline()},
         {"dropped_cancelled", b.dropped_cancelled()},
         {"dropped_weight_deleted", b.dropped_weight_deleted()},
+    };
+  }
+  if (r.server_model) {
+    const inference::InferStatistics& m = r.server_model->inference_stats();
+    out["server_model"] = {
+        {"requests", m.success().count()},
+        {"failed", m.fail().count()},
+        {"rows", r.server_model->inference_count()},
+        {"launches", r.server_model->execution_count()},
+        {"mean_ms",
+         {{"total", MeanMs(m.success())},
+          {"queued", MeanMs(m.queue())},
+          {"compute_input", MeanMs(m.compute_input())},
+          {"compute_infer", MeanMs(m.compute_infer())},
+          {"compute_output", MeanMs(m.compute_output())}}},
     };
   }
   return out;

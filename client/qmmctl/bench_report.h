@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "client/qmmctl/stats.h"
+#include "inference/open_inference.pb.h"
 #include "nlohmann/json.hpp"
 #include "qmm/v1/qmm.pb.h"
 
@@ -88,6 +89,10 @@ struct BenchReport {
   // The server's batcher over the run (counters as differences; limits and maxima as
   // the server reported them at the end). Absent when ServerInfo did not answer.
   std::optional<v1::BatchingStats> batching;
+  // The weight's (or model's) own statistics over the run (ModelStatistics of the Open
+  // Inference Protocol, as differences): where its requests' time went inside the server.
+  // Absent when the server does not answer ModelStatistics.
+  std::optional<inference::ModelStatistics> server_model;
 
   // No errors and no mismatches.
   bool passed() const { return errors == 0 && mismatches == 0; }
@@ -99,6 +104,11 @@ BenchReport Summarize(const BenchSetup& setup, std::vector<BenchTally> tallies,
 
 // `after` minus `before` for the counters; the rest from `after`.
 v1::BatchingStats BatchingDelta(const v1::BatchingStats& before, const v1::BatchingStats& after);
+
+// `after` minus `before` for the counts and durations (the batch sizes matched by size);
+// name, version and last_inference from `after`.
+inference::ModelStatistics StatisticsDelta(const inference::ModelStatistics& before,
+                                           const inference::ModelStatistics& after);
 
 // The human-readable report, several lines ending in '\n'.
 std::string FormatReport(const BenchReport& report);

@@ -98,6 +98,14 @@ TEST_F(BenchEndToEndTest, ConcurrentCallersAreBatchedAndEveryResultIsRight) {
   // Sixteen callers and one worker: while one launch runs the others' requests queue.
   EXPECT_LT(b["launches"].get<int64_t>(), 400);
   EXPECT_GT(b["multi_request_launches"].get<int64_t>(), 0);
+  // The weight's own statistics say the same, and where the time went.
+  const nlohmann::json& w = j["server_model"];
+  EXPECT_EQ(w["requests"], 400);
+  EXPECT_EQ(w["rows"], 800);
+  EXPECT_EQ(w["failed"], 0);
+  EXPECT_EQ(w["launches"], b["launches"]);
+  EXPECT_GT(w["mean_ms"]["compute_infer"].get<double>(), 0);
+  EXPECT_GT(w["mean_ms"]["total"].get<double>(), w["mean_ms"]["compute_infer"].get<double>());
 }
 
 TEST_F(BenchEndToEndTest, MaxBatchRowsOneRunsEveryRequestAlone) {
@@ -126,6 +134,9 @@ TEST_F(BenchEndToEndTest, OpenInferenceCallsAreBatchedAndRight) {
     EXPECT_TRUE(j["server_compute_p50_ms"].is_null()) << mode;
     EXPECT_EQ(j["server_batching"]["requests"], 300) << mode;
     EXPECT_GT(j["server_batching"]["multi_request_launches"].get<int64_t>(), 0) << mode;
+    // ... which ModelStatistics gives.
+    EXPECT_EQ(j["server_model"]["requests"], 300) << mode;
+    EXPECT_GT(j["server_model"]["mean_ms"]["compute_infer"].get<double>(), 0) << mode;
   }
 }
 

@@ -163,6 +163,53 @@ TEST(BatchingDeltaTest, CountersAreDifferencesTheRestIsTheEnd) {
   EXPECT_EQ(d.max_batch_rows(), 64);
 }
 
+inference::StatisticDuration Duration(uint64_t count, uint64_t ns) {
+  inference::StatisticDuration d;
+  d.set_count(count);
+  d.set_ns(ns);
+  return d;
+}
+
+TEST(StatisticsDeltaTest, CountsAndDurationsAreDifferencesBatchSizesMatched) {
+  inference::ModelStatistics before;
+  before.set_name("w");
+  before.set_last_inference(100);
+  before.set_inference_count(10);
+  before.set_execution_count(4);
+  *before.mutable_inference_stats()->mutable_success() = Duration(8, 8000);
+  *before.mutable_inference_stats()->mutable_queue() = Duration(8, 800);
+  *before.mutable_inference_stats()->mutable_compute_infer() = Duration(8, 4000);
+  inference::InferBatchStatistics* one = before.add_batch_stats();
+  one->set_batch_size(1);
+  *one->mutable_compute_infer() = Duration(4, 2000);
+  inference::ModelStatistics after = before;
+  after.set_last_inference(250);
+  after.set_inference_count(70);
+  after.set_execution_count(9);
+  *after.mutable_inference_stats()->mutable_success() = Duration(20, 38000);
+  *after.mutable_inference_stats()->mutable_fail() = Duration(2, 50);
+  *after.mutable_inference_stats()->mutable_queue() = Duration(20, 3800);
+  *after.mutable_inference_stats()->mutable_compute_infer() = Duration(20, 16000);
+  *after.mutable_batch_stats(0)->mutable_compute_infer() = Duration(4, 2000);  // unchanged
+  inference::InferBatchStatistics* twelve = after.add_batch_stats();
+  twelve->set_batch_size(12);
+  *twelve->mutable_compute_infer() = Duration(5, 9000);
+
+  const inference::ModelStatistics d = StatisticsDelta(before, after);
+  EXPECT_EQ(d.name(), "w");
+  EXPECT_EQ(d.last_inference(), 250u);
+  EXPECT_EQ(d.inference_count(), 60u);
+  EXPECT_EQ(d.execution_count(), 5u);
+  EXPECT_EQ(d.inference_stats().success().count(), 12u);
+  EXPECT_EQ(d.inference_stats().success().ns(), 30000u);
+  EXPECT_EQ(d.inference_stats().fail().count(), 2u);
+  EXPECT_EQ(d.inference_stats().queue().ns(), 3000u);
+  EXPECT_EQ(d.inference_stats().compute_infer().ns(), 12000u);
+  ASSERT_EQ(d.batch_stats_size(), 1);  // size 1 ran no launch over the run
+  EXPECT_EQ(d.batch_stats(0).batch_size(), 12u);
+  EXPECT_EQ(d.batch_stats(0).compute_infer().count(), 5u);
+}
+
 TEST(FormatReportTest, SaysWhatHappened) {
   BenchReport r = Summarize(ExampleSetup(), TwoCallers(), absl::Seconds(2));
   v1::BatchingStats b;
@@ -171,6 +218,14 @@ TEST(FormatReportTest, SaysWhatHappened) {
   b.set_rows(12);
   b.set_max_batch_rows(64);
   r.batching = b;
+  inference::ModelStatistics m;
+  m.set_execution_count(2);
+  *m.mutable_inference_stats()->mutable_success() = Duration(3, 3'000'000);
+  *m.mutable_inference_stats()->mutable_queue() = Duration(3, 600'000);
+  *m.mutable_inference_stats()->mutable_compute_input() = Duration(3, 30'000);
+  *m.mutable_inference_stats()->mutable_compute_infer() = Duration(3, 450'000);
+  *m.mutable_inference_stats()->mutable_compute_output() = Duration(3, 15'000);
+  r.server_model = m;
   const std::string text = FormatReport(r);
   for (const char* expected :
        {"bench w (w4a16 [8, 128]) on 127.0.0.1:1 (cpu): 2 unary callers over 1 connection, "
@@ -178,7 +233,10 @@ TEST(FormatReportTest, SaysWhatHappened) {
         "3 ok, 3 errors, 3 verified against seed 9: 1 mismatch",
         "RESOURCE_EXHAUSTED: 2 (queue for weight \"w\" is full)", "DEADLINE_EXCEEDED: 1",
         "first mismatch: request 4", "1.5 requests/s, 6.0 rows/s over 2.000 s", "p50=2.000 ms",
-        "2 launches, 1.50 requests/launch, 6.00 rows/launch", "FAIL"}) {
+        "2 launches, 1.50 requests/launch, 6.00 rows/launch",
+        "server, per request of w: 1.000 ms from its queue to its result, 0.200 ms queued; its "
+        "launch 0.010 ms in, 0.150 ms compute, 0.005 ms out (3 requests, 0 failed, in 2 launches)",
+        "FAIL"}) {
     EXPECT_NE(text.find(expected), std::string::npos) << expected << "\n" << text;
   }
 }
@@ -197,6 +255,21 @@ TEST(ReportJsonTest, HoldsTheNumbers) {
   EXPECT_DOUBLE_EQ(j["server_compute_p50_ms"].get<double>(), 0.0002);
   EXPECT_EQ(j["passed"], false);
   EXPECT_FALSE(j.contains("server_batching"));  // ServerInfo gave none
+  EXPECT_FALSE(j.contains("server_model"));     // nor ModelStatistics
+
+  inference::ModelStatistics m;
+  m.set_inference_count(12);
+  m.set_execution_count(2);
+  *m.mutable_inference_stats()->mutable_success() = Duration(3, 6'000'000);
+  *m.mutable_inference_stats()->mutable_compute_infer() = Duration(3, 300'000);
+  r.server_model = m;
+  const nlohmann::ordered_json with = ReportJson(r);
+  EXPECT_EQ(with["server_model"]["requests"], 3);
+  EXPECT_EQ(with["server_model"]["rows"], 12);
+  EXPECT_EQ(with["server_model"]["launches"], 2);
+  EXPECT_DOUBLE_EQ(with["server_model"]["mean_ms"]["total"].get<double>(), 2.0);
+  EXPECT_DOUBLE_EQ(with["server_model"]["mean_ms"]["compute_infer"].get<double>(), 0.1);
+  EXPECT_DOUBLE_EQ(with["server_model"]["mean_ms"]["queued"].get<double>(), 0.0);  // no events
 }
 
 }  // namespace
