@@ -69,6 +69,18 @@ class InferenceServiceTest : public ::testing::Test {
     return infer_->ModelInfer(&context, request, response);
   }
 
+  // A request by model name and version (ModelConfig, ModelStatistics, ...) through `rpc`.
+  template <typename Request, typename Response>
+  grpc::Status ByName(grpc::Status (inference::GRPCInferenceService::Stub::*rpc)(
+                          grpc::ClientContext*, const Request&, Response*),
+                      const std::string& name, const std::string& version, Response* response) {
+    grpc::ClientContext context;
+    Request request;
+    request.set_name(name);
+    request.set_version(version);
+    return (infer_.get()->*rpc)(&context, request, response);
+  }
+
   std::string ForwardBytes(const v1::ForwardRequest& request) {
     grpc::ClientContext context;
     v1::ForwardResponse response;
@@ -228,11 +240,9 @@ TEST_F(InferenceServiceTest, ModelConfigDescribesHowEachModelIsServed) {
   Upload("tok", Scheme::kFp16, {50, 256, 0}, 3);
   CreateModel("token-model", "w4", "tok");
   auto config = [&](const std::string& name) {
-    grpc::ClientContext context;
-    inference::ModelConfigRequest request;
-    request.set_name(name);
     inference::ModelConfigResponse response;
-    const grpc::Status status = infer_->ModelConfig(&context, request, &response);
+    const grpc::Status status =
+        ByName(&inference::GRPCInferenceService::Stub::ModelConfig, name, "", &response);
     EXPECT_TRUE(status.ok()) << name << ": " << status.error_message();
     return response.config();
   };
@@ -270,12 +280,9 @@ TEST_F(InferenceServiceTest, ModelConfigDescribesHowEachModelIsServed) {
            {"nope", "", grpc::StatusCode::NOT_FOUND},
            {"w4", "2", grpc::StatusCode::NOT_FOUND},
            {"", "", grpc::StatusCode::INVALID_ARGUMENT}}) {
-    grpc::ClientContext context;
-    inference::ModelConfigRequest request;
-    request.set_name(name);
-    request.set_version(version);
     inference::ModelConfigResponse response;
-    const grpc::Status status = infer_->ModelConfig(&context, request, &response);
+    const grpc::Status status =
+        ByName(&inference::GRPCInferenceService::Stub::ModelConfig, name, version, &response);
     EXPECT_EQ(status.error_code(), code)
         << name << " " << version << ": " << status.error_message();
     EXPECT_NE(status.error_message().find(name.empty() ? "name" : name), std::string::npos)
@@ -299,12 +306,9 @@ TEST_F(InferenceServiceTest, ModelStatisticsCountEveryApisRequests) {
   Upload("b", Scheme::kW4A16, {16, 128, 128}, 31);
   CreateModel("m", "a");
   auto statistics = [&](const std::string& name, const std::string& version = "") {
-    grpc::ClientContext context;
-    inference::ModelStatisticsRequest request;
-    request.set_name(name);
-    request.set_version(version);
     inference::ModelStatisticsResponse response;
-    const grpc::Status status = infer_->ModelStatistics(&context, request, &response);
+    const grpc::Status status =
+        ByName(&inference::GRPCInferenceService::Stub::ModelStatistics, name, version, &response);
     EXPECT_TRUE(status.ok()) << name << ": " << status.error_message();
     return response;
   };
@@ -381,12 +385,9 @@ TEST_F(InferenceServiceTest, ModelStatisticsCountEveryApisRequests) {
            {"a", "2", grpc::StatusCode::NOT_FOUND},
            {"", "2", grpc::StatusCode::NOT_FOUND},
            {"a b", "", grpc::StatusCode::INVALID_ARGUMENT}}) {
-    grpc::ClientContext context;
-    inference::ModelStatisticsRequest request;
-    request.set_name(name);
-    request.set_version(version);
     inference::ModelStatisticsResponse response;
-    const grpc::Status status = infer_->ModelStatistics(&context, request, &response);
+    const grpc::Status status =
+        ByName(&inference::GRPCInferenceService::Stub::ModelStatistics, name, version, &response);
     EXPECT_EQ(status.error_code(), code)
         << name << " " << version << ": " << status.error_message();
     EXPECT_EQ(response.model_stats_size(), 0);
