@@ -86,7 +86,8 @@ absl::StatusOr<MatMulResult> ForwardStream::Call(std::string_view model,
 Client::Client(ClientOptions options, std::shared_ptr<grpc::Channel> channel)
     : options_(std::move(options)),
       channel_(std::move(channel)),
-      stub_(v1::Qmm::NewStub(channel_)) {}
+      stub_(v1::Qmm::NewStub(channel_)),
+      inference_(inference::GRPCInferenceService::NewStub(channel_)) {}
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
   grpc::ChannelArguments args;
@@ -177,6 +178,17 @@ absl::StatusOr<v1::ServerInfoResponse> Client::ServerInfo() {
   v1::ServerInfoResponse response;
   absl::Status status =
       FromGrpcStatus(stub_->ServerInfo(&context, v1::ServerInfoRequest(), &response));
+  if (!status.ok()) return status;
+  return response;
+}
+
+absl::StatusOr<inference::ModelStatisticsResponse> Client::Statistics(std::string_view name) {
+  grpc::ClientContext context;
+  SetDeadline(context);
+  inference::ModelStatisticsRequest request;
+  request.set_name(std::string(name));
+  inference::ModelStatisticsResponse response;
+  absl::Status status = FromGrpcStatus(inference_->ModelStatistics(&context, request, &response));
   if (!status.ok()) return status;
   return response;
 }

@@ -31,6 +31,7 @@
 #include "client/nd_array.h"
 #include "client/rpc_stream.h"
 #include "client/upload_request.h"
+#include "inference/open_inference.grpc.pb.h"
 #include "kernels/dtype.h"
 #include "qmm/v1/qmm.grpc.pb.h"
 
@@ -128,6 +129,9 @@ class Client {
   // server, "qmm.v1.Qmm" about the API. true for SERVING, false for NOT_SERVING (a server
   // draining, or whose device was lost); NOT_FOUND for a service the server does not serve.
   absl::StatusOr<bool> Serving(std::string_view service = "");
+  // The server's statistics of the weight or model `name` (all of them, by name, when
+  // empty), through the Open Inference Protocol's ModelStatistics on the same connection.
+  absl::StatusOr<inference::ModelStatisticsResponse> Statistics(std::string_view name = "");
 
   // y = x * W^T; x is [M, K] of f32, f16 or bf16. `output_dtype` nullopt: x's dtype.
   absl::StatusOr<MatMulResult> MatMul(std::string_view weight, const NdArray& x,
@@ -164,6 +168,7 @@ class Client {
   ClientOptions options_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Qmm::Stub> stub_;
+  std::unique_ptr<inference::GRPCInferenceService::Stub> inference_;
 };
 
 }  // namespace qmm

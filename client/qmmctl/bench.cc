@@ -418,21 +418,10 @@ std::optional<v1::BatchingStats> Batching(Client& client) {
 }
 
 // The statistics of the weight or model `name`; none when the server does not say.
-std::optional<inference::ModelStatistics> ModelStatistics(
-    const std::shared_ptr<grpc::Channel>& channel, const std::string& name,
-    absl::Duration timeout) {
-  grpc::ClientContext context;
-  context.set_deadline(Deadline(timeout));
-  inference::ModelStatisticsRequest request;
-  request.set_name(name);
-  inference::ModelStatisticsResponse response;
-  if (!inference::GRPCInferenceService::NewStub(channel)
-           ->ModelStatistics(&context, request, &response)
-           .ok() ||
-      response.model_stats_size() != 1) {
-    return std::nullopt;
-  }
-  return response.model_stats(0);
+std::optional<inference::ModelStatistics> ModelStatistics(Client& client, const std::string& name) {
+  absl::StatusOr<inference::ModelStatisticsResponse> response = client.Statistics(name);
+  if (!response.ok() || response->model_stats_size() != 1) return std::nullopt;
+  return response->model_stats(0);
 }
 
 }  // namespace
@@ -606,7 +595,7 @@ absl::StatusOr<bool> RunBench(Client& client, const ClientOptions& connection,
   run.warmed_up.Wait();
   const std::optional<v1::BatchingStats> before = Batching(client);
   const std::optional<inference::ModelStatistics> model_before =
-      ModelStatistics(run.channels.front(), setup.weight, connection.call_timeout);
+      ModelStatistics(client, setup.weight);
   const absl::Time start = absl::Now();
   if (o.duration) run.end = start + *o.duration;
   run.go.Notify();
@@ -614,7 +603,7 @@ absl::StatusOr<bool> RunBench(Client& client, const ClientOptions& connection,
   const absl::Duration wall = absl::Now() - start;
   const std::optional<v1::BatchingStats> after = Batching(client);
   const std::optional<inference::ModelStatistics> model_after =
-      ModelStatistics(run.channels.front(), setup.weight, connection.call_timeout);
+      ModelStatistics(client, setup.weight);
 
   BenchReport report = Summarize(setup, std::move(tallies), wall);
   if (before && after) report.batching = BatchingDelta(*before, *after);

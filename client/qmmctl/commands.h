@@ -18,6 +18,8 @@ namespace qmm::ctl {
 
 absl::Status RunInfo(Client& client);
 absl::Status RunList(Client& client);
+// The server's statistics of the weight or model `name`, or of all of them ("").
+absl::Status RunStats(Client& client, const std::string& name);
 absl::Status RunDelete(Client& client, const std::string& name);
 // Prints SERVING or NOT_SERVING for `service` ("" = the whole server); true when serving.
 absl::StatusOr<bool> RunHealth(Client& client, const std::string& service);

@@ -110,6 +110,8 @@ constexpr char kUsage[] =
     "  health   [--service=S]  SERVING (exit 0) or NOT_SERVING (exit 1), the standard\n"
     "           grpc.health.v1 check, for probes\n"
     "  ls       the weights held\n"
+    "  stats [NAME]  each weight's and model's requests, launches and mean times in the\n"
+    "           server since it was stored (ModelStatistics)\n"
     "  rm NAME  delete a weight (or --name)\n"
     "  upload   --name=N --scheme=S [--group_size=128|0] and one source:\n"
     "             --random --n --k [--seed] | --npy FILE | --safetensors FILE --tensor T |\n"
@@ -349,7 +351,8 @@ int Main(const std::vector<char*>& args) {
   const std::string command = args[1];
   std::string rm_name = absl::GetFlag(FLAGS_name);  // or the positional argument
   // The commands that take one positional argument: a name or a file.
-  const bool positional = command == "rm" || command == "rm-model" || command == "create-model";
+  const bool positional =
+      command == "rm" || command == "rm-model" || command == "create-model" || command == "stats";
   if (positional && args.size() == 3) {
     rm_name = args[2];
   } else if (args.size() > 2) {
@@ -378,7 +381,7 @@ int Main(const std::vector<char*>& args) {
   } else if (command == "rm-model" || command == "create-model") {
     if (args.size() != 3) return Usage(command + " needs one argument");
   } else if (command != "info" && command != "health" && command != "ls" &&
-             command != "ls-models") {
+             command != "ls-models" && command != "stats") {
     return Usage(absl::StrCat("unknown command '", command, "'"));
   }
 
@@ -404,6 +407,8 @@ int Main(const std::vector<char*>& args) {
     return *serving ? 0 : 1;
   } else if (command == "ls") {
     status = RunList(**client);
+  } else if (command == "stats") {
+    status = RunStats(**client, rm_name);
   } else if (command == "rm") {
     status = RunDelete(**client, rm_name);
   } else if (command == "ls-models") {

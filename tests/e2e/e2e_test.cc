@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <optional>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,29 @@ TEST_F(EndToEndTest, HealthExitsZeroOnlyWhileServing) {
   const RunResult extra = Qmmctl({"health", "now"});
   EXPECT_EQ(extra.exit_code, 2);
   EXPECT_THAT(extra.output, HasSubstr("unexpected argument 'now'"));
+}
+
+// qmmctl stats: each weight's requests, rows and launches since its upload, every API's.
+TEST_F(EndToEndTest, StatsCountEachWeightsRequests) {
+  const std::string n = absl::StrCat("--n=", kN), k = absl::StrCat("--k=", kK);
+  Ok({"upload", "--name=used", "--scheme=w4a16", "--random", n, k, "--seed=3"});
+  Ok({"upload", "--name=idle", "--scheme=w8a16", "--random", n, k, "--seed=4"});
+  Ok({"matmul", "--weight=used", "--random", "--m=2", "--repeat=3"});
+  Ok({"matmul", "--weight=used", "--random", "--m=3", "--repeat=2"});
+  // Name, requests, failed, rows, launches: one request a launch, one after another.
+  const std::regex used(
+      R"(\nused +5 +0 +12 +5 +2\.40 +[0-9.]+ [0-9.]+ [0-9.]+ [0-9.]+ [0-9.]+ +20)");
+  const std::regex idle(R"(\nidle +0 +0 +0 +0 +0\.00 +0\.000 0\.000 0\.000 0\.000 0\.000 +never)");
+  const std::string all = Ok({"stats"});
+  EXPECT_TRUE(std::regex_search(all, used)) << all;
+  EXPECT_TRUE(std::regex_search(all, idle)) << all;
+  EXPECT_LT(all.find("\nidle"), all.find("\nused")) << all;  // by name
+  const std::string one = Ok({"stats", "used"});
+  EXPECT_TRUE(std::regex_search(one, used)) << one;
+  EXPECT_THAT(one, Not(HasSubstr("idle")));
+  const RunResult unknown = Qmmctl({"stats", "nope"});
+  EXPECT_EQ(unknown.exit_code, 1);
+  EXPECT_THAT(unknown.output, HasSubstr("qmmctl stats: NOT_FOUND: no model or weight named"));
 }
 
 // One weight per scheme and per upload path, each multiplied and checked against the
