@@ -179,29 +179,15 @@ void InferenceHttpServer::Serve(mg_connection* connection) {
     return;
   }
   constexpr absl::string_view kModels = "/v2/models/";
-  constexpr absl::string_view kNameField = "the model name in the path";
-  if (uri == "/v2/models/stats") {  // every model's
-    const RequestClock clock(context_.metrics, RpcMethod::kHttpMetadata);
-    if (!get) {
-      WrongMethod(connection, clock, uri, "GET");
-      return;
-    }
-    inference::ModelStatisticsResponse stats;
-    const absl::Status status =
-        FillModelStatistics("", "", kNameField, *context_.models, *context_.store, &stats);
-    if (!status.ok()) {
-      Fail(connection, clock, status);
-      return;
-    }
-    Ok(connection, clock, ModelStatisticsJson(stats));
-    return;
-  }
   if (!absl::StartsWith(uri, kModels)) {
     const RequestClock clock(context_.metrics, RpcMethod::kHttpMetadata);
     Fail(connection, clock, absl::NotFoundError(absl::StrCat("no endpoint ", uri)));
     return;
   }
-  const ModelPath path = ParseModelPath(uri.substr(kModels.size()));
+  // /v2/models/stats: every model's statistics (the name empty).
+  const ModelPath path = uri == "/v2/models/stats"
+                             ? ModelPath{.name = "", .version = "", .action = "stats"}
+                             : ParseModelPath(uri.substr(kModels.size()));
 
   if (path.action == "infer") {
     const RequestClock clock(context_.metrics, RpcMethod::kHttpInfer);
@@ -263,6 +249,7 @@ void InferenceHttpServer::Serve(mg_connection* connection) {
     WrongMethod(connection, clock, uri, "GET");
     return;
   }
+  constexpr absl::string_view kNameField = "the model name in the path";
   if (path.action == "stats") {
     inference::ModelStatisticsResponse stats;
     const absl::Status status = FillModelStatistics(path.name, path.version, kNameField,
