@@ -26,11 +26,6 @@ void SubtractDuration(const inference::StatisticDuration& before, inference::Sta
   d->set_ns(d->ns() - before.ns());
 }
 
-// The mean of a duration in milliseconds, 0 without events.
-double MeanMs(const inference::StatisticDuration& d) {
-  return d.count() > 0 ? static_cast<double>(d.ns()) / static_cast<double>(d.count()) * 1e-6 : 0;
-}
-
 nlohmann::ordered_json LatencyJson(const LatencySummary& l) {
   return {{"count", l.count}, {"min", Ms(l.min)}, {"p50", Ms(l.p50)},  {"p90", Ms(l.p90)},
           {"p99", Ms(l.p99)}, {"max", Ms(l.max)}, {"mean", Ms(l.mean)}};

@@ -6,14 +6,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "client/qmmctl/commands.h"
+#include "client/qmmctl/stats.h"
 
 namespace qmm::ctl {
 namespace {
-
-// The mean of a duration in milliseconds, 0 without events.
-double MeanMs(const inference::StatisticDuration& d) {
-  return d.count() > 0 ? static_cast<double>(d.ns()) / static_cast<double>(d.count()) * 1e-6 : 0;
-}
 
 std::string LastRequest(uint64_t unix_ms) {
   if (unix_ms == 0) return "never";

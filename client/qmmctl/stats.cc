@@ -61,4 +61,8 @@ LatencySummary SummarizeLatencies(std::vector<absl::Duration> samples) {
   return s;
 }
 
+double MeanMs(const inference::StatisticDuration& d) {
+  return d.count() > 0 ? static_cast<double>(d.ns()) / static_cast<double>(d.count()) * 1e-6 : 0;
+}
+
 }  // namespace qmm::ctl

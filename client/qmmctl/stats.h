@@ -1,4 +1,5 @@
-// Summaries qmmctl prints: value statistics of a result and latency percentiles.
+// Summaries qmmctl prints: value statistics of a result, latency percentiles, and means of
+// the server's statistics.
 #ifndef QMM_CLIENT_QMMCTL_STATS_H_
 #define QMM_CLIENT_QMMCTL_STATS_H_
 
@@ -7,6 +8,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "inference/open_inference.pb.h"
 
 namespace qmm::ctl {
 
@@ -34,6 +36,10 @@ struct LatencySummary {
 // Nearest-rank percentiles (the smallest sample at or above p% of them); all zero for
 // no samples.
 LatencySummary SummarizeLatencies(std::vector<absl::Duration> samples);
+
+// The mean of a server statistic's durations (ModelStatistics) in milliseconds; 0 without
+// events.
+double MeanMs(const inference::StatisticDuration& d);
 
 }  // namespace qmm::ctl
 
