@@ -330,8 +330,10 @@ bool Batcher::RunOneBatch(WeightQueue* q, int worker) {
     if (requests > 1) ++stats_.multi_request_launches;
     stats_.max_requests_per_launch = std::max(stats_.max_requests_per_launch, requests);
     stats_.max_rows_per_launch = std::max(stats_.max_rows_per_launch, rows);
-    // Only when others finish this batch's requests: else the worker would hold its next
-    // launch back until it has finished them, where another worker could start it now.
+    // The clock is read under the lock: a request enqueued since an earlier reading would
+    // look not yet due and, without a queue delay (no timer thread), wait for good.
+    // run_here only when others finish this batch's requests: else the worker would hold
+    // its next launch back until it has finished them, where another worker could start it.
     ScheduleLocked(*q, absl::Now(), completions, completion_ != nullptr ? &run_here : nullptr);
     EraseIfIdleLocked(q);  // never when run_here: the launch counts as scheduled
   }
