@@ -29,6 +29,15 @@ v1::WeightHeader BuildUploadHeader(const UploadSpec& spec, std::span<const uint8
                               : v1::SOURCE_ENCODING_BITNET_LIGER);
       header.set_source_dtype(DTypeToProto(spec.source_dtype));
       break;
+    case UploadSpec::Encoding::kGptq:
+    case UploadSpec::Encoding::kGptqV2:
+    case UploadSpec::Encoding::kPackQuantized:
+      header.set_encoding(spec.encoding == UploadSpec::Encoding::kGptq ? v1::SOURCE_ENCODING_GPTQ
+                          : spec.encoding == UploadSpec::Encoding::kGptqV2
+                              ? v1::SOURCE_ENCODING_GPTQ_V2
+                              : v1::SOURCE_ENCODING_PACK_QUANTIZED);
+      header.set_source_dtype(DTypeToProto(spec.source_dtype));
+      break;
   }
   header.set_total_bytes(static_cast<int64_t>(payload.size()));
   const std::array<uint8_t, 32> digest = Sha256Digest(payload);

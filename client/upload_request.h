@@ -17,17 +17,27 @@ namespace qmm {
 
 // Describes one weight to upload. The payload is either float values [n, k] row-major of
 // `source_dtype`, which the server quantizes into `scheme`, the scheme's canonical packed
-// form (see QuantizeWeight in kernels/quantize.h to produce it locally), or, for W2A8, a
+// form (see QuantizeWeight in kernels/quantize.h to produce it locally), for W2A8 a
 // BitNet planar packing (Hugging Face or Liger-Kernel layout, proto SourceEncoding) whose
-// optional scales are `source_dtype` values.
+// optional scales are `source_dtype` values, or for W4A16 a GPTQ or compressed-tensors
+// layer's tensors (client/int4_checkpoint.h reads them) whose scales are.
 struct UploadSpec {
-  enum class Encoding { kFloat, kPacked, kBitnetHf, kBitnetLiger };
+  enum class Encoding {
+    kFloat,
+    kPacked,
+    kBitnetHf,
+    kBitnetLiger,
+    kGptq,
+    kGptqV2,
+    kPackQuantized,
+  };
 
   std::string name;
   Scheme scheme = Scheme::kFp16;
   WeightShape shape;  // n, k and (W4A16 only) group_size
   Encoding encoding = Encoding::kFloat;
-  DType source_dtype = DType::kF32;  // kFloat: the values; kBitnet*: the scales
+  // kFloat: the values' dtype; kPacked: unused; the other encodings: the scales'.
+  DType source_dtype = DType::kF32;
 };
 
 namespace client_internal {

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "kernels/bitnet_packing.h"
+#include "kernels/int4_checkpoint.h"
 #include "kernels/quantize.h"
 #include "server/proto_convert.h"
 
@@ -104,6 +105,12 @@ absl::Status UploadReactor::LoadAndPublish(std::vector<uint8_t> payload) {
   } else if (spec_->bitnet) {
     absl::StatusOr<std::vector<uint8_t>> converted =
         BitnetPlanarToPacked(spec_->bitnet->axis, desc.shape, spec_->bitnet->scale_dtype, payload);
+    if (!converted.ok()) return converted.status();
+    packed_bytes = *std::move(converted);
+    payload = {};
+  } else if (spec_->int4_checkpoint) {
+    absl::StatusOr<std::vector<uint8_t>> converted = Int4CheckpointToPacked(
+        spec_->int4_checkpoint->format, desc.shape, spec_->int4_checkpoint->scale_dtype, payload);
     if (!converted.ok()) return converted.status();
     packed_bytes = *std::move(converted);
     payload = {};

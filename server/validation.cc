@@ -91,6 +91,42 @@ absl::StatusOr<int64_t> CheckBitnetPayload(const v1::WeightHeader& header, Uploa
       " scales: ", codes, ", ", codes + scale, " or ", codes + header.n() * scale, " bytes"));
 }
 
+// The GPTQ and pack-quantized encodings carry the codes, the zero points (GPTQ), the
+// scales and optionally the group index; total_bytes says whether the index is there.
+// Fills spec->int4_checkpoint.
+absl::StatusOr<int64_t> CheckInt4CheckpointPayload(const v1::WeightHeader& header,
+                                                   UploadSpec& spec) {
+  const std::string encoding = v1::SourceEncoding_Name(header.encoding());
+  if (spec.desc.scheme != Scheme::kW4A16) {
+    return absl::InvalidArgumentError(absl::StrCat("header.encoding = ", encoding,
+                                                   " needs header.scheme = SCHEME_W4A16, not ",
+                                                   v1::Scheme_Name(header.scheme())));
+  }
+  DType scale_dtype = DType::kF16;
+  if (header.source_dtype() != v1::DTYPE_UNSPECIFIED) {
+    absl::StatusOr<DType> dtype = CheckDType(header.source_dtype(), "header.source_dtype");
+    if (!dtype.ok()) return dtype.status();
+    scale_dtype = *dtype;
+  }
+  const Int4Checkpoint format =
+      header.encoding() == v1::SOURCE_ENCODING_GPTQ      ? Int4Checkpoint::kGptq
+      : header.encoding() == v1::SOURCE_ENCODING_GPTQ_V2 ? Int4Checkpoint::kGptqV2
+                                                         : Int4Checkpoint::kPackQuantized;
+  if (absl::Status s = CheckInt4CheckpointShape(format, spec.desc.shape); !s.ok()) {
+    return WithPrefix(absl::StrCat("header: ", encoding, ": "), s);
+  }
+  spec.int4_checkpoint = UploadSpec::Int4{format, scale_dtype};
+  const Int4CheckpointBytes sizes = Int4CheckpointSizes(format, spec.desc.shape, scale_dtype);
+  for (bool with_g_idx : {false, true}) {
+    if (header.total_bytes() == sizes.Total(with_g_idx)) return header.total_bytes();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "header.total_bytes = ", header.total_bytes(), " but a ", encoding,
+      " payload for n = ", header.n(), ", k = ", header.k(), ", group_size ", header.group_size(),
+      " with ", std::string(DTypeName(scale_dtype)), " scales is ", sizes.Total(false),
+      " bytes, or ", sizes.Total(true), " with the group index"));
+}
+
 }  // namespace
 
 absl::Status CheckWeightName(absl::string_view name, absl::string_view field) {
@@ -159,12 +195,21 @@ absl::StatusOr<UploadSpec> CheckWeightHeader(const v1::WeightHeader& header, con
       expected_bytes = *bytes;
       break;
     }
+    case v1::SOURCE_ENCODING_GPTQ:
+    case v1::SOURCE_ENCODING_GPTQ_V2:
+    case v1::SOURCE_ENCODING_PACK_QUANTIZED: {
+      absl::StatusOr<int64_t> bytes = CheckInt4CheckpointPayload(header, spec);
+      if (!bytes.ok()) return bytes.status();
+      expected_bytes = *bytes;
+      break;
+    }
     default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("header.encoding = ",
-                       EnumLabel(header.encoding(), v1::SourceEncoding_Name(header.encoding())),
-                       " is not supported (SOURCE_ENCODING_FLOAT, SOURCE_ENCODING_PACKED, "
-                       "SOURCE_ENCODING_BITNET_HF or SOURCE_ENCODING_BITNET_LIGER)"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "header.encoding = ",
+          EnumLabel(header.encoding(), v1::SourceEncoding_Name(header.encoding())),
+          " is not supported (SOURCE_ENCODING_FLOAT, SOURCE_ENCODING_PACKED, "
+          "SOURCE_ENCODING_BITNET_HF, SOURCE_ENCODING_BITNET_LIGER, SOURCE_ENCODING_GPTQ, "
+          "SOURCE_ENCODING_GPTQ_V2 or SOURCE_ENCODING_PACK_QUANTIZED)"));
   }
   if (header.total_bytes() != expected_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -13,6 +13,7 @@
 #include "kernels/bitnet_packing.h"
 #include "kernels/dtype.h"
 #include "kernels/format.h"
+#include "kernels/int4_checkpoint.h"
 #include "qmm/v1/qmm.pb.h"
 #include "server/backend.h"
 #include "server/limits.h"
@@ -38,6 +39,12 @@ struct UploadSpec {
     DType scale_dtype;
   };
   std::optional<Bitnet> bitnet;
+  // Set for the GPTQ and pack-quantized encodings (W4A16 only): converted likewise.
+  struct Int4 {
+    Int4Checkpoint format;
+    DType scale_dtype;
+  };
+  std::optional<Int4> int4_checkpoint;
   int64_t total_bytes = 0;
   Sha256::Digest sha256{};
 };

@@ -33,14 +33,18 @@ struct UploadOptions {
   Source source = Source::kRandom;
   int64_t n = 0;  // required for kRandom and kPacked; checked against files
   int64_t k = 0;
-  uint64_t seed = 1;          // kRandom
-  std::string path;           // kNpy, kSafetensors, kPacked
-  std::string tensor;         // kSafetensors
+  uint64_t seed = 1;  // kRandom
+  std::string path;   // kNpy, kSafetensors, kPacked
+  // kSafetensors: the [N, K] float tensor, or with an int4 checkpoint encoding the linear
+  // layer whose tensors to read (client/int4_checkpoint.h).
+  std::string tensor;
   bool pack_locally = false;  // quantize here and upload the packed form
-  // kPacked: what the file holds (canonical packed form, or a W2A8 BitNet planar packing
-  // whose scales are `scale_dtype` values).
-  UploadSpec::Encoding packed_encoding = UploadSpec::Encoding::kPacked;
-  DType scale_dtype = DType::kF32;
+  // kPacked: what the file holds (kPacked: the canonical form; a BitNet planar packing or
+  // an int4 checkpoint's tensors, whose scales are `scale_dtype` values). kSafetensors:
+  // kFloat (a float tensor) or an int4 checkpoint encoding.
+  UploadSpec::Encoding encoding = UploadSpec::Encoding::kPacked;
+  // nullopt: fp32 for the BitNet encodings, fp16 for the int4 checkpoints'.
+  std::optional<DType> scale_dtype;
 };
 
 absl::Status RunUpload(Client& client, const UploadOptions& options);

@@ -52,16 +52,22 @@ ABSL_FLAG(uint64_t, seed, 1, "seed of --random values");
 ABSL_FLAG(bool, pack_locally, false,
           "upload: quantize here and upload the packed form instead of float values");
 ABSL_FLAG(std::string, safetensors, "", "upload: a .safetensors file (with --tensor)");
-ABSL_FLAG(std::string, tensor, "", "upload: the tensor of the --safetensors file, [N, K]");
+ABSL_FLAG(std::string, tensor, "",
+          "upload: the tensor of the --safetensors file, [N, K]; with --encoding=gptq, "
+          "gptq_v2 or pack_quantized the linear layer (its tensors' common prefix)");
 ABSL_FLAG(std::string, npy, "", "upload: a 2-D float .npy weight; matmul: .npy activations [M, K]");
 ABSL_FLAG(std::string, packed, "",
           "upload: a file of the scheme's canonical packed bytes (with --n, --k)");
-ABSL_FLAG(std::string, encoding, "packed",
-          "upload --packed: what the file holds: packed (the scheme's canonical form), "
-          "bitnet_hf (Hugging Face BitLinear.weight, [ceil(N/4), K]) or bitnet_liger "
-          "(Liger-Kernel, [K/4, N]); the BitNet ones are W2A8 and may end with 0, 1 or N scales");
-ABSL_FLAG(std::string, scale_dtype, "fp32",
-          "upload --encoding=bitnet_*: dtype of the scales at the end of the file");
+ABSL_FLAG(std::string, encoding, "",
+          "upload: what the --packed file holds: packed (default; the scheme's canonical "
+          "form), bitnet_hf (Hugging Face BitLinear.weight, [ceil(N/4), K]) or bitnet_liger "
+          "(Liger-Kernel, [K/4, N]), both W2A8 and ending with 0, 1 or N scales, or gptq, "
+          "gptq_v2 or pack_quantized (W4A16: a GPTQ or compressed-tensors layer's tensors one "
+          "after the other, as qmm.proto lists them); with --safetensors, gptq, gptq_v2 or "
+          "pack_quantized read the layer that --tensor names");
+ABSL_FLAG(std::string, scale_dtype, "",
+          "upload --packed with a BitNet or checkpoint --encoding: dtype of the scales "
+          "(default fp32 for BitNet, fp16 for the int4 checkpoints)");
 ABSL_FLAG(std::string, weight, "", "matmul, bench: the weight to multiply with");
 ABSL_FLAG(std::string, dtype, "",
           "matmul: activation dtype on the wire, fp32, fp16 or bf16 (default fp32, or the "
@@ -115,8 +121,10 @@ constexpr char kUsage[] =
     "  rm NAME  delete a weight (or --name)\n"
     "  upload   --name=N --scheme=S [--group_size=128|0] and one source:\n"
     "             --random --n --k [--seed] | --npy FILE | --safetensors FILE --tensor T |\n"
-    "             --packed FILE --n --k [--encoding=packed|bitnet_hf|bitnet_liger\n"
-    "             [--scale_dtype]];  --pack_locally quantizes here\n"
+    "             --packed FILE --n --k [--encoding=packed|bitnet_hf|bitnet_liger|gptq|\n"
+    "             gptq_v2|pack_quantized [--scale_dtype]] | --safetensors FILE\n"
+    "             --tensor LAYER --encoding=gptq|gptq_v2|pack_quantized;\n"
+    "             --pack_locally quantizes here\n"
     "  matmul   --weight=N, --random --m [--seed] [--dtype] or --npy FILE, [--out_dtype]\n"
     "           [--repeat R] [--stream] [--output FILE.npy]\n"
     "           [--verify_seed S [--n --k --scheme --group_size] [--tolerance]]\n"
@@ -187,21 +195,47 @@ absl::StatusOr<UploadOptions> UploadFlags() {
     return absl::InvalidArgumentError("--safetensors needs --tensor");
   }
   const std::string encoding = absl::GetFlag(FLAGS_encoding);
-  if (encoding == "bitnet_hf") {
-    o.packed_encoding = UploadSpec::Encoding::kBitnetHf;
-  } else if (encoding == "bitnet_liger") {
-    o.packed_encoding = UploadSpec::Encoding::kBitnetLiger;
-  } else if (encoding != "packed") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--encoding = '", encoding, "' is not one of packed, bitnet_hf, bitnet_liger"));
+  const std::pair<const char*, UploadSpec::Encoding> encodings[] = {
+      {"packed", UploadSpec::Encoding::kPacked},
+      {"bitnet_hf", UploadSpec::Encoding::kBitnetHf},
+      {"bitnet_liger", UploadSpec::Encoding::kBitnetLiger},
+      {"gptq", UploadSpec::Encoding::kGptq},
+      {"gptq_v2", UploadSpec::Encoding::kGptqV2},
+      {"pack_quantized", UploadSpec::Encoding::kPackQuantized}};
+  bool known = encoding.empty();
+  for (const auto& [flag, value] : encodings) {
+    if (encoding == flag) {
+      o.encoding = value;
+      known = true;
+    }
   }
-  if (o.packed_encoding != UploadSpec::Encoding::kPacked &&
-      o.source != UploadOptions::Source::kPacked) {
-    return absl::InvalidArgumentError("--encoding=" + encoding + " applies to --packed files");
+  if (!known) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--encoding = '", encoding,
+        "' is not one of packed, bitnet_hf, bitnet_liger, gptq, gptq_v2, pack_quantized"));
+  }
+  const bool checkpoint = o.encoding == UploadSpec::Encoding::kGptq ||
+                          o.encoding == UploadSpec::Encoding::kGptqV2 ||
+                          o.encoding == UploadSpec::Encoding::kPackQuantized;
+  if (o.source == UploadOptions::Source::kSafetensors) {
+    if (!encoding.empty() && !checkpoint) {
+      return absl::InvalidArgumentError(
+          "--safetensors takes --encoding=gptq, gptq_v2 or pack_quantized, or none (a float "
+          "tensor)");
+    }
+    if (!checkpoint) o.encoding = UploadSpec::Encoding::kFloat;
+  } else if (!encoding.empty() && o.source != UploadOptions::Source::kPacked) {
+    return absl::InvalidArgumentError("--encoding applies to --packed and --safetensors sources");
   }
   absl::StatusOr<std::optional<DType>> scale_dtype = DTypeFlag(absl::GetFlag(FLAGS_scale_dtype));
   if (!scale_dtype.ok()) return scale_dtype.status();
-  if (*scale_dtype) o.scale_dtype = **scale_dtype;
+  o.scale_dtype = *scale_dtype;
+  if (o.scale_dtype &&
+      (o.source != UploadOptions::Source::kPacked || o.encoding == UploadSpec::Encoding::kPacked)) {
+    return absl::InvalidArgumentError(
+        "--scale_dtype applies to --packed files of a BitNet or checkpoint --encoding (a "
+        ".safetensors file says its scales' dtype)");
+  }
   return o;
 }
 

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/file_io.h"
+#include "client/int4_checkpoint.h"
 #include "client/npy.h"
 #include "client/qmmctl/commands.h"
 #include "client/qmmctl/names.h"
@@ -21,11 +22,24 @@ namespace {
 // What will be sent before any local packing: bytes of float values or packed bytes.
 struct Payload {
   UploadSpec::Encoding encoding = UploadSpec::Encoding::kFloat;
-  DType dtype = DType::kF32;  // kFloat only
+  DType dtype =
+      DType::kF32;  // kFloat: the values'; the BitNet and checkpoint encodings: the scales'
   int64_t n = 0;
   int64_t k = 0;
   std::vector<uint8_t> bytes;
+  std::optional<int32_t> group_size;  // what a checkpoint's tensors say
 };
+
+bool IsInt4Checkpoint(UploadSpec::Encoding e) {
+  return e == UploadSpec::Encoding::kGptq || e == UploadSpec::Encoding::kGptqV2 ||
+         e == UploadSpec::Encoding::kPackQuantized;
+}
+
+Int4Checkpoint CheckpointFormat(UploadSpec::Encoding e) {
+  return e == UploadSpec::Encoding::kGptq     ? Int4Checkpoint::kGptq
+         : e == UploadSpec::Encoding::kGptqV2 ? Int4Checkpoint::kGptqV2
+                                              : Int4Checkpoint::kPackQuantized;
+}
 
 std::vector<uint8_t> FloatBytes(const std::vector<float>& values) {
   const auto* p = reinterpret_cast<const uint8_t*>(values.data());
@@ -65,8 +79,12 @@ absl::StatusOr<Payload> LoadPayload(const UploadOptions& o) {
         return absl::InvalidArgumentError(absl::StrCat("--n and --k must be at most ", kMaxDim,
                                                        " and n * k at most ", kMaxElements));
       }
-      return Payload{UploadSpec::Encoding::kFloat, DType::kF32, o.n, o.k,
-                     FloatBytes(RandomWeightValues(o.n, o.k, o.seed))};
+      return Payload{UploadSpec::Encoding::kFloat,
+                     DType::kF32,
+                     o.n,
+                     o.k,
+                     FloatBytes(RandomWeightValues(o.n, o.k, o.seed)),
+                     std::nullopt};
     }
     case UploadOptions::Source::kNpy: {
       absl::StatusOr<NdArray> array = ReadNpy(o.path);
@@ -76,6 +94,16 @@ absl::StatusOr<Payload> LoadPayload(const UploadOptions& o) {
     case UploadOptions::Source::kSafetensors: {
       absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(o.path);
       if (!file.ok()) return file.status();
+      if (IsInt4Checkpoint(o.encoding)) {
+        absl::StatusOr<Int4CheckpointPayload> layer =
+            ReadInt4Checkpoint(*file, o.tensor, CheckpointFormat(o.encoding));
+        if (!layer.ok()) {
+          return absl::Status(layer.status().code(),
+                              absl::StrCat(o.path, ": ", layer.status().message()));
+        }
+        return Payload{o.encoding,     layer->scale_dtype,      layer->shape.n,
+                       layer->shape.k, std::move(layer->bytes), layer->shape.group_size};
+      }
       absl::StatusOr<NdArray> array = file->Read(o.tensor);
       if (!array.ok()) return array.status();
       return FromArray(*std::move(array), absl::StrCat(o.path, ": tensor '", o.tensor, "'"));
@@ -86,7 +114,11 @@ absl::StatusOr<Payload> LoadPayload(const UploadOptions& o) {
       }
       absl::StatusOr<std::vector<uint8_t>> bytes = ReadFile(o.path);
       if (!bytes.ok()) return bytes.status();
-      return Payload{o.packed_encoding, o.scale_dtype, o.n, o.k, *std::move(bytes)};
+      const DType default_scales =
+          IsInt4Checkpoint(o.encoding) ? DType::kF16 : DType::kF32;  // as the server's
+      return Payload{
+          o.encoding,  o.scale_dtype.value_or(default_scales), o.n, o.k, *std::move(bytes),
+          std::nullopt};
     }
   }
   return absl::InvalidArgumentError("unknown upload source");
@@ -103,6 +135,12 @@ std::string PayloadLabel(const UploadSpec& spec) {
       return "BitNet (Hugging Face)";
     case UploadSpec::Encoding::kBitnetLiger:
       return "BitNet (Liger-Kernel)";
+    case UploadSpec::Encoding::kGptq:
+      return "GPTQ";
+    case UploadSpec::Encoding::kGptqV2:
+      return "GPTQ (v2)";
+    case UploadSpec::Encoding::kPackQuantized:
+      return "compressed-tensors pack-quantized";
   }
   return "";
 }
@@ -111,8 +149,10 @@ std::string PayloadLabel(const UploadSpec& spec) {
 
 absl::Status RunUpload(Client& client, const UploadOptions& o) {
   if (o.name.empty()) return absl::InvalidArgumentError("upload needs --name");
-  if (o.pack_locally && o.source == UploadOptions::Source::kPacked) {
-    return absl::InvalidArgumentError("--pack_locally takes float values, not --packed bytes");
+  if (o.pack_locally &&
+      (o.source == UploadOptions::Source::kPacked || IsInt4Checkpoint(o.encoding))) {
+    return absl::InvalidArgumentError(
+        "--pack_locally takes float values, not --packed bytes or a checkpoint's int4 tensors");
   }
   absl::StatusOr<Payload> payload = LoadPayload(o);
   if (!payload.ok()) return payload.status();
@@ -124,11 +164,18 @@ absl::Status RunUpload(Client& client, const UploadOptions& o) {
     }
   }
 
+  if (payload->group_size && o.group_size && *o.group_size != *payload->group_size) {
+    return absl::InvalidArgumentError(absl::StrCat("the checkpoint's group size is ",
+                                                   *payload->group_size,
+                                                   ", not --group_size=", *o.group_size));
+  }
+
   UploadSpec spec;
   spec.name = o.name;
   spec.scheme = o.scheme;
   spec.shape = {payload->n, payload->k,
-                o.group_size.value_or(o.scheme == Scheme::kW4A16 ? kW4GroupSize : 0)};
+                o.group_size.value_or(
+                    payload->group_size.value_or(o.scheme == Scheme::kW4A16 ? kW4GroupSize : 0))};
   spec.encoding = payload->encoding;
   spec.source_dtype = payload->dtype;
   std::vector<uint8_t> bytes = std::move(payload->bytes);

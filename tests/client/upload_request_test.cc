@@ -81,5 +81,27 @@ TEST(BuildUploadHeaderTest, PackedPayloadLeavesTheSourceDtypeUnset) {
   EXPECT_EQ(header.sha256().size(), 32u);
 }
 
+TEST(BuildUploadHeaderTest, Int4CheckpointsCarryTheirScalesDtype) {
+  const std::vector<uint8_t> payload = RandomBytes(100, 4);  // the server checks the size
+  const std::pair<UploadSpec::Encoding, v1::SourceEncoding> cases[] = {
+      {UploadSpec::Encoding::kGptq, v1::SOURCE_ENCODING_GPTQ},
+      {UploadSpec::Encoding::kGptqV2, v1::SOURCE_ENCODING_GPTQ_V2},
+      {UploadSpec::Encoding::kPackQuantized, v1::SOURCE_ENCODING_PACK_QUANTIZED}};
+  for (const auto& [encoding, wire] : cases) {
+    UploadSpec spec;
+    spec.name = "c";
+    spec.scheme = Scheme::kW4A16;
+    spec.shape = {64, 256, 0};
+    spec.encoding = encoding;
+    spec.source_dtype = DType::kBF16;
+    const v1::WeightHeader header = BuildUploadHeader(spec, payload);
+    EXPECT_EQ(header.encoding(), wire);
+    EXPECT_EQ(header.source_dtype(), v1::DTYPE_BF16);
+    EXPECT_EQ(header.scheme(), v1::SCHEME_W4A16);
+    EXPECT_EQ(header.group_size(), 0);
+    EXPECT_EQ(header.total_bytes(), 100);
+  }
+}
+
 }  // namespace
 }  // namespace qmm::client_internal

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "client/file_io.h"
 #include "client/nd_array.h"
 #include "client/npy.h"
 #include "client/random_data.h"
@@ -18,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "tests/e2e/server_fixture.h"
 #include "tests/e2e/subprocess.h"
+#include "tests/int4_checkpoint_data.h"
 
 namespace qmm::e2e {
 namespace {
@@ -173,6 +175,93 @@ TEST_F(EndToEndTest, EverySchemeAndUploadPathMatchesTheReference) {
   EXPECT_THAT(from_npy, HasSubstr(": PASS"));
 }
 
+// GPTQ and compressed-tensors layers, read from a .safetensors checkpoint (and GPTQ's
+// tensors from a plain file), must compute exactly as the same int4 values and scales
+// uploaded in the canonical packed form.
+TEST_F(EndToEndTest, Int4CheckpointsComputeAsTheirCanonicalForm) {
+  const testing::Int4Weight gptq_w = testing::RandomInt4Weight(kN, kK, 128, DType::kF16, 41);
+  const testing::Int4CheckpointTensors gptq = testing::GptqTensors(gptq_w, DType::kF16, 7);
+  const testing::Int4Weight pq_w = testing::RandomInt4Weight(kN, kK, 0, DType::kBF16, 42);
+  const testing::Int4CheckpointTensors pq = testing::PackQuantizedTensors(pq_w, DType::kBF16);
+  const auto tensor = [](ElementType type, std::vector<int64_t> shape, std::vector<uint8_t> data) {
+    return NdArray{type, std::move(shape), std::move(data)};
+  };
+  std::vector<uint8_t> weight_shape;
+  testing::AppendWord(&weight_shape, kN);
+  testing::AppendWord(&weight_shape, kK);
+  const std::string up = "model.layers.0.mlp.up_proj", down = "model.layers.0.mlp.down_proj";
+  const std::string asym = "model.layers.1.mlp.down_proj";
+  const std::string checkpoint = Path("int4.safetensors");
+  ASSERT_TRUE(WriteSafetensors(
+                  checkpoint,
+                  {{up + ".qweight", tensor(ElementType::kI32, {kK / 8, kN}, gptq.codes)},
+                   {up + ".qzeros", tensor(ElementType::kI32, {kK / 128, kN / 8}, gptq.zeros)},
+                   {up + ".scales", tensor(ElementType::kF16, {kK / 128, kN}, gptq.scales)},
+                   {up + ".g_idx", tensor(ElementType::kI32, {kK}, gptq.g_idx)},
+                   {down + ".weight_packed", tensor(ElementType::kI32, {kN, kK / 8}, pq.codes)},
+                   {down + ".weight_scale", tensor(ElementType::kBF16, {kN, 1}, pq.scales)},
+                   {down + ".weight_shape", tensor(ElementType::kI32, {2}, weight_shape)},
+                   {asym + ".weight_packed", tensor(ElementType::kI32, {kN, kK / 8}, pq.codes)},
+                   {asym + ".weight_scale", tensor(ElementType::kBF16, {kN, 1}, pq.scales)},
+                   {asym + ".weight_zero_point",
+                    tensor(ElementType::kI32, {kN / 8, 1}, std::vector<uint8_t>(kN / 2, 0x88))}})
+                  .ok());
+  const std::string gptq_file = Path("gptq.bin"), gptq_canonical = Path("gptq-canonical.bin");
+  const std::string pq_canonical = Path("pq-canonical.bin");
+  ASSERT_TRUE(WriteFile(gptq_file, gptq.Payload(/*with_g_idx=*/false)).ok());
+  ASSERT_TRUE(WriteFile(gptq_canonical, testing::CanonicalInt4(gptq_w)).ok());
+  ASSERT_TRUE(WriteFile(pq_canonical, testing::CanonicalInt4(pq_w)).ok());
+  const std::string n = absl::StrCat("--n=", kN), k = absl::StrCat("--k=", kK);
+
+  EXPECT_THAT(Ok({"upload", "--name=gptq", "--scheme=w4a16", "--safetensors=" + checkpoint,
+                  "--tensor=" + up, "--encoding=gptq"}),
+              HasSubstr("group_size=128 packed_bytes=25344"));
+  EXPECT_THAT(Ok({"upload", "--name=gptq-file", "--scheme=w4a16", "--packed=" + gptq_file, n, k,
+                  "--encoding=gptq"}),
+              HasSubstr("GPTQ payload"));
+  Ok({"upload", "--name=gptq-canonical", "--scheme=w4a16", "--packed=" + gptq_canonical, n, k});
+  EXPECT_THAT(Ok({"upload", "--name=pq", "--scheme=w4a16", "--safetensors=" + checkpoint,
+                  "--tensor=" + down + ".weight_packed", "--encoding=pack_quantized"}),
+              HasSubstr("group_size=0"));
+  Ok({"upload", "--name=pq-canonical", "--scheme=w4a16", "--packed=" + pq_canonical, n, k,
+      "--group_size=0"});
+
+  const std::string x_path = Path("x.npy");
+  ASSERT_TRUE(
+      WriteNpy(x_path, FromFloats(DType::kF16, {3, kK}, RandomActivationValues(3, kK, 6))).ok());
+  const auto result = [&](const std::string& weight) {
+    const std::string y_path = Path(weight + ".npy");
+    Ok({"matmul", "--weight=" + weight, "--npy=" + x_path, "--output=" + y_path});
+    absl::StatusOr<NdArray> y = ReadNpy(y_path);
+    EXPECT_TRUE(y.ok()) << y.status();
+    return y.ok() ? y->data : std::vector<uint8_t>{};
+  };
+  const std::vector<uint8_t> gptq_y = result("gptq-canonical");
+  ASSERT_EQ(gptq_y.size(), 3u * kN * 2);
+  EXPECT_EQ(result("gptq"), gptq_y);
+  EXPECT_EQ(result("gptq-file"), gptq_y);
+  EXPECT_EQ(result("pq"), result("pq-canonical"));
+
+  // What the client refuses (an asymmetric layer, a group size the file contradicts) and
+  // what the server does (a "gptq_v2" reading of a "gptq" layer's zero points).
+  RunResult r = Qmmctl({"upload", "--name=asym", "--scheme=w4a16", "--safetensors=" + checkpoint,
+                        "--tensor=" + asym, "--encoding=pack_quantized"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.output, HasSubstr("has a weight_zero_point: an asymmetric quantization"))
+      << r.output;
+  r = Qmmctl({"upload", "--name=g0", "--scheme=w4a16", "--safetensors=" + checkpoint,
+              "--tensor=" + up, "--encoding=gptq", "--group_size=0"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.output, HasSubstr("the checkpoint's group size is 128, not --group_size=0"))
+      << r.output;
+  r = Qmmctl({"upload", "--name=v2", "--scheme=w4a16", "--safetensors=" + checkpoint,
+              "--tensor=" + up, "--encoding=gptq_v2"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.output, HasSubstr("INVALID_ARGUMENT: qzeros: group 0, column 0 has zero point 7"))
+      << r.output;
+  EXPECT_THAT(Ok({"ls"}), Not(HasSubstr("v2 "))) << "a rejected upload left a weight";
+}
+
 TEST_F(EndToEndTest, VerificationFailsOnTheWrongWeight) {
   Ok({"upload", "--name=w", "--scheme=w8a16", "--random", "--n=64", "--k=128", "--seed=1"});
   const RunResult r = Qmmctl({"matmul", "--weight=w", "--random", "--verify_seed=2"});
@@ -240,7 +329,7 @@ TEST_F(EndToEndTest, RmRemovesTheWeight) {
 
 TEST(EndToEndNoServerTest, UnreachableServerIsUnavailable) {
   absl::StatusOr<RunResult> r = RunProcess(
-      kQmmctl, {"--server=127.0.0.1:1", "--connect_timeout=1s", "info"}, testing::TempDir());
+      kQmmctl, {"--server=127.0.0.1:1", "--connect_timeout=1s", "info"}, ::testing::TempDir());
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->exit_code, 1);
   EXPECT_THAT(r->output, HasSubstr("UNAVAILABLE: cannot connect to 127.0.0.1:1 within 1s"));
@@ -248,7 +337,7 @@ TEST(EndToEndNoServerTest, UnreachableServerIsUnavailable) {
 
 TEST(EndToEndNoServerTest, HealthOfNoServerIsUnavailable) {
   absl::StatusOr<RunResult> r = RunProcess(
-      kQmmctl, {"--server=127.0.0.1:1", "--connect_timeout=1s", "health"}, testing::TempDir());
+      kQmmctl, {"--server=127.0.0.1:1", "--connect_timeout=1s", "health"}, ::testing::TempDir());
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->exit_code, 1);
   EXPECT_THAT(r->output, HasSubstr("qmmctl health: UNAVAILABLE"));
@@ -257,7 +346,7 @@ TEST(EndToEndNoServerTest, HealthOfNoServerIsUnavailable) {
 TEST(EndToEndNoServerTest, SigintAlsoStopsTheServerCleanly) {
   absl::StatusOr<ServerProcess> server = ServerProcess::Start(
       kServer, {"--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0", "--backend=cpu"},
-      testing::TempDir(), absl::Seconds(60));
+      ::testing::TempDir(), absl::Seconds(60));
   ASSERT_TRUE(server.ok()) << server.status();
   EXPECT_EQ(server->backend(), "cpu");
   absl::StatusOr<int> code = server->Stop(SIGINT, absl::Seconds(30));

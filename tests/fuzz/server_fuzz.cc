@@ -34,6 +34,7 @@
 #include "inference/open_inference.grpc.pb.h"
 #include "kernels/dtype.h"
 #include "kernels/format.h"
+#include "kernels/int4_checkpoint.h"
 #include "proto/enum_convert.h"
 #include "qmm/v1/qmm.grpc.pb.h"
 #include "server/backend.h"
@@ -248,6 +249,18 @@ int64_t ExpectedPayload(const v1::WeightHeader& h) {
   }
   const std::optional<Scheme> scheme = SchemeFromProto(h.scheme());
   const WeightShape shape{h.n(), h.k(), h.group_size()};
+  if (h.encoding() == v1::SOURCE_ENCODING_GPTQ || h.encoding() == v1::SOURCE_ENCODING_GPTQ_V2 ||
+      h.encoding() == v1::SOURCE_ENCODING_PACK_QUANTIZED) {
+    const Int4Checkpoint format = h.encoding() == v1::SOURCE_ENCODING_GPTQ ? Int4Checkpoint::kGptq
+                                  : h.encoding() == v1::SOURCE_ENCODING_GPTQ_V2
+                                      ? Int4Checkpoint::kGptqV2
+                                      : Int4Checkpoint::kPackQuantized;
+    if (!CheckInt4CheckpointShape(format, shape).ok()) return -1;
+    const DType scales = h.source_dtype() == v1::DTYPE_UNSPECIFIED
+                             ? DType::kF16
+                             : DTypeFromProto(h.source_dtype()).value_or(DType::kF16);
+    return Int4CheckpointSizes(format, shape, scales).Total(/*with_g_idx=*/false);
+  }
   if (h.encoding() == v1::SOURCE_ENCODING_PACKED && scheme && ValidateShape(*scheme, shape).ok()) {
     return PackedBytes(*scheme, shape);  // the packed form's codes and scales, as they come
   }
@@ -263,7 +276,7 @@ void Upload(FuzzedDataProvider& in) {
   header.set_n(PickDim(in, in.ConsumeIntegralInRange<int64_t>(1, 96)));
   header.set_k(PickDim(in, 64 * in.ConsumeIntegralInRange<int64_t>(1, 4)));
   header.set_group_size(in.ConsumeBool() ? in.ConsumeIntegral<int32_t>() : 128);
-  header.set_encoding(PickEnum<v1::SourceEncoding>(in, 4));
+  header.set_encoding(PickEnum<v1::SourceEncoding>(in, 7));
   header.set_source_dtype(PickEnum<v1::DType>(in, 3));
   const std::string payload = PickData(in, ExpectedPayload(header));
   header.set_total_bytes(in.ConsumeIntegralInRange<int>(0, 7) != 7

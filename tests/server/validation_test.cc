@@ -6,6 +6,7 @@
 #include <limits>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "server/cpu_backend.h"
 #include "server/proto_convert.h"
@@ -130,6 +131,85 @@ TEST(CheckWeightHeaderTest, BitnetPayloadsCarryZeroOneOrNScales) {
   }
 }
 
+// A W4A16 header for an int4 checkpoint payload of 16 x 256 (groups of 128), scales
+// of `scale_dtype`, `total_bytes` long.
+v1::WeightHeader Int4CheckpointHeader(v1::SourceEncoding encoding, v1::DType scale_dtype,
+                                      int64_t total_bytes) {
+  v1::WeightHeader h = GoodHeader();
+  h.set_encoding(encoding);
+  h.set_source_dtype(scale_dtype);
+  h.set_total_bytes(total_bytes);
+  return h;
+}
+
+TEST(CheckWeightHeaderTest, Int4CheckpointPayloadsWithOrWithoutTheGroupIndex) {
+  std::unique_ptr<Backend> backend = Cpu();
+  // 16 x 256 in groups of 128: codes 2048 bytes, GPTQ's qzeros 16, 32 scales, g_idx 1024.
+  const struct {
+    v1::SourceEncoding encoding;
+    Int4Checkpoint format;
+    int64_t zeros;
+  } cases[] = {{v1::SOURCE_ENCODING_GPTQ, Int4Checkpoint::kGptq, 16},
+               {v1::SOURCE_ENCODING_GPTQ_V2, Int4Checkpoint::kGptqV2, 16},
+               {v1::SOURCE_ENCODING_PACK_QUANTIZED, Int4Checkpoint::kPackQuantized, 0}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(v1::SourceEncoding_Name(c.encoding));
+    for (int64_t g_idx : {0, 1024}) {
+      // Scales default to fp16; bf16 and fp32 ones are taken too.
+      for (auto [dtype, size] :
+           {std::pair{v1::DTYPE_UNSPECIFIED, 2}, {v1::DTYPE_BF16, 2}, {v1::DTYPE_FP32, 4}}) {
+        const int64_t total = 2048 + c.zeros + 32 * size + g_idx;
+        absl::StatusOr<UploadSpec> spec = CheckWeightHeader(
+            Int4CheckpointHeader(c.encoding, dtype, total), *backend, ServiceLimits{});
+        ASSERT_TRUE(spec.ok()) << spec.status();
+        ASSERT_TRUE(spec->int4_checkpoint.has_value());
+        EXPECT_EQ(spec->int4_checkpoint->format, c.format);
+        EXPECT_EQ(spec->int4_checkpoint->scale_dtype, dtype == v1::DTYPE_FP32   ? DType::kF32
+                                                      : dtype == v1::DTYPE_BF16 ? DType::kBF16
+                                                                                : DType::kF16);
+        EXPECT_FALSE(spec->source_dtype.has_value());
+        EXPECT_FALSE(spec->bitnet.has_value());
+        EXPECT_EQ(spec->total_bytes, total);
+      }
+    }
+    absl::StatusOr<UploadSpec> spec = CheckWeightHeader(
+        Int4CheckpointHeader(c.encoding, v1::DTYPE_FP16, 2048), *backend, ServiceLimits{});
+    ASSERT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(spec.status().message().find(absl::StrCat(
+                  "header.total_bytes = 2048 but a ", v1::SourceEncoding_Name(c.encoding),
+                  " payload for n = 16, k = 256, group_size 128 with fp16 scales is ",
+                  2048 + c.zeros + 64, " bytes, or ", 2048 + c.zeros + 64 + 1024,
+                  " with the group index")),
+              absl::string_view::npos)
+        << spec.status();
+
+    v1::WeightHeader wrong_scheme = Int4CheckpointHeader(c.encoding, v1::DTYPE_FP16, 2048);
+    wrong_scheme.set_scheme(v1::SCHEME_W8A16);
+    wrong_scheme.set_group_size(0);
+    spec = CheckWeightHeader(wrong_scheme, *backend, ServiceLimits{});
+    ASSERT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(spec.status().message().find("needs header.scheme = SCHEME_W4A16, not SCHEME_W8A16"),
+              absl::string_view::npos)
+        << spec.status();
+
+    v1::WeightHeader bad_dtype = Int4CheckpointHeader(c.encoding, static_cast<v1::DType>(9), 2048);
+    spec = CheckWeightHeader(bad_dtype, *backend, ServiceLimits{});
+    ASSERT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(spec.status().message().find("header.source_dtype = 9 is not a supported dtype"),
+              absl::string_view::npos)
+        << spec.status();
+  }
+  // GPTQ packs qzeros in eights of N.
+  v1::WeightHeader odd_n = Int4CheckpointHeader(v1::SOURCE_ENCODING_GPTQ, v1::DTYPE_FP16, 0);
+  odd_n.set_n(12);
+  absl::StatusOr<UploadSpec> spec = CheckWeightHeader(odd_n, *backend, ServiceLimits{});
+  ASSERT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(
+      spec.status().message().find("header: SOURCE_ENCODING_GPTQ: n = 12 is not a multiple of 8"),
+      absl::string_view::npos)
+      << spec.status();
+}
+
 TEST(CheckWeightHeaderTest, EachBadFieldIsNamed) {
   v1::WeightHeader h = GoodHeader();
   h.set_name("");
@@ -151,8 +231,8 @@ TEST(CheckWeightHeaderTest, EachBadFieldIsNamed) {
   h = GoodHeader();
   h.set_encoding(v1::SOURCE_ENCODING_UNSPECIFIED);
   ExpectInvalid(h, "header.encoding = SOURCE_ENCODING_UNSPECIFIED");
-  h.set_encoding(static_cast<v1::SourceEncoding>(7));
-  ExpectInvalid(h, "header.encoding = 7");
+  h.set_encoding(static_cast<v1::SourceEncoding>(8));
+  ExpectInvalid(h, "header.encoding = 8 is not supported");
 
   h = GoodHeader();
   h.set_source_dtype(v1::DTYPE_UNSPECIFIED);

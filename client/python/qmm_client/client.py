@@ -36,6 +36,42 @@ def _scheme_value(scheme):
     return scheme
 
 
+def _int32_matrix(a, what):
+    a = np.asarray(a)
+    if a.ndim != 2 or a.dtype.kind not in "iu" or a.dtype.itemsize != 4:
+        raise ValueError(f"{what} must be a 2-D int32 array, got {a.dtype} {a.shape}")
+    return np.ascontiguousarray(a, "<i4" if a.dtype.kind == "i" else "<u4")
+
+
+def _scales(a, what):
+    """A checkpoint's scales as little-endian bytes' array and their wire dtype."""
+    a = np.asarray(a)
+    if a.ndim != 2 or a.dtype not in (np.float16, np.float32):
+        raise ValueError(f"{what} must be a 2-D float16 or float32 array, got {a.dtype} "
+                         f"{a.shape}")
+    if a.dtype == np.float16:
+        return np.ascontiguousarray(a, "<f2"), qmm_pb2.DTYPE_FP16
+    return np.ascontiguousarray(a, "<f4"), qmm_pb2.DTYPE_FP32
+
+
+def _group_index(a, what, k):
+    a = np.asarray(a)
+    if a.shape != (k,) or a.dtype.kind not in "iu":
+        raise ValueError(f"{what} must be an integer array of shape ({k},), got {a.dtype} "
+                         f"{a.shape}")
+    return np.ascontiguousarray(a, "<i4")
+
+
+def _group_size(k, groups):
+    """W4A16's group_size for `groups` scale groups along k: 128, or 0 for one a row."""
+    if groups > 0 and k == 128 * groups:
+        return 128
+    if groups == 1:
+        return 0
+    raise ValueError(f"{groups} scale groups over K = {k} inputs: W4A16 takes groups of 128 "
+                     "or one group a row")
+
+
 class Client:
     """A connection to one qmm-server.
 
@@ -104,6 +140,58 @@ class Client:
             raise ValueError(f"encoding {encoding!r} is not one of {sorted(encodings)}")
         return self._upload(name, (n, k), scheme, encodings[encoding], bytes(payload),
                             group_size, qmm_pb2.DTYPE_UNSPECIFIED, timeout)
+
+    def upload_gptq(self, name, qweight, qzeros, scales, g_idx=None, checkpoint_format="gptq",
+                    timeout=None):
+        """Uploads one linear layer of a GPTQ checkpoint as it is, as a W4A16 weight: its
+        qweight (int32 [K/8, N]), qzeros (int32 [G, N/8]), scales ([G, N], float16 or
+        float32) and optionally g_idx (int32 [K]). G = K/128 (group_size 128) or 1
+        (group_size -1, one group a row). checkpoint_format: "gptq" (AutoGPTQ's and
+        transformers', zero points stored minus one) or "gptq_v2". The server takes
+        symmetric quantizations (sym=True: every zero point 8) without activation order
+        (g_idx = k / 128) and says which value is not. Returns the WeightInfo."""
+        encodings = {"gptq": qmm_pb2.SOURCE_ENCODING_GPTQ,
+                     "gptq_v2": qmm_pb2.SOURCE_ENCODING_GPTQ_V2}
+        if checkpoint_format not in encodings:
+            raise ValueError(f"checkpoint_format {checkpoint_format!r} is not one of "
+                             f"{sorted(encodings)}")
+        qweight = _int32_matrix(qweight, "qweight")
+        k, n = 8 * qweight.shape[0], qweight.shape[1]
+        scales, scale_dtype = _scales(scales, "scales")
+        groups = scales.shape[0]
+        if scales.shape[1] != n:
+            raise ValueError(f"scales is {scales.shape}, expected [G, {n}] for qweight "
+                             f"{qweight.shape}")
+        qzeros = _int32_matrix(qzeros, "qzeros")
+        if qzeros.shape != (groups, n // 8) or n % 8:
+            raise ValueError(f"qzeros is {qzeros.shape}, expected {(groups, n // 8)} "
+                             f"(N = {n} must be a multiple of 8)")
+        tensors = [qweight, qzeros, scales]
+        if g_idx is not None:
+            tensors.append(_group_index(g_idx, "g_idx", k))
+        return self._upload(name, (n, k), "w4a16", encodings[checkpoint_format],
+                            b"".join(t.tobytes() for t in tensors), _group_size(k, groups),
+                            scale_dtype, timeout)
+
+    def upload_pack_quantized(self, name, weight_packed, weight_scale, weight_g_idx=None,
+                              timeout=None):
+        """Uploads one linear layer of a compressed-tensors checkpoint in its pack-quantized
+        format (llm-compressor's symmetric W4A16) as it is, as a W4A16 weight: its
+        weight_packed (int32 [N, K/8]), weight_scale ([N, G], float16 or float32) and
+        optionally weight_g_idx (int32 [K]); G = K/128 or 1. A layer with a
+        weight_zero_point (asymmetric) cannot be held. Returns the WeightInfo."""
+        packed = _int32_matrix(weight_packed, "weight_packed")
+        n, k = packed.shape[0], 8 * packed.shape[1]
+        scales, scale_dtype = _scales(weight_scale, "weight_scale")
+        if scales.shape[0] != n:
+            raise ValueError(f"weight_scale is {scales.shape}, expected [{n}, G] for "
+                             f"weight_packed {packed.shape}")
+        tensors = [packed, scales]
+        if weight_g_idx is not None:
+            tensors.append(_group_index(weight_g_idx, "weight_g_idx", k))
+        return self._upload(name, (n, k), "w4a16", qmm_pb2.SOURCE_ENCODING_PACK_QUANTIZED,
+                            b"".join(t.tobytes() for t in tensors),
+                            _group_size(k, scales.shape[1]), scale_dtype, timeout)
 
     def _upload(self, name, shape, scheme, encoding, payload, group_size, source_dtype,
                 timeout):

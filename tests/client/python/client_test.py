@@ -120,6 +120,19 @@ def w8a16_packed(n, k):
     return q.tobytes() + s.astype("<f4").tobytes(), q.astype(np.float64) * s[:, None]
 
 
+def int4_checkpoint(n, k, groups):
+    """Random symmetric int4 values q [N, K] and fp16 scales s [N, G], packed eight to an
+    int32 as GPTQ and compressed-tensors store them (u = q + 8, value j in bits 4j..),
+    and the weight's values as float64."""
+    q = RNG.integers(-8, 8, size=(n, k))
+    s = (RNG.uniform(0.001, 0.05, size=(n, groups)) * RNG.choice([-1, 1], (n, groups)))
+    s = s.astype(np.float16)
+    u = (q + 8).astype(np.uint32).reshape(n, k // 8, 8)
+    along_k = np.bitwise_or.reduce(u << (4 * np.arange(8, dtype=np.uint32)), axis=2)
+    w = q * np.repeat(s.astype(np.float64), k // groups, axis=1)
+    return along_k.astype(np.uint32).view(np.int32), s, w
+
+
 def close_to(test, got, want, x, w, rel=1e-5, out_rel=0.0):
     """|got - want| within fp32 accumulation (rel * sum |x||w|) and the result's rounding
     (out_rel * |want|), element by element."""
@@ -331,6 +344,42 @@ class ServerTest(unittest.TestCase):
         self.assertIn("holds 1 values", out["error"])
         self.client.delete_weight("py.http")
         self.assertEqual(call("/models/py.http/ready"), (503, {"ready": False}))
+
+    def test_gptq_and_pack_quantized_layers_upload_as_they_are(self):
+        n, k = 64, 384
+        packed, s, w = int4_checkpoint(n, k, k // 128)  # packed: [N, K/8]
+        qzeros = np.full((k // 128, n // 8), 0x77777777, np.int32)  # zero points 8, minus one
+        g_idx = np.arange(k, dtype=np.int32) // 128
+        info = self.client.upload_gptq("py.gptq", packed.T, qzeros, s.T, g_idx)
+        self.assertEqual((info.n, info.k, info.group_size, info.scheme),
+                         (n, k, 128, qmm_pb2.SCHEME_W4A16))
+        per_row, s_row, w_row = int4_checkpoint(n, k, 1)
+        info = self.client.upload_pack_quantized("py.pq", per_row, s_row.astype(np.float32))
+        self.assertEqual((info.n, info.k, info.group_size), (n, k, 0))
+        x = RNG.standard_normal((3, k)).astype(np.float32)
+        close_to(self, self.client.matmul("py.gptq", x), x.astype(np.float64) @ w.T, x, w)
+        close_to(self, self.client.matmul("py.pq", x), x.astype(np.float64) @ w_row.T, x, w_row)
+
+        # What the server cannot hold: an asymmetric zero point, activation order, and
+        # "gptq_v2"'s reading of "gptq" zero points; none leaves a weight.
+        asym = qzeros.copy()
+        asym[1, 2] = 0x77777757
+        self.assert_status(grpc.StatusCode.INVALID_ARGUMENT,
+                           r"qzeros: group 1, column 17 has zero point 6",
+                           self.client.upload_gptq, "py.bad", packed.T, asym, s.T)
+        shuffled = g_idx.copy()
+        shuffled[[0, 200]] = shuffled[[200, 0]]
+        self.assert_status(grpc.StatusCode.INVALID_ARGUMENT,
+                           r"weight_g_idx\[0\] = 1, expected 0",
+                           self.client.upload_pack_quantized, "py.bad", packed, s, shuffled)
+        self.assert_status(grpc.StatusCode.INVALID_ARGUMENT, r"has zero point 7",
+                           self.client.upload_gptq, "py.bad", packed.T, qzeros, s.T,
+                           checkpoint_format="gptq_v2")
+        self.assert_status(grpc.StatusCode.NOT_FOUND, None, self.client.get_weight, "py.bad")
+        with self.assertRaisesRegex(ValueError, "groups of 128 or one group a row"):
+            self.client.upload_pack_quantized("py.bad", packed, np.ones((n, 2), np.float16))
+        with self.assertRaisesRegex(ValueError, "2-D int32"):
+            self.client.upload_gptq("py.bad", packed.T.astype(np.int64), qzeros, s.T)
 
     def test_weights_are_listed_and_deleted(self):
         payload, _ = w8a16_packed(16, 64)

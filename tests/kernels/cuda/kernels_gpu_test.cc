@@ -155,6 +155,23 @@ Weight RandomWeight(Scheme scheme, const WeightShape& shape, std::mt19937_64& rn
   return QuantizedWeight(scheme, shape, RandomNormal(rng, shape.n * shape.k, sigma));
 }
 
+// A canonical W4A16 weight whose codes span all of [-8, 7] and whose fp16 scales take
+// either sign. The upload's quantizer never writes -8 (it clamps to [-7, 7]); GPTQ and
+// compressed-tensors checkpoints do (kernels/int4_checkpoint.h), and it is u = 0 in the
+// kernels' layouts, the one code no other test reaches.
+Weight FullRangeInt4Weight(Scheme scheme, const WeightShape& shape, std::mt19937_64& rng) {
+  std::vector<uint8_t> bytes(PackedBytes(scheme, shape));
+  const int64_t code_bytes = shape.n * shape.k / 2;
+  for (int64_t i = 0; i < code_bytes; ++i) bytes[i] = static_cast<uint8_t>(rng());
+  bytes[0] = 0x88;  // -8 at the first two k of the first row
+  std::uniform_real_distribution<float> magnitude(0.01f, 0.1f);
+  for (int64_t i = 0; i < shape.n * shape.GroupsPerRow(); ++i) {
+    const uint16_t s = FloatToHalf((rng() % 2 ? -1.0f : 1.0f) * magnitude(rng));
+    std::memcpy(bytes.data() + code_bytes + 2 * i, &s, 2);
+  }
+  return Weight{scheme, shape, std::move(bytes)};
+}
+
 double OutputRoundoff(DType y_dtype) {
   switch (y_dtype) {
     case DType::kF32:
@@ -456,12 +473,19 @@ cudaError_t LaunchW4A16DecodeStrips(const GemmArgs& args) {
 
 // Each launch variant against the CPU on fresh random weights of each shape, at each M,
 // for fp16 and bf16 activations.
+using MakeWeight = Weight (*)(Scheme, const WeightShape&, std::mt19937_64&);
+
+Weight QuantizedRandomWeight(Scheme scheme, const WeightShape& shape, std::mt19937_64& rng) {
+  return RandomWeight(scheme, shape, rng);
+}
+
 void CheckVariants(Scheme scheme, const std::vector<WeightShape>& shapes,
-                   const std::vector<int64_t>& ms, const Variants& variants, std::mt19937_64& rng) {
+                   const std::vector<int64_t>& ms, const Variants& variants, std::mt19937_64& rng,
+                   MakeWeight make_weight = &QuantizedRandomWeight) {
   const KernelOps* ops = FindKernel(scheme);
   ASSERT_NE(ops, nullptr);
   for (const WeightShape& shape : shapes) {
-    const Weight w = RandomWeight(scheme, shape, rng);
+    const Weight w = make_weight(scheme, shape, rng);
     GpuWeight gpu(*ops, w);
     ASSERT_TRUE(gpu.ok());
     for (const auto& [label, launch] : variants) {
@@ -620,6 +644,21 @@ TEST_F(W4A16Test, EveryPathMatchesCpu) {
   variants.push_back({"decode 2 strips", &LaunchW4A16DecodeStrips<2>});
   CheckVariants(Scheme::kW4A16, {{1000, 2048, kW4GroupSize}, {300, 1152, 0}},
                 {1, 5, 17, 24, 32, 40, 100, 128, 129, 300}, variants, rng_);
+}
+
+// Codes of -8 and scales of either sign (FullRangeInt4Weight) through the default launch
+// at the token counts that pick each of its kernels and through the decode and wgmma
+// kernels forced.
+TEST_F(W4A16Test, FullCodeRangeMatchesCpu) {
+  CheckVariants(Scheme::kW4A16, {{1000, 2048, kW4GroupSize}, {300, 1152, 0}},
+                {1, 5, 16, 17, 40, 64, 129, 256},
+                {{"default", &LaunchWithSplits<W4A16Options, &LaunchW4A16, 0>},
+                 {"wgmma 1 group", &LaunchW4A16Wgmma<1, 0>},
+                 {"wgmma 2 groups", &LaunchW4A16Wgmma<2, 0>},
+                 {"wgmma 1 group, 256-token tiles", &LaunchW4A16Wgmma<1, 0, 256>},
+                 {"decode 1 strip", &LaunchW4A16DecodeStrips<1>},
+                 {"decode 2 strips", &LaunchW4A16DecodeStrips<2>}},
+                rng_, &FullRangeInt4Weight);
 }
 
 // Narrow weights of long K, which the default launch gives the wgmma GEMM on two groups a

@@ -1,0 +1,137 @@
+#include "client/int4_checkpoint.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace qmm {
+namespace {
+
+bool IsGptq(Int4Checkpoint format) { return format != Int4Checkpoint::kPackQuantized; }
+
+bool HasTensor(const SafetensorsFile& file, const std::string& name) {
+  for (const SafetensorsEntry& entry : file.header().tensors) {
+    if (entry.name == name) return true;
+  }
+  return false;
+}
+
+std::string ShapeText(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+// Reads `name`, which must be 2-D (or 1-D when `rank` is 1) and of one of `types`.
+absl::StatusOr<NdArray> ReadTensor(const SafetensorsFile& file, const std::string& name,
+                                   size_t rank, std::initializer_list<ElementType> types) {
+  absl::StatusOr<NdArray> a = file.Read(name);
+  if (!a.ok()) return a.status();
+  bool type_ok = false;
+  for (ElementType t : types) type_ok = type_ok || a->type == t;
+  if (!type_ok || a->shape.size() != rank) {
+    std::vector<std::string> names;
+    for (ElementType t : types) names.emplace_back(ElementTypeName(t));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor '", name, "' is ", std::string(ElementTypeName(a->type)), " ", ShapeText(a->shape),
+        "; expected a ", rank, "-D tensor of ", absl::StrJoin(names, " or ")));
+  }
+  return a;
+}
+
+absl::Status ShapeMismatch(const std::string& name, const NdArray& a,
+                           const std::vector<int64_t>& expected) {
+  return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' is ", ShapeText(a.shape),
+                                                 "; the layer's other tensors make it ",
+                                                 ShapeText(expected)));
+}
+
+// The layer a tensor name belongs to: `name` without a known tensor suffix.
+std::string LayerOf(std::string_view name) {
+  for (std::string_view suffix : {".qweight", ".qzeros", ".scales", ".g_idx", ".weight_packed",
+                                  ".weight_scale", ".weight_g_idx", ".weight_shape"}) {
+    if (name.ends_with(suffix)) return std::string(name.substr(0, name.size() - suffix.size()));
+  }
+  return std::string(name);
+}
+
+}  // namespace
+
+absl::StatusOr<Int4CheckpointPayload> ReadInt4Checkpoint(const SafetensorsFile& file,
+                                                         std::string_view layer_name,
+                                                         Int4Checkpoint format) {
+  const std::string layer = LayerOf(layer_name);
+  const bool gptq = IsGptq(format);
+  const std::string codes_name = layer + (gptq ? ".qweight" : ".weight_packed");
+  const std::string scales_name = layer + (gptq ? ".scales" : ".weight_scale");
+  const std::string g_idx_name = layer + (gptq ? ".g_idx" : ".weight_g_idx");
+  if (!gptq && HasTensor(file, layer + ".weight_zero_point")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("layer '", layer,
+                     "' has a weight_zero_point: an asymmetric quantization, which W4A16 "
+                     "(symmetric int4) cannot hold"));
+  }
+
+  absl::StatusOr<NdArray> codes = ReadTensor(file, codes_name, 2, {ElementType::kI32});
+  if (!codes.ok()) return codes.status();
+  // qweight is [K/8, N], weight_packed [N, K/8].
+  Int4CheckpointPayload out;
+  out.shape.n = gptq ? codes->shape[1] : codes->shape[0];
+  out.shape.k = 8 * (gptq ? codes->shape[0] : codes->shape[1]);
+
+  absl::StatusOr<NdArray> scales =
+      ReadTensor(file, scales_name, 2, {ElementType::kF16, ElementType::kBF16, ElementType::kF32});
+  if (!scales.ok()) return scales.status();
+  const int64_t groups = gptq ? scales->shape[0] : scales->shape[1];
+  const int64_t scale_n = gptq ? scales->shape[1] : scales->shape[0];
+  if (scale_n != out.shape.n || groups <= 0) {
+    return ShapeMismatch(scales_name, *scales,
+                         gptq ? std::vector<int64_t>{groups, out.shape.n}
+                              : std::vector<int64_t>{out.shape.n, groups});
+  }
+  if (out.shape.k == kW4GroupSize * groups) {
+    out.shape.group_size = kW4GroupSize;
+  } else if (groups == 1) {
+    out.shape.group_size = 0;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor '", scales_name, "' holds ", groups, " groups of ", out.shape.k,
+        " inputs: a group size of ", out.shape.k / groups,
+        ", where W4A16 takes groups of 128 or one group a row (K is read as 8 values an "
+        "int32 of '",
+        codes_name, "': a layer of other than 4 bits reads wrong)"));
+  }
+  out.scale_dtype = *ToWireDType(scales->type);
+
+  if (!gptq && HasTensor(file, layer + ".weight_shape")) {
+    absl::StatusOr<NdArray> shape =
+        ReadTensor(file, layer + ".weight_shape", 1, {ElementType::kI32, ElementType::kI64});
+    if (!shape.ok()) return shape.status();
+    const std::vector<float> dims = ToFloats(*shape);
+    if (dims.size() != 2 || dims[0] != out.shape.n || dims[1] != out.shape.k) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor '", layer, ".weight_shape' does not say [", out.shape.n, ", ", out.shape.k,
+          "], the shape that '", codes_name, "' holds at 4 bits a value"));
+    }
+  }
+
+  out.bytes = std::move(codes->data);
+  if (gptq) {
+    const std::string zeros_name = layer + ".qzeros";
+    absl::StatusOr<NdArray> zeros = ReadTensor(file, zeros_name, 2, {ElementType::kI32});
+    if (!zeros.ok()) return zeros.status();
+    if (zeros->shape[0] != groups || zeros->shape[1] * 8 != out.shape.n) {
+      return ShapeMismatch(zeros_name, *zeros, {groups, out.shape.n / 8});
+    }
+    out.bytes.insert(out.bytes.end(), zeros->data.begin(), zeros->data.end());
+  }
+  out.bytes.insert(out.bytes.end(), scales->data.begin(), scales->data.end());
+  if (HasTensor(file, g_idx_name)) {
+    absl::StatusOr<NdArray> g_idx = ReadTensor(file, g_idx_name, 1, {ElementType::kI32});
+    if (!g_idx.ok()) return g_idx.status();
+    if (g_idx->shape[0] != out.shape.k) return ShapeMismatch(g_idx_name, *g_idx, {out.shape.k});
+    out.bytes.insert(out.bytes.end(), g_idx->data.begin(), g_idx->data.end());
+  }
+  return out;
+}
+
+}  // namespace qmm

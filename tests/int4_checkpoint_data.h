@@ -1,0 +1,137 @@
+// Test data for the int4 checkpoint encodings (kernels/int4_checkpoint.h): a random
+// symmetric int4 weight, and its GPTQ and compressed-tensors tensors and canonical W4A16
+// bytes, each written here from the formats' descriptions (proto/qmm/v1/qmm.proto), not
+// from the converter, so that the tests compare two independent readings.
+#ifndef QMM_TESTS_INT4_CHECKPOINT_DATA_H_
+#define QMM_TESTS_INT4_CHECKPOINT_DATA_H_
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kernels/dtype.h"
+#include "kernels/format.h"
+
+namespace qmm::testing {
+
+struct Int4Weight {
+  WeightShape shape;
+  std::vector<int> q;    // [N, K] in [-8, 7]
+  std::vector<float> s;  // [N, G], values the checkpoint's scale dtype holds exactly
+
+  int64_t Groups() const { return shape.group_size == 0 ? 1 : shape.k / shape.group_size; }
+};
+
+// Random q covering both ends of the range, and scales of either sign in [1e-3, 0.1)
+// rounded to `scale_dtype`.
+inline Int4Weight RandomInt4Weight(int64_t n, int64_t k, int32_t group_size, DType scale_dtype,
+                                   uint32_t seed) {
+  std::mt19937 rng(seed);
+  Int4Weight w{{n, k, group_size}, std::vector<int>(n * k), {}};
+  for (int& v : w.q) v = static_cast<int>(rng() % 16) - 8;
+  w.q[0] = -8;
+  w.q[n * k - 1] = 7;
+  std::uniform_real_distribution<float> magnitude(1e-3f, 0.1f);
+  w.s.resize(n * w.Groups());
+  for (float& v : w.s) {
+    float value = (rng() % 2 ? -1.0f : 1.0f) * magnitude(rng);
+    if (scale_dtype == DType::kBF16) value = Bf16ToFloat(FloatToBf16(value));
+    if (scale_dtype == DType::kF16) value = HalfToFloat(FloatToHalf(value));
+    v = value;
+  }
+  return w;
+}
+
+inline void AppendWord(std::vector<uint8_t>* out, uint32_t word) {
+  for (int b = 0; b < 4; ++b) out->push_back(static_cast<uint8_t>(word >> (8 * b)));
+}
+
+inline void AppendScale(std::vector<uint8_t>* out, DType dtype, float v) {
+  if (dtype == DType::kF32) {
+    uint32_t bits;
+    std::memcpy(&bits, &v, 4);
+    AppendWord(out, bits);
+    return;
+  }
+  const uint16_t bits = dtype == DType::kF16 ? FloatToHalf(v) : FloatToBf16(v);
+  out->push_back(static_cast<uint8_t>(bits & 0xff));
+  out->push_back(static_cast<uint8_t>(bits >> 8));
+}
+
+// One linear layer's tensors, little-endian; `zeros` is empty for pack-quantized.
+struct Int4CheckpointTensors {
+  std::vector<uint8_t> codes;   // qweight int32 [K/8, N] or weight_packed int32 [N, K/8]
+  std::vector<uint8_t> zeros;   // qzeros int32 [G, N/8]
+  std::vector<uint8_t> scales;  // [G, N] (GPTQ) or [N, G]
+  std::vector<uint8_t> g_idx;   // int32 [K], k / group size
+
+  // The upload payload: the tensors in that order, with or without the group index.
+  std::vector<uint8_t> Payload(bool with_g_idx) const {
+    std::vector<uint8_t> out = codes;
+    out.insert(out.end(), zeros.begin(), zeros.end());
+    out.insert(out.end(), scales.begin(), scales.end());
+    if (with_g_idx) out.insert(out.end(), g_idx.begin(), g_idx.end());
+    return out;
+  }
+};
+
+// Eight values u = q + 8 an int32, value j in bits 4j..4j+3, for k = 8i..8i+7 of row n.
+inline uint32_t PackedWord(const Int4Weight& w, int64_t n, int64_t i) {
+  uint32_t word = 0;
+  for (int j = 0; j < 8; ++j) {
+    word |= static_cast<uint32_t>(w.q[n * w.shape.k + 8 * i + j] + 8) << (4 * j);
+  }
+  return word;
+}
+
+inline std::vector<uint8_t> GroupIndex(const Int4Weight& w) {
+  std::vector<uint8_t> out;
+  for (int64_t i = 0; i < w.shape.k; ++i) {
+    AppendWord(&out, w.Groups() == 1 ? 0 : static_cast<uint32_t>(i / w.shape.group_size));
+  }
+  return out;
+}
+
+// GPTQ's tensors, every zero point stored as `stored_zero` (7 for "gptq", 8 for
+// "gptq_v2").
+inline Int4CheckpointTensors GptqTensors(const Int4Weight& w, DType scale_dtype,
+                                         uint32_t stored_zero) {
+  const int64_t n = w.shape.n, k = w.shape.k, groups = w.Groups();
+  Int4CheckpointTensors t;
+  for (int64_t i = 0; i < k / 8; ++i) {
+    for (int64_t c = 0; c < n; ++c) AppendWord(&t.codes, PackedWord(w, c, i));
+  }
+  for (int64_t g = 0; g < groups * n / 8; ++g) AppendWord(&t.zeros, stored_zero * 0x11111111u);
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int64_t c = 0; c < n; ++c) AppendScale(&t.scales, scale_dtype, w.s[c * groups + g]);
+  }
+  t.g_idx = GroupIndex(w);
+  return t;
+}
+
+inline Int4CheckpointTensors PackQuantizedTensors(const Int4Weight& w, DType scale_dtype) {
+  Int4CheckpointTensors t;
+  for (int64_t c = 0; c < w.shape.n; ++c) {
+    for (int64_t i = 0; i < w.shape.k / 8; ++i) AppendWord(&t.codes, PackedWord(w, c, i));
+  }
+  for (float s : w.s) AppendScale(&t.scales, scale_dtype, s);
+  t.g_idx = GroupIndex(w);
+  return t;
+}
+
+// The canonical W4A16 form of the weight (its scales rounded to fp16): two's complement
+// nibbles, even k low, then the scales [N, G].
+inline std::vector<uint8_t> CanonicalInt4(const Int4Weight& w) {
+  const int64_t n = w.shape.n, k = w.shape.k;
+  std::vector<uint8_t> out(n * k / 2, 0);
+  for (int64_t i = 0; i < n * k; ++i) {
+    out[i / 2] |= static_cast<uint8_t>((w.q[i] & 15) << (4 * (i % 2)));
+  }
+  for (float s : w.s) AppendScale(&out, DType::kF16, s);
+  return out;
+}
+
+}  // namespace qmm::testing
+
+#endif  // QMM_TESTS_INT4_CHECKPOINT_DATA_H_

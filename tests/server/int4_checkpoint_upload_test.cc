@@ -1,0 +1,114 @@
+// Uploading W4A16 weights from GPTQ and compressed-tensors checkpoints (proto
+// SOURCE_ENCODING_GPTQ, _GPTQ_V2, _PACK_QUANTIZED) through the real RPC: the weight must
+// compute exactly as the same int4 values and scales uploaded in the canonical form.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "kernels/format.h"
+#include "tests/int4_checkpoint_data.h"
+#include "tests/server/server_test_util.h"
+
+namespace qmm {
+namespace {
+
+using testing::CanonicalInt4;
+using testing::ExpectMatchesReference;
+using testing::FromBytes;
+using testing::GptqTensors;
+using testing::Int4Weight;
+using testing::MakeHeader;
+using testing::MakeMatMulRequest;
+using testing::PackQuantizedTensors;
+using testing::RandomFloats;
+using testing::RandomInt4Weight;
+
+std::string AsString(const std::vector<uint8_t>& bytes) {
+  return std::string(bytes.begin(), bytes.end());
+}
+
+class Int4CheckpointUploadTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_ = testing::StartTestServer(ServerOptions{});
+    ASSERT_NE(server_.stub, nullptr);
+  }
+
+  grpc::Status Upload(const std::string& name, const Int4Weight& w, v1::SourceEncoding encoding,
+                      v1::DType scale_dtype, const std::string& payload) {
+    return testing::Upload(*server_.stub,
+                           MakeHeader(name, v1::SCHEME_W4A16, w.shape.n, w.shape.k,
+                                      w.shape.group_size, encoding, scale_dtype, payload),
+                           payload);
+  }
+
+  // Multiplies random activations with `name` and checks them against the canonical form
+  // of `w`.
+  void ExpectWeightComputes(const std::string& name, const Int4Weight& w) {
+    const int64_t m = 3;
+    const std::vector<float> x = RandomFloats(m * w.shape.k, 99);
+    v1::MatMulResponse response;
+    grpc::ClientContext context;
+    const grpc::Status status = server_.stub->MatMul(
+        &context, MakeMatMulRequest(name, DType::kF32, m, w.shape.k, x, v1::DTYPE_FP32), &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    const std::vector<uint8_t> canonical = CanonicalInt4(w);
+    const PackedWeight view = *ViewPacked(Scheme::kW4A16, w.shape, canonical);
+    ExpectMatchesReference(view, x, m, FromBytes(DType::kF32, response.output().data()),
+                           DType::kF32);
+  }
+
+  void ExpectAbsent(const std::string& name) {
+    grpc::ClientContext context;
+    v1::GetWeightRequest get;
+    get.set_name(name);
+    v1::WeightInfo info;
+    EXPECT_EQ(server_.stub->GetWeight(&context, get, &info).error_code(),
+              grpc::StatusCode::NOT_FOUND);
+  }
+
+  testing::TestServer server_;
+};
+
+TEST_F(Int4CheckpointUploadTest, GptqWithAndWithoutTheGroupIndex) {
+  const Int4Weight w = RandomInt4Weight(40, 384, 128, DType::kF16, 1);
+  ASSERT_TRUE(Upload("gptq", w, v1::SOURCE_ENCODING_GPTQ, v1::DTYPE_UNSPECIFIED,
+                     AsString(GptqTensors(w, DType::kF16, 7).Payload(true)))
+                  .ok());
+  ExpectWeightComputes("gptq", w);
+
+  const Int4Weight v2 = RandomInt4Weight(24, 256, 0, DType::kF32, 2);
+  const grpc::Status status = Upload("gptq-v2", v2, v1::SOURCE_ENCODING_GPTQ_V2, v1::DTYPE_FP32,
+                                     AsString(GptqTensors(v2, DType::kF32, 8).Payload(false)));
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ExpectWeightComputes("gptq-v2", v2);
+}
+
+TEST_F(Int4CheckpointUploadTest, PackQuantizedWithBf16Scales) {
+  for (int32_t group_size : {128, 0}) {
+    const Int4Weight w = RandomInt4Weight(36, 256, group_size, DType::kBF16, 3);
+    const std::string name = "ct-" + std::to_string(group_size);
+    const grpc::Status status =
+        Upload(name, w, v1::SOURCE_ENCODING_PACK_QUANTIZED, v1::DTYPE_BF16,
+               AsString(PackQuantizedTensors(w, DType::kBF16).Payload(group_size == 128)));
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    ExpectWeightComputes(name, w);
+  }
+}
+
+TEST_F(Int4CheckpointUploadTest, AsymmetricCheckpointIsRejectedAndLeavesNothing) {
+  const Int4Weight w = RandomInt4Weight(16, 256, 128, DType::kF16, 4);
+  testing::Int4CheckpointTensors t = GptqTensors(w, DType::kF16, 7);
+  t.zeros[13] = 0x75;  // qzeros word [1][1], value 2: group 1, column 10; stored 5 (6)
+  const grpc::Status status =
+      Upload("asym", w, v1::SOURCE_ENCODING_GPTQ, v1::DTYPE_FP16, AsString(t.Payload(false)));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("qzeros: group 1, column 10 has zero point 6"),
+            std::string::npos)
+      << status.error_message();
+  ExpectAbsent("asym");
+}
+
+}  // namespace
+}  // namespace qmm
