@@ -54,7 +54,9 @@ ABSL_FLAG(bool, pack_locally, false,
 ABSL_FLAG(std::string, safetensors, "", "upload: a .safetensors file (with --tensor)");
 ABSL_FLAG(std::string, tensor, "",
           "upload: the tensor of the --safetensors file, [N, K]; with --encoding=gptq, "
-          "gptq_v2 or pack_quantized the linear layer (its tensors' common prefix)");
+          "gptq_v2 or pack_quantized the linear layer (its tensors' common prefix), or "
+          "none for every layer in the file, each named --name (a prefix, may be empty) + "
+          "its layer's name");
 ABSL_FLAG(std::string, npy, "", "upload: a 2-D float .npy weight; matmul: .npy activations [M, K]");
 ABSL_FLAG(std::string, packed, "",
           "upload: a file of the scheme's canonical packed bytes (with --n, --k)");
@@ -123,7 +125,8 @@ constexpr char kUsage[] =
     "             --random --n --k [--seed] | --npy FILE | --safetensors FILE --tensor T |\n"
     "             --packed FILE --n --k [--encoding=packed|bitnet_hf|bitnet_liger|gptq|\n"
     "             gptq_v2|pack_quantized [--scale_dtype]] | --safetensors FILE\n"
-    "             --tensor LAYER --encoding=gptq|gptq_v2|pack_quantized;\n"
+    "             [--tensor LAYER] --encoding=gptq|gptq_v2|pack_quantized (no --tensor:\n"
+    "             every layer, named --name + its name);\n"
     "             --pack_locally quantizes here\n"
     "  matmul   --weight=N, --random --m [--seed] [--dtype] or --npy FILE, [--out_dtype]\n"
     "           [--repeat R] [--stream] [--output FILE.npy]\n"
@@ -191,9 +194,6 @@ absl::StatusOr<UploadOptions> UploadFlags() {
         "upload needs exactly one of --random, --npy, --safetensors, --packed");
   }
   o.tensor = absl::GetFlag(FLAGS_tensor);
-  if (o.source == UploadOptions::Source::kSafetensors && o.tensor.empty()) {
-    return absl::InvalidArgumentError("--safetensors needs --tensor");
-  }
   const std::string encoding = absl::GetFlag(FLAGS_encoding);
   const std::pair<const char*, UploadSpec::Encoding> encodings[] = {
       {"packed", UploadSpec::Encoding::kPacked},
@@ -224,6 +224,10 @@ absl::StatusOr<UploadOptions> UploadFlags() {
           "tensor)");
     }
     if (!checkpoint) o.encoding = UploadSpec::Encoding::kFloat;
+    if (!checkpoint && o.tensor.empty()) {
+      return absl::InvalidArgumentError(
+          "--safetensors needs --tensor (or a checkpoint --encoding)");
+    }
   } else if (!encoding.empty() && o.source != UploadOptions::Source::kPacked) {
     return absl::InvalidArgumentError("--encoding applies to --packed and --safetensors sources");
   }

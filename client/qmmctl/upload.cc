@@ -2,6 +2,8 @@
 // canonical packed bytes; quantized by the server, or here with --pack_locally.
 #include <cstdio>
 #include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -145,40 +147,31 @@ std::string PayloadLabel(const UploadSpec& spec) {
   return "";
 }
 
-}  // namespace
-
-absl::Status RunUpload(Client& client, const UploadOptions& o) {
-  if (o.name.empty()) return absl::InvalidArgumentError("upload needs --name");
-  if (o.pack_locally &&
-      (o.source == UploadOptions::Source::kPacked || IsInt4Checkpoint(o.encoding))) {
-    return absl::InvalidArgumentError(
-        "--pack_locally takes float values, not --packed bytes or a checkpoint's int4 tensors");
-  }
-  absl::StatusOr<Payload> payload = LoadPayload(o);
-  if (!payload.ok()) return payload.status();
+// Uploads `payload` as weight `name` and prints what the server holds.
+absl::Status Send(Client& client, const UploadOptions& o, const std::string& name,
+                  Payload payload) {
   // A shape read from a file must be the one the flags name, when they name one.
   if (o.source != UploadOptions::Source::kRandom && o.source != UploadOptions::Source::kPacked) {
-    if ((o.n > 0 && o.n != payload->n) || (o.k > 0 && o.k != payload->k)) {
-      return absl::InvalidArgumentError(absl::StrCat("the tensor is [", payload->n, ", ",
-                                                     payload->k, "], not --n=", o.n, " --k=", o.k));
+    if ((o.n > 0 && o.n != payload.n) || (o.k > 0 && o.k != payload.k)) {
+      return absl::InvalidArgumentError(absl::StrCat("the tensor is [", payload.n, ", ", payload.k,
+                                                     "], not --n=", o.n, " --k=", o.k));
     }
   }
-
-  if (payload->group_size && o.group_size && *o.group_size != *payload->group_size) {
+  if (payload.group_size && o.group_size && *o.group_size != *payload.group_size) {
     return absl::InvalidArgumentError(absl::StrCat("the checkpoint's group size is ",
-                                                   *payload->group_size,
+                                                   *payload.group_size,
                                                    ", not --group_size=", *o.group_size));
   }
 
   UploadSpec spec;
-  spec.name = o.name;
+  spec.name = name;
   spec.scheme = o.scheme;
-  spec.shape = {payload->n, payload->k,
+  spec.shape = {payload.n, payload.k,
                 o.group_size.value_or(
-                    payload->group_size.value_or(o.scheme == Scheme::kW4A16 ? kW4GroupSize : 0))};
-  spec.encoding = payload->encoding;
-  spec.source_dtype = payload->dtype;
-  std::vector<uint8_t> bytes = std::move(payload->bytes);
+                    payload.group_size.value_or(o.scheme == Scheme::kW4A16 ? kW4GroupSize : 0))};
+  spec.encoding = payload.encoding;
+  spec.source_dtype = payload.dtype;
+  std::vector<uint8_t> bytes = std::move(payload.bytes);
   if (o.pack_locally) {
     absl::StatusOr<std::vector<uint8_t>> packed =
         QuantizeWeight(spec.scheme, spec.shape, spec.source_dtype, bytes);
@@ -189,7 +182,7 @@ absl::Status RunUpload(Client& client, const UploadOptions& o) {
 
   UploadProgress progress;
   if (static_cast<int64_t>(bytes.size()) > kProgressThresholdBytes) {
-    progress = MakeProgressPrinter(o.name, stderr);
+    progress = MakeProgressPrinter(name, stderr);
   }
   const absl::Time start = absl::Now();
   absl::StatusOr<v1::WeightInfo> info = client.Upload(spec, bytes, progress);
@@ -204,6 +197,66 @@ absl::Status RunUpload(Client& client, const UploadOptions& o) {
       static_cast<long long>(info->packed_bytes()), static_cast<long long>(info->device_bytes()),
       mib, PayloadLabel(spec).c_str(), seconds, seconds > 0 ? mib / seconds : 0.0);
   return absl::OkStatus();
+}
+
+// Without --tensor: every int4 layer of the checkpoint file (each tensor LAYER.qweight or
+// LAYER.weight_packed), in the file's order of names, as weight --name + LAYER.
+absl::Status UploadEveryLayer(Client& client, const UploadOptions& o) {
+  if (o.n > 0 || o.k > 0 || o.group_size) {
+    return absl::InvalidArgumentError(
+        "--n, --k and --group_size describe one tensor; without --tensor every layer of the "
+        "checkpoint is uploaded with its own");
+  }
+  absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(o.path);
+  if (!file.ok()) return file.status();
+  const Int4Checkpoint format = CheckpointFormat(o.encoding);
+  const std::string_view suffix =
+      format == Int4Checkpoint::kPackQuantized ? ".weight_packed" : ".qweight";
+  std::vector<std::string> layers;
+  for (const SafetensorsEntry& entry : file->header().tensors) {
+    if (entry.name.ends_with(suffix)) {
+      layers.push_back(entry.name.substr(0, entry.name.size() - suffix.size()));
+    }
+  }
+  if (layers.empty()) {
+    return absl::NotFoundError(absl::StrCat(o.path, ": no tensor named LAYER", std::string(suffix),
+                                            ", so no layer of that format"));
+  }
+  for (const std::string& layer : layers) {
+    absl::StatusOr<Int4CheckpointPayload> read = ReadInt4Checkpoint(*file, layer, format);
+    if (!read.ok()) {  // its message names the layer's tensor
+      return absl::Status(read.status().code(),
+                          absl::StrCat(o.path, ": ", read.status().message()));
+    }
+    const absl::Status status =
+        Send(client, o, o.name + layer,
+             Payload{o.encoding, read->scale_dtype, read->shape.n, read->shape.k,
+                     std::move(read->bytes), read->shape.group_size});
+    if (!status.ok()) {
+      return absl::Status(status.code(),
+                          absl::StrCat(o.path, ": layer '", layer, "': ", status.message()));
+    }
+  }
+  std::printf("uploaded %zu layers of %s\n", layers.size(), o.path.c_str());
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status RunUpload(Client& client, const UploadOptions& o) {
+  if (o.pack_locally &&
+      (o.source == UploadOptions::Source::kPacked || IsInt4Checkpoint(o.encoding))) {
+    return absl::InvalidArgumentError(
+        "--pack_locally takes float values, not --packed bytes or a checkpoint's int4 tensors");
+  }
+  if (o.source == UploadOptions::Source::kSafetensors && IsInt4Checkpoint(o.encoding) &&
+      o.tensor.empty()) {
+    return UploadEveryLayer(client, o);  // --name, if any, prefixes each layer's name
+  }
+  if (o.name.empty()) return absl::InvalidArgumentError("upload needs --name");
+  absl::StatusOr<Payload> payload = LoadPayload(o);
+  if (!payload.ok()) return payload.status();
+  return Send(client, o, o.name, *std::move(payload));
 }
 
 }  // namespace qmm::ctl

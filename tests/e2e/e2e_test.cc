@@ -242,10 +242,26 @@ TEST_F(EndToEndTest, Int4CheckpointsComputeAsTheirCanonicalForm) {
   EXPECT_EQ(result("gptq-file"), gptq_y);
   EXPECT_EQ(result("pq"), result("pq-canonical"));
 
+  // Every layer of a file at once, each named --name + its layer's name: the GPTQ one;
+  // the pack-quantized ones up to the asymmetric one, which stops the upload.
+  EXPECT_THAT(Ok({"upload", "--name=all/", "--scheme=w4a16", "--safetensors=" + checkpoint,
+                  "--encoding=gptq"}),
+              HasSubstr("uploaded 1 layers of"));
+  const std::string all_y = Path("all.npy");
+  Ok({"matmul", "--weight=all/" + up, "--npy=" + x_path, "--output=" + all_y});
+  absl::StatusOr<NdArray> y = ReadNpy(all_y);
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ(y->data, gptq_y);
+  RunResult r = Qmmctl(
+      {"upload", "--scheme=w4a16", "--safetensors=" + checkpoint, "--encoding=pack_quantized"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.output, HasSubstr("uploaded " + down + ": scheme=w4a16")) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("layer '" + asym + "' has a weight_zero_point")) << r.output;
+
   // What the client refuses (an asymmetric layer, a group size the file contradicts) and
   // what the server does (a "gptq_v2" reading of a "gptq" layer's zero points).
-  RunResult r = Qmmctl({"upload", "--name=asym", "--scheme=w4a16", "--safetensors=" + checkpoint,
-                        "--tensor=" + asym, "--encoding=pack_quantized"});
+  r = Qmmctl({"upload", "--name=asym", "--scheme=w4a16", "--safetensors=" + checkpoint,
+              "--tensor=" + asym, "--encoding=pack_quantized"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.output, HasSubstr("has a weight_zero_point: an asymmetric quantization"))
       << r.output;
@@ -310,6 +326,26 @@ TEST_F(EndToEndTest, ErrorsCarryTheirCodeAndMessage) {
   r = Qmmctl({"upload", "--name=x", "--scheme=w4a16"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.output, HasSubstr("exactly one of --random"));
+  // What --encoding and --scale_dtype apply to.
+  r = Qmmctl(
+      {"upload", "--name=x", "--scheme=w4a16", "--random", "--n=8", "--k=128", "--encoding=gptq"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("--encoding applies to --packed and --safetensors sources"));
+  r = Qmmctl({"upload", "--name=x", "--scheme=w4a16", "--safetensors=" + junk});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("--safetensors needs --tensor (or a checkpoint --encoding)"));
+  r = Qmmctl({"upload", "--name=x", "--scheme=w4a16", "--safetensors=" + junk, "--tensor=t",
+              "--encoding=bitnet_hf"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("--safetensors takes --encoding=gptq, gptq_v2 or"));
+  r = Qmmctl({"upload", "--name=x", "--scheme=w4a16", "--safetensors=" + junk, "--encoding=gptq",
+              "--scale_dtype=bf16"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("--scale_dtype applies to --packed files"));
+  r = Qmmctl({"upload", "--name=x", "--scheme=w4a16", "--packed=" + junk, "--n=8", "--k=128",
+              "--encoding=gptq4"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("--encoding = 'gptq4' is not one of packed, bitnet_hf"));
 
   // The server is still serving, and nothing failed left a weight behind.
   const std::string ls = Ok({"ls"});
