@@ -60,21 +60,27 @@ absl::StatusOr<DType> CheckDType(v1::DType dtype, absl::string_view field) {
   return *out;
 }
 
+// The dtype of the scales that a checkpoint encoding carries (header.source_dtype, or
+// `default_dtype` when unset), once the header's scheme is the one the encoding converts
+// into.
+absl::StatusOr<DType> CheckpointScaleDtype(const v1::WeightHeader& header, v1::Scheme scheme,
+                                           DType default_dtype) {
+  if (header.scheme() != scheme) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "header.encoding = ", v1::SourceEncoding_Name(header.encoding()), " needs header.scheme = ",
+        v1::Scheme_Name(scheme), ", not ", v1::Scheme_Name(header.scheme())));
+  }
+  if (header.source_dtype() == v1::DTYPE_UNSPECIFIED) return default_dtype;
+  return CheckDType(header.source_dtype(), "header.source_dtype");
+}
+
 // The BitNet planar encodings carry the codes and 0, 1 or N scales; total_bytes says
 // how many, so it must be one of those three sizes. Fills spec->bitnet.
 absl::StatusOr<int64_t> CheckBitnetPayload(const v1::WeightHeader& header, UploadSpec& spec) {
   const std::string encoding = v1::SourceEncoding_Name(header.encoding());
-  if (spec.desc.scheme != Scheme::kW2A8) {
-    return absl::InvalidArgumentError(absl::StrCat("header.encoding = ", encoding,
-                                                   " needs header.scheme = SCHEME_W2A8, not ",
-                                                   v1::Scheme_Name(header.scheme())));
-  }
-  DType scale_dtype = DType::kF32;
-  if (header.source_dtype() != v1::DTYPE_UNSPECIFIED) {
-    absl::StatusOr<DType> dtype = CheckDType(header.source_dtype(), "header.source_dtype");
-    if (!dtype.ok()) return dtype.status();
-    scale_dtype = *dtype;
-  }
+  absl::StatusOr<DType> scales = CheckpointScaleDtype(header, v1::SCHEME_W2A8, DType::kF32);
+  if (!scales.ok()) return scales.status();
+  const DType scale_dtype = *scales;
   const BitnetPackedAxis axis = header.encoding() == v1::SOURCE_ENCODING_BITNET_HF
                                     ? BitnetPackedAxis::kOutFeatures
                                     : BitnetPackedAxis::kInFeatures;
@@ -97,17 +103,9 @@ absl::StatusOr<int64_t> CheckBitnetPayload(const v1::WeightHeader& header, Uploa
 absl::StatusOr<int64_t> CheckInt4CheckpointPayload(const v1::WeightHeader& header,
                                                    UploadSpec& spec) {
   const std::string encoding = v1::SourceEncoding_Name(header.encoding());
-  if (spec.desc.scheme != Scheme::kW4A16) {
-    return absl::InvalidArgumentError(absl::StrCat("header.encoding = ", encoding,
-                                                   " needs header.scheme = SCHEME_W4A16, not ",
-                                                   v1::Scheme_Name(header.scheme())));
-  }
-  DType scale_dtype = DType::kF16;
-  if (header.source_dtype() != v1::DTYPE_UNSPECIFIED) {
-    absl::StatusOr<DType> dtype = CheckDType(header.source_dtype(), "header.source_dtype");
-    if (!dtype.ok()) return dtype.status();
-    scale_dtype = *dtype;
-  }
+  absl::StatusOr<DType> scales = CheckpointScaleDtype(header, v1::SCHEME_W4A16, DType::kF16);
+  if (!scales.ok()) return scales.status();
+  const DType scale_dtype = *scales;
   const Int4Checkpoint format =
       header.encoding() == v1::SOURCE_ENCODING_GPTQ      ? Int4Checkpoint::kGptq
       : header.encoding() == v1::SOURCE_ENCODING_GPTQ_V2 ? Int4Checkpoint::kGptqV2
