@@ -222,6 +222,17 @@ class Client:
     def delete_weight(self, name, timeout=None):
         self._unary(self._stub.DeleteWeight, qmm_pb2.DeleteWeightRequest(name=name), timeout)
 
+    def statistics(self, name="", timeout=None):
+        """The server's statistics of the weight or model `name`, or of all of them when
+        empty: the Open Inference Protocol's ModelStatisticsResponse (its model_stats, one
+        a weight or model: rows, launches, successes and failures with their times in the
+        server, and the launches by batch size), asked on the same connection. Needs the
+        generated `inference` package, which the build writes beside qmm.v1."""
+        from inference import open_inference_pb2, open_inference_pb2_grpc
+        stub = open_inference_pb2_grpc.GRPCInferenceServiceStub(self._channel)
+        return self._unary(stub.ModelStatistics,
+                           open_inference_pb2.ModelStatisticsRequest(name=name), timeout)
+
     def server_info(self, timeout=None):
         return self._unary(self._stub.ServerInfo, qmm_pb2.ServerInfoRequest(), timeout)
 

@@ -381,6 +381,25 @@ class ServerTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "2-D int32"):
             self.client.upload_gptq("py.bad", packed.T.astype(np.int64), qzeros, s.T)
 
+    def test_statistics_count_each_weights_requests(self):
+        n, k = 32, 128
+        payload, _ = w8a16_packed(n, k)
+        self.client.upload_packed("py.stats", n, k, "w8a16", payload)
+        for m in (1, 2, 3):
+            self.client.matmul("py.stats", RNG.standard_normal((m, k)).astype(np.float32))
+        self.assert_status(grpc.StatusCode.INVALID_ARGUMENT, None, self.client.matmul,
+                           "py.stats", np.ones((1, k + 1), np.float32))
+        stats = self.client.statistics("py.stats").model_stats
+        self.assertEqual([s.name for s in stats], ["py.stats"])
+        self.assertEqual(stats[0].inference_count, 6)  # rows
+        self.assertEqual(stats[0].inference_stats.success.count, 3)
+        self.assertGreater(stats[0].inference_stats.compute_infer.ns, 0)
+        self.assertGreater(stats[0].last_inference, 0)
+        names = [s.name for s in self.client.statistics().model_stats]
+        self.assertIn("py.stats", names)
+        self.assert_status(grpc.StatusCode.NOT_FOUND, "py.nope", self.client.statistics,
+                           "py.nope")
+
     def test_weights_are_listed_and_deleted(self):
         payload, _ = w8a16_packed(16, 64)
         self.client.upload_packed("py.del", 16, 64, "w8a16", payload)
