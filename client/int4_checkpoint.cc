@@ -1,6 +1,8 @@
 #include "client/int4_checkpoint.h"
 
+#include <initializer_list>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -21,7 +23,7 @@ std::string ShapeText(const std::vector<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
 
-// Reads `name`, which must be 2-D (or 1-D when `rank` is 1) and of one of `types`.
+// Reads `name`, which must have `rank` dimensions and one of `types`.
 absl::StatusOr<NdArray> ReadTensor(const SafetensorsFile& file, const std::string& name,
                                    size_t rank, std::initializer_list<ElementType> types) {
   absl::StatusOr<NdArray> a = file.Read(name);

@@ -24,8 +24,8 @@ namespace {
 // What will be sent before any local packing: bytes of float values or packed bytes.
 struct Payload {
   UploadSpec::Encoding encoding = UploadSpec::Encoding::kFloat;
-  DType dtype =
-      DType::kF32;  // kFloat: the values'; the BitNet and checkpoint encodings: the scales'
+  // kFloat: the values' dtype; the BitNet and checkpoint encodings: the scales'.
+  DType dtype = DType::kF32;
   int64_t n = 0;
   int64_t k = 0;
   std::vector<uint8_t> bytes;

@@ -158,7 +158,7 @@ Weight RandomWeight(Scheme scheme, const WeightShape& shape, std::mt19937_64& rn
 // A canonical W4A16 weight whose codes span all of [-8, 7] and whose fp16 scales take
 // either sign. The upload's quantizer never writes -8 (it clamps to [-7, 7]); GPTQ and
 // compressed-tensors checkpoints do (kernels/int4_checkpoint.h), and it is u = 0 in the
-// kernels' layouts, the one code no other test reaches.
+// kernels' layouts, which the other tests' quantized weights never hold.
 Weight FullRangeInt4Weight(Scheme scheme, const WeightShape& shape, std::mt19937_64& rng) {
   std::vector<uint8_t> bytes(PackedBytes(scheme, shape));
   const int64_t code_bytes = shape.n * shape.k / 2;
