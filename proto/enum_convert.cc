@@ -60,4 +60,17 @@ std::optional<Scheme> SchemeFromProto(v1::Scheme scheme) {
   }
 }
 
+std::optional<Int4Checkpoint> Int4CheckpointFromProto(v1::SourceEncoding encoding) {
+  switch (encoding) {
+    case v1::SOURCE_ENCODING_GPTQ:
+      return Int4Checkpoint::kGptq;
+    case v1::SOURCE_ENCODING_GPTQ_V2:
+      return Int4Checkpoint::kGptqV2;
+    case v1::SOURCE_ENCODING_PACK_QUANTIZED:
+      return Int4Checkpoint::kPackQuantized;
+    default:
+      return std::nullopt;
+  }
+}
+
 }  // namespace qmm

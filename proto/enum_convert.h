@@ -6,6 +6,7 @@
 
 #include "kernels/dtype.h"
 #include "kernels/format.h"
+#include "kernels/int4_checkpoint.h"
 #include "qmm/v1/qmm.pb.h"
 
 namespace qmm {
@@ -17,6 +18,10 @@ std::optional<DType> DTypeFromProto(v1::DType dtype);
 v1::Scheme SchemeToProto(Scheme scheme);
 // nullopt for SCHEME_UNSPECIFIED and values this build does not know (proto3 enums are open).
 std::optional<Scheme> SchemeFromProto(v1::Scheme scheme);
+
+// The int4 checkpoint format of SOURCE_ENCODING_GPTQ, _GPTQ_V2 and _PACK_QUANTIZED;
+// nullopt for every other encoding.
+std::optional<Int4Checkpoint> Int4CheckpointFromProto(v1::SourceEncoding encoding);
 
 }  // namespace qmm
 

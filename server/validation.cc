@@ -106,10 +106,7 @@ absl::StatusOr<int64_t> CheckInt4CheckpointPayload(const v1::WeightHeader& heade
   absl::StatusOr<DType> scales = CheckpointScaleDtype(header, v1::SCHEME_W4A16, DType::kF16);
   if (!scales.ok()) return scales.status();
   const DType scale_dtype = *scales;
-  const Int4Checkpoint format =
-      header.encoding() == v1::SOURCE_ENCODING_GPTQ      ? Int4Checkpoint::kGptq
-      : header.encoding() == v1::SOURCE_ENCODING_GPTQ_V2 ? Int4Checkpoint::kGptqV2
-                                                         : Int4Checkpoint::kPackQuantized;
+  const Int4Checkpoint format = *Int4CheckpointFromProto(header.encoding());
   if (absl::Status s = CheckInt4CheckpointShape(format, spec.desc.shape); !s.ok()) {
     return WithPrefix(absl::StrCat("header: ", encoding, ": "), s);
   }

@@ -249,17 +249,12 @@ int64_t ExpectedPayload(const v1::WeightHeader& h) {
   }
   const std::optional<Scheme> scheme = SchemeFromProto(h.scheme());
   const WeightShape shape{h.n(), h.k(), h.group_size()};
-  if (h.encoding() == v1::SOURCE_ENCODING_GPTQ || h.encoding() == v1::SOURCE_ENCODING_GPTQ_V2 ||
-      h.encoding() == v1::SOURCE_ENCODING_PACK_QUANTIZED) {
-    const Int4Checkpoint format = h.encoding() == v1::SOURCE_ENCODING_GPTQ ? Int4Checkpoint::kGptq
-                                  : h.encoding() == v1::SOURCE_ENCODING_GPTQ_V2
-                                      ? Int4Checkpoint::kGptqV2
-                                      : Int4Checkpoint::kPackQuantized;
-    if (!CheckInt4CheckpointShape(format, shape).ok()) return -1;
+  if (const std::optional<Int4Checkpoint> format = Int4CheckpointFromProto(h.encoding())) {
+    if (!CheckInt4CheckpointShape(*format, shape).ok()) return -1;
     const DType scales = h.source_dtype() == v1::DTYPE_UNSPECIFIED
                              ? DType::kF16
                              : DTypeFromProto(h.source_dtype()).value_or(DType::kF16);
-    return Int4CheckpointSizes(format, shape, scales).Total(/*with_g_idx=*/false);
+    return Int4CheckpointSizes(*format, shape, scales).Total(/*with_g_idx=*/false);
   }
   if (h.encoding() == v1::SOURCE_ENCODING_PACKED && scheme && ValidateShape(*scheme, shape).ok()) {
     return PackedBytes(*scheme, shape);  // the packed form's codes and scales, as they come

@@ -28,5 +28,17 @@ TEST(EnumConvertTest, SchemesRoundTrip) {
   EXPECT_FALSE(SchemeFromProto(static_cast<v1::Scheme>(6)).has_value());
 }
 
+TEST(EnumConvertTest, Int4CheckpointEncodings) {
+  EXPECT_EQ(Int4CheckpointFromProto(v1::SOURCE_ENCODING_GPTQ), Int4Checkpoint::kGptq);
+  EXPECT_EQ(Int4CheckpointFromProto(v1::SOURCE_ENCODING_GPTQ_V2), Int4Checkpoint::kGptqV2);
+  EXPECT_EQ(Int4CheckpointFromProto(v1::SOURCE_ENCODING_PACK_QUANTIZED),
+            Int4Checkpoint::kPackQuantized);
+  for (v1::SourceEncoding other :
+       {v1::SOURCE_ENCODING_UNSPECIFIED, v1::SOURCE_ENCODING_FLOAT, v1::SOURCE_ENCODING_PACKED,
+        v1::SOURCE_ENCODING_BITNET_HF, static_cast<v1::SourceEncoding>(8)}) {
+    EXPECT_FALSE(Int4CheckpointFromProto(other).has_value()) << other;
+  }
+}
+
 }  // namespace
 }  // namespace qmm
