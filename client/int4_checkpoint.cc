@@ -10,6 +10,7 @@
 namespace qmm {
 namespace {
 
+// The formats of qweight, qzeros and scales (GPTQ's and AWQ's).
 bool IsGptq(Int4Checkpoint format) { return format != Int4Checkpoint::kPackQuantized; }
 
 bool HasTensor(const SafetensorsFile& file, const std::string& name) {
@@ -63,22 +64,24 @@ absl::StatusOr<Int4CheckpointPayload> ReadInt4Checkpoint(const SafetensorsFile& 
                                                          Int4Checkpoint format) {
   const std::string layer = LayerOf(layer_name);
   const bool gptq = IsGptq(format);
+  const bool awq = format == Int4Checkpoint::kAwq;
   const std::string codes_name = layer + (gptq ? ".qweight" : ".weight_packed");
   const std::string scales_name = layer + (gptq ? ".scales" : ".weight_scale");
   const std::string g_idx_name = layer + (gptq ? ".g_idx" : ".weight_g_idx");
   if (!gptq && HasTensor(file, layer + ".weight_zero_point")) {
     return absl::InvalidArgumentError(
         absl::StrCat("layer '", layer,
-                     "' has a weight_zero_point: an asymmetric quantization, which W4A16 "
-                     "(symmetric int4) cannot hold"));
+                     "' has a weight_zero_point: an asymmetric quantization, whose "
+                     "compressed-tensors zero points qmm does not read (asymmetric AWQ and GPTQ "
+                     "layers upload with their zero points)"));
   }
 
   absl::StatusOr<NdArray> codes = ReadTensor(file, codes_name, 2, {ElementType::kI32});
   if (!codes.ok()) return codes.status();
-  // qweight is [K/8, N], weight_packed [N, K/8].
+  // qweight is [K/8, N] (GPTQ) or [K, N/8] (AWQ), weight_packed [N, K/8].
   Int4CheckpointPayload out;
-  out.shape.n = gptq ? codes->shape[1] : codes->shape[0];
-  out.shape.k = 8 * (gptq ? codes->shape[0] : codes->shape[1]);
+  out.shape.n = awq ? 8 * codes->shape[1] : gptq ? codes->shape[1] : codes->shape[0];
+  out.shape.k = awq ? codes->shape[0] : 8 * (gptq ? codes->shape[0] : codes->shape[1]);
 
   absl::StatusOr<NdArray> scales =
       ReadTensor(file, scales_name, 2, {ElementType::kF16, ElementType::kBF16, ElementType::kF32});
@@ -95,12 +98,12 @@ absl::StatusOr<Int4CheckpointPayload> ReadInt4Checkpoint(const SafetensorsFile& 
   } else if (groups == 1) {
     out.shape.group_size = 0;
   } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tensor '", scales_name, "' holds ", groups, " groups of ", out.shape.k,
-        " inputs: a group size of ", out.shape.k / groups,
-        ", where W4A16 takes groups of 128 or one group a row (K is read as 8 values an "
-        "int32 of '",
-        codes_name, "': a layer of other than 4 bits reads wrong)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", scales_name, "' holds ", groups, " groups of ", out.shape.k,
+                     " inputs: a group size of ", out.shape.k / groups,
+                     ", where W4A16 takes groups of 128 or one group a row (", awq ? "N" : "K",
+                     " is read as 8 values an int32 of '", codes_name,
+                     "': a layer of other than 4 bits reads wrong)"));
   }
   out.scale_dtype = *ToWireDType(scales->type);
 
@@ -124,10 +127,11 @@ absl::StatusOr<Int4CheckpointPayload> ReadInt4Checkpoint(const SafetensorsFile& 
     if (zeros->shape[0] != groups || zeros->shape[1] * 8 != out.shape.n) {
       return ShapeMismatch(zeros_name, *zeros, {groups, out.shape.n / 8});
     }
+    out.shape.zero_points = awq;
     out.bytes.insert(out.bytes.end(), zeros->data.begin(), zeros->data.end());
   }
   out.bytes.insert(out.bytes.end(), scales->data.begin(), scales->data.end());
-  if (HasTensor(file, g_idx_name)) {
+  if (!awq && HasTensor(file, g_idx_name)) {
     absl::StatusOr<NdArray> g_idx = ReadTensor(file, g_idx_name, 1, {ElementType::kI32});
     if (!g_idx.ok()) return g_idx.status();
     if (g_idx->shape[0] != out.shape.k) return ShapeMismatch(g_idx_name, *g_idx, {out.shape.k});

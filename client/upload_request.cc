@@ -5,7 +5,14 @@
 #include "client/sha256.h"
 #include "proto/enum_convert.h"
 
-namespace qmm::client_internal {
+namespace qmm {
+
+bool IsInt4Checkpoint(UploadSpec::Encoding e) {
+  return e == UploadSpec::Encoding::kGptq || e == UploadSpec::Encoding::kGptqV2 ||
+         e == UploadSpec::Encoding::kAwq || e == UploadSpec::Encoding::kPackQuantized;
+}
+
+namespace client_internal {
 
 v1::WeightHeader BuildUploadHeader(const UploadSpec& spec, std::span<const uint8_t> payload) {
   v1::WeightHeader header;
@@ -14,6 +21,7 @@ v1::WeightHeader BuildUploadHeader(const UploadSpec& spec, std::span<const uint8
   header.set_k(spec.shape.k);
   header.set_scheme(SchemeToProto(spec.scheme));
   header.set_group_size(spec.shape.group_size);
+  header.set_zero_points(spec.shape.zero_points);
   switch (spec.encoding) {
     case UploadSpec::Encoding::kFloat:
       header.set_encoding(v1::SOURCE_ENCODING_FLOAT);
@@ -30,12 +38,19 @@ v1::WeightHeader BuildUploadHeader(const UploadSpec& spec, std::span<const uint8
       header.set_source_dtype(DTypeToProto(spec.source_dtype));
       break;
     case UploadSpec::Encoding::kGptq:
+      header.set_encoding(v1::SOURCE_ENCODING_GPTQ);
+      header.set_source_dtype(DTypeToProto(spec.source_dtype));
+      break;
     case UploadSpec::Encoding::kGptqV2:
+      header.set_encoding(v1::SOURCE_ENCODING_GPTQ_V2);
+      header.set_source_dtype(DTypeToProto(spec.source_dtype));
+      break;
     case UploadSpec::Encoding::kPackQuantized:
-      header.set_encoding(spec.encoding == UploadSpec::Encoding::kGptq ? v1::SOURCE_ENCODING_GPTQ
-                          : spec.encoding == UploadSpec::Encoding::kGptqV2
-                              ? v1::SOURCE_ENCODING_GPTQ_V2
-                              : v1::SOURCE_ENCODING_PACK_QUANTIZED);
+      header.set_encoding(v1::SOURCE_ENCODING_PACK_QUANTIZED);
+      header.set_source_dtype(DTypeToProto(spec.source_dtype));
+      break;
+    case UploadSpec::Encoding::kAwq:
+      header.set_encoding(v1::SOURCE_ENCODING_AWQ);
       header.set_source_dtype(DTypeToProto(spec.source_dtype));
       break;
   }
@@ -55,4 +70,5 @@ std::vector<std::span<const uint8_t>> SplitIntoChunks(std::span<const uint8_t> p
   return chunks;
 }
 
-}  // namespace qmm::client_internal
+}  // namespace client_internal
+}  // namespace qmm

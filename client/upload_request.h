@@ -19,7 +19,7 @@ namespace qmm {
 // `source_dtype`, which the server quantizes into `scheme`, the scheme's canonical packed
 // form (see QuantizeWeight in kernels/quantize.h to produce it locally), for W2A8 a
 // BitNet planar packing (Hugging Face or Liger-Kernel layout, proto SourceEncoding) whose
-// optional scales are `source_dtype` values, or for W4A16 a GPTQ or compressed-tensors
+// optional scales are `source_dtype` values, or for W4A16 a GPTQ, AWQ or compressed-tensors
 // layer's tensors (client/int4_checkpoint.h reads them) whose scales are.
 struct UploadSpec {
   enum class Encoding {
@@ -30,15 +30,20 @@ struct UploadSpec {
     kGptq,
     kGptqV2,
     kPackQuantized,
+    kAwq,
   };
 
   std::string name;
   Scheme scheme = Scheme::kFp16;
-  WeightShape shape;  // n, k and (W4A16 only) group_size
+  WeightShape shape;  // n, k and (W4A16 only) group_size and zero_points
   Encoding encoding = Encoding::kFloat;
   // kFloat: the values' dtype; kPacked: unused; the other encodings: the scales'.
   DType source_dtype = DType::kF32;
 };
+
+// Whether `e` is one of the int4 checkpoints' encodings (GPTQ, GPTQ v2, AWQ,
+// pack-quantized).
+bool IsInt4Checkpoint(UploadSpec::Encoding e);
 
 namespace client_internal {
 

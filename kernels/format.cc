@@ -29,6 +29,22 @@ int64_t FindInvalidTernaryByte(const uint8_t* row, int64_t bytes) {
   return -1;
 }
 
+// A W4A16 zero point outside [kW4MinZeroPoint, kW4MaxZeroPoint] is no checkpoint's.
+absl::Status CheckZeroPoints(const PackedWeight& w) {
+  const int64_t groups = w.shape.GroupsPerRow();
+  const int8_t* zero_points = w.zero_points();
+  for (int64_t i = 0; i < w.shape.n * groups; ++i) {
+    if (zero_points[i] < kW4MinZeroPoint || zero_points[i] > kW4MaxZeroPoint) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("packed W4A16 weight: zero point of row ", i / groups,
+                       (groups > 1 ? absl::StrCat(", group ", i % groups) : ""), " is ",
+                       static_cast<int>(zero_points[i]), ", must be in [", kW4MinZeroPoint, ", ",
+                       kW4MaxZeroPoint, "]"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // Scales are multiplied into every output; a NaN or Inf would poison whole rows.
 absl::Status CheckScalesFinite(const PackedWeight& w) {
   const int64_t n = w.shape.n;
@@ -115,6 +131,9 @@ absl::Status ValidateShape(Scheme s, const WeightShape& shape) {
   } else if (shape.group_size != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("group_size = ", shape.group_size, " must be 0 for ", name));
+  } else if (shape.zero_points) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("zero_points is only for W4A16, must be false for ", name));
   }
   const int64_t align = KAlignment(s);
   if (shape.k % align != 0) {
@@ -134,11 +153,16 @@ int64_t PackedBytes(Scheme s, const WeightShape& shape) {
     case Scheme::kW8A16:
       return n * k + 4 * n;
     case Scheme::kW4A16:
-      return n * k / 2 + 2 * n * shape.GroupsPerRow();
+      return n * k / 2 + (shape.zero_points ? 3 : 2) * n * shape.GroupsPerRow();
     case Scheme::kW2A8:
       return n * k / 4 + 4 * n;
   }
   return 0;
+}
+
+const int8_t* PackedWeight::zero_points() const {
+  if (scheme != Scheme::kW4A16 || !shape.zero_points) return nullptr;
+  return reinterpret_cast<const int8_t*>(scales() + 2 * shape.n * shape.GroupsPerRow());
 }
 
 int64_t PackedWeight::values_bytes() const {
@@ -164,7 +188,8 @@ absl::StatusOr<PackedWeight> ViewPacked(Scheme s, const WeightShape& shape,
   if (static_cast<int64_t>(bytes.size()) != expected) {
     return absl::InvalidArgumentError(absl::StrCat(
         "packed ", std::string(SchemeName(s)), " weight with n = ", shape.n, ", k = ", shape.k,
-        ", group_size = ", shape.group_size, " must be ", expected, " bytes, got ", bytes.size()));
+        ", group_size = ", shape.group_size, (shape.zero_points ? " with zero points" : ""),
+        " must be ", expected, " bytes, got ", bytes.size()));
   }
   PackedWeight w{s, shape, bytes};
   if (s == Scheme::kW2A8) {
@@ -180,6 +205,9 @@ absl::StatusOr<PackedWeight> ViewPacked(Scheme s, const WeightShape& shape,
   }
   if (s == Scheme::kW8A16 || s == Scheme::kW4A16 || s == Scheme::kW2A8) {
     if (absl::Status status = CheckScalesFinite(w); !status.ok()) return status;
+  }
+  if (w.zero_points() != nullptr) {
+    if (absl::Status status = CheckZeroPoints(w); !status.ok()) return status;
   }
   return w;
 }

@@ -27,11 +27,18 @@ inline constexpr int64_t kMaxDim = int64_t{1} << 20;
 inline constexpr int64_t kMaxElements = int64_t{1} << 34;
 // The only W4A16 group size besides 0 (one group per row).
 inline constexpr int32_t kW4GroupSize = 128;
+// The range of a W4A16 zero point: a checkpoint's unsigned zero point minus 8, where
+// GPTQ's "minus one" storage can make that zero point 16.
+inline constexpr int kW4MinZeroPoint = -8;
+inline constexpr int kW4MaxZeroPoint = 8;
 
 struct WeightShape {
   int64_t n = 0;           // out_features
   int64_t k = 0;           // in_features
   int32_t group_size = 0;  // W4A16: 128 or 0 (= one group per row); 0 elsewhere
+  // W4A16 only: each group also has a zero point z, w = (q - z) * s (the asymmetric
+  // quantization of AWQ and of GPTQ with sym=False); false elsewhere.
+  bool zero_points = false;
 
   // Elements of K covered by one scale (K itself for per-row scales).
   int64_t GroupLength() const { return group_size == 0 ? k : group_size; }
@@ -47,7 +54,7 @@ absl::Status ValidateShape(Scheme s, const WeightShape& shape);
 // Byte size of the canonical packed form (shape must be valid).
 int64_t PackedBytes(Scheme s, const WeightShape& shape);
 
-// A read-only view of a weight in canonical packed form, split into its two parts.
+// A read-only view of a weight in canonical packed form, split into its parts.
 struct PackedWeight {
   Scheme scheme;
   WeightShape shape;
@@ -58,9 +65,13 @@ struct PackedWeight {
   int64_t values_bytes() const;
   // The scale part (fp32 for W8A16/W2A8, fp16 for W4A16); nullptr for dense schemes.
   const uint8_t* scales() const { return bytes.data() + values_bytes(); }
+  // W4A16 with shape.zero_points: the zero points, int8 [N, K/G] after the scales;
+  // nullptr otherwise.
+  const int8_t* zero_points() const;
 };
 
-// Checks that `bytes` is a well-formed packed weight (size, and for W2A8 no code 3).
+// Checks that `bytes` is a well-formed packed weight (size, finite scales, W4A16 zero points
+// in [kW4MinZeroPoint, kW4MaxZeroPoint], and for W2A8 no code 3).
 absl::StatusOr<PackedWeight> ViewPacked(Scheme s, const WeightShape& shape,
                                         std::span<const uint8_t> bytes);
 

@@ -19,7 +19,41 @@ uint32_t LoadWord(const uint8_t* src) {
   return v;  // little-endian host (as everywhere in qmm)
 }
 
+// AWQ's column order inside a word: value j holds column 8i + kAwqOrder[j].
+constexpr int kAwqOrder[8] = {0, 2, 4, 6, 1, 3, 5, 7};
+
+// The formats whose tensors are GPTQ's (qweight, qzeros, scales), [K/8, N] or [K, N/8].
 bool IsGptq(Int4Checkpoint format) { return format != Int4Checkpoint::kPackQuantized; }
+bool IsAwq(Int4Checkpoint format) { return format == Int4Checkpoint::kAwq; }
+
+// The column of value j of word i of a qzeros row (N/8 words).
+int64_t ZeroColumn(Int4Checkpoint format, int64_t i, int j) {
+  return 8 * i + (IsAwq(format) ? kAwqOrder[j] : j);
+}
+
+// What the format stores for a zero point z: z - 1 for "gptq", z otherwise.
+int StoredZeroOffset(Int4Checkpoint format) { return format == Int4Checkpoint::kGptq ? 1 : 0; }
+
+// qweight [K, N/8] of AWQ -> the canonical rows. Two k a byte: word [k][i] and [k+1][i]
+// give the eight bytes at k/2 of rows 8i + kAwqOrder[j]. A tile of 128 k a pass, so that
+// each row receives 64 contiguous bytes.
+void AwqCodesToRows(const uint8_t* codes, int64_t n_rows, int64_t k, uint8_t* rows) {
+  const int64_t words = n_rows / 8;
+  const int64_t row_bytes = k / 2;
+  constexpr int64_t kTileK = 128;
+  for (int64_t k0 = 0; k0 < k; k0 += kTileK) {
+    for (int64_t i = 0; i < words; ++i) {
+      for (int64_t c = k0; c < std::min(k0 + kTileK, k); c += 2) {
+        const uint32_t lo = LoadWord(codes + 4 * (c * words + i));
+        const uint32_t hi = LoadWord(codes + 4 * ((c + 1) * words + i));
+        for (int j = 0; j < 8; ++j) {
+          const uint32_t byte = ((lo >> (4 * j)) & 15) | (((hi >> (4 * j)) & 15) << 4);
+          rows[(8 * i + kAwqOrder[j]) * row_bytes + c / 2] = static_cast<uint8_t>(byte ^ 0x88);
+        }
+      }
+    }
+  }
+}
 
 const char* CodesName(Int4Checkpoint format) {
   return IsGptq(format) ? "qweight" : "weight_packed";
@@ -57,8 +91,14 @@ absl::StatusOr<uint16_t> ScaleToHalf(Int4Checkpoint format, DType dtype, const u
 absl::Status CheckInt4CheckpointShape(Int4Checkpoint format, const WeightShape& shape) {
   if (absl::Status status = ValidateShape(Scheme::kW4A16, shape); !status.ok()) return status;
   if (IsGptq(format) && shape.n % 8 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "n = ", shape.n, " is not a multiple of 8, which GPTQ's qzeros need (8 columns an int32)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("n = ", shape.n, " is not a multiple of 8, which ",
+                     IsAwq(format) ? "AWQ" : "GPTQ", "'s qzeros need (8 columns an int32)"));
+  }
+  if (!IsGptq(format) && shape.zero_points) {
+    return absl::InvalidArgumentError(
+        "zero_points: a pack-quantized payload carries no weight_zero_point (only symmetric "
+        "compressed-tensors checkpoints are taken)");
   }
   return absl::OkStatus();
 }
@@ -70,7 +110,7 @@ Int4CheckpointBytes Int4CheckpointSizes(Int4Checkpoint format, const WeightShape
   bytes.codes = shape.n * shape.k / 2;
   bytes.zeros = IsGptq(format) ? groups * shape.n / 2 : 0;
   bytes.scales = groups * shape.n * static_cast<int64_t>(DTypeSize(scale_dtype));
-  bytes.g_idx = 4 * shape.k;
+  bytes.g_idx = IsAwq(format) ? 0 : 4 * shape.k;
   return bytes;
 }
 
@@ -86,9 +126,11 @@ absl::StatusOr<std::vector<uint8_t>> Int4CheckpointToPacked(Int4Checkpoint forma
         "an int4 checkpoint payload for n = ", shape.n, ", k = ", shape.k, ", group_size ",
         shape.group_size, " is ", CodesName(format), " (", sizes.codes, " bytes)",
         IsGptq(format) ? absl::StrCat(", qzeros (", sizes.zeros, ")") : std::string(), ", ",
-        ScalesName(format), " (", sizes.scales, ", ", std::string(DTypeName(scale_dtype)),
-        ") and optionally ", GroupIndexName(format), " (", sizes.g_idx, "): ", sizes.Total(false),
-        " or ", sizes.Total(true), " bytes, got ", size));
+        ScalesName(format), " (", sizes.scales, ", ", std::string(DTypeName(scale_dtype)), ")",
+        IsAwq(format) ? absl::StrCat(": ", sizes.Total(false))
+                      : absl::StrCat(" and optionally ", GroupIndexName(format), " (", sizes.g_idx,
+                                     "): ", sizes.Total(false), " or ", sizes.Total(true)),
+        " bytes, got ", size));
   }
   const int64_t n_rows = shape.n;
   const int64_t k = shape.k;
@@ -98,25 +140,32 @@ absl::StatusOr<std::vector<uint8_t>> Int4CheckpointToPacked(Int4Checkpoint forma
   const uint8_t* scales = zeros + sizes.zeros;
   const uint8_t* g_idx = scales + sizes.scales;
 
+  std::vector<uint8_t> packed(PackedBytes(Scheme::kW4A16, shape));
   if (IsGptq(format)) {
-    // Symmetric GPTQ's zero point is 8: stored as 7 by "gptq", as 8 by "gptq_v2".
-    const uint32_t stored = format == Int4Checkpoint::kGptq ? 0x77777777u : 0x88888888u;
-    const int offset = format == Int4Checkpoint::kGptq ? 1 : 0;
+    // qzeros is [G, N/8]. The canonical zero point is the unsigned one minus 8; a symmetric
+    // quantization's is 8 (stored as 7 by "gptq").
+    const int offset = StoredZeroOffset(format);
+    int8_t* dst_zeros =
+        reinterpret_cast<int8_t*>(packed.data() + n_rows * k / 2 + 2 * n_rows * groups);
     for (int64_t i = 0; i < sizes.zeros / 4; ++i) {
       const uint32_t word = LoadWord(zeros + 4 * i);
-      if (word == stored) continue;
-      int j = 0;
-      while (((word >> (4 * j)) & 15) == ((stored >> (4 * j)) & 15)) ++j;
       const int64_t group = i / (n_rows / 8);
-      const int64_t column = (i % (n_rows / 8)) * 8 + j;
-      return absl::InvalidArgumentError(absl::StrCat(
-          "qzeros: group ", group, ", column ", column, " has zero point ",
-          ((word >> (4 * j)) & 15) + offset,
-          "; W4A16 is symmetric and takes GPTQ checkpoints quantized with sym=True, whose zero "
-          "points are all 8"));
+      for (int j = 0; j < 8; ++j) {
+        const int zero_point = static_cast<int>((word >> (4 * j)) & 15) + offset;
+        const int64_t column = ZeroColumn(format, i % (n_rows / 8), j);
+        if (shape.zero_points) {
+          dst_zeros[column * groups + group] = static_cast<int8_t>(zero_point - 8);
+        } else if (zero_point != 8) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "qzeros: group ", group, ", column ", column, " has zero point ", zero_point,
+              "; a weight without zero points takes a symmetric quantization (sym=True), whose "
+              "zero points are all 8: one quantized with sym=False uploads with zero_points "
+              "set"));
+        }
+      }
     }
   }
-  if (size == sizes.Total(true)) {
+  if (!IsAwq(format) && size == sizes.Total(true)) {
     for (int64_t i = 0; i < k; ++i) {
       int32_t group;
       std::memcpy(&group, g_idx + 4 * i, 4);
@@ -130,9 +179,10 @@ absl::StatusOr<std::vector<uint8_t>> Int4CheckpointToPacked(Int4Checkpoint forma
     }
   }
 
-  std::vector<uint8_t> packed(PackedBytes(Scheme::kW4A16, shape));
   const int64_t row_bytes = k / 2;
-  if (IsGptq(format)) {
+  if (IsAwq(format)) {
+    AwqCodesToRows(codes, n_rows, k, packed.data());
+  } else if (IsGptq(format)) {
     // qweight is [K/8, N]: word [i][n] becomes bytes 4i..4i+3 of row n. Sixteen rows of
     // words a pass, so that each row n receives one 64-byte line at a time.
     constexpr int64_t kWordRows = 16;

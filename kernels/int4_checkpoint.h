@@ -15,7 +15,13 @@
 //   - compressed-tensors' pack-quantized format (llm-compressor's W4A16 schemes):
 //     weight_packed int32 [N, K/8] packs k, weight_scale [N, G], weight_g_idx int32 [K]
 //     with activation ordering by group; symmetric quantizations store no zero point.
-// G is K / 128 (group size 128) or 1 (one group per row).
+//   - AWQ (AutoAWQ's "gemm" version, transformers' AwqConfig): qweight int32 [K, N/8]
+//     packs n in the interleaved order 0, 2, 4, 6, 1, 3, 5, 7 (value j of word [k][i] is
+//     column 8i + that order's j-th entry); qzeros int32 [G, N/8] likewise; scales
+//     [G, N]; zero points stored as they are.
+// G is K / 128 (group size 128) or 1 (one group per row). With WeightShape::zero_points
+// the zero points become the canonical ones (the unsigned zero point minus 8); without,
+// each must be 8 (a symmetric quantization).
 #ifndef QMM_KERNELS_INT4_CHECKPOINT_H_
 #define QMM_KERNELS_INT4_CHECKPOINT_H_
 
@@ -33,6 +39,7 @@ enum class Int4Checkpoint : uint8_t {
   kGptq,           // qweight, qzeros (stored zero point - 1), scales[, g_idx]
   kGptqV2,         // qweight, qzeros (stored zero point), scales[, g_idx]
   kPackQuantized,  // weight_packed, weight_scale[, weight_g_idx]
+  kAwq,            // qweight, qzeros (interleaved columns), scales
 };
 
 // The tensors' bytes for `shape`, in the order a payload carries them.
@@ -40,13 +47,14 @@ struct Int4CheckpointBytes {
   int64_t codes = 0;   // qweight or weight_packed
   int64_t zeros = 0;   // qzeros; 0 for pack-quantized
   int64_t scales = 0;  // G * N scales of the payload's scale dtype
-  int64_t g_idx = 0;   // the optional group index, K int32
+  int64_t g_idx = 0;   // the optional group index, K int32; 0 for AWQ, which has none
 
   int64_t Total(bool with_g_idx) const { return codes + zeros + scales + (with_g_idx ? g_idx : 0); }
 };
 
 // INVALID_ARGUMENT unless `shape` is a valid W4A16 shape that `format` can hold (GPTQ's
-// qzeros pack N in eights, so N must be a multiple of 8).
+// and AWQ's qzeros pack N in eights, so N must be a multiple of 8; pack-quantized takes
+// no zero points).
 absl::Status CheckInt4CheckpointShape(Int4Checkpoint format, const WeightShape& shape);
 
 // Sizes for a shape that CheckInt4CheckpointShape accepted.
@@ -55,9 +63,10 @@ Int4CheckpointBytes Int4CheckpointSizes(Int4Checkpoint format, const WeightShape
 
 // `payload` holds the format's tensors in the order of Int4CheckpointBytes, row-major and
 // little-endian, with or without the group index (its length says which). Returns the
-// canonical W4A16 packed form. Scales of another dtype are rounded to the nearest fp16.
-// INVALID_ARGUMENT, naming the tensor and the element, when the payload has another
-// length, a zero point is not 8 (qmm's int4 is symmetric), the group index is not
+// canonical W4A16 packed form (with zero points if shape.zero_points). Scales of another
+// dtype are rounded to the nearest fp16. INVALID_ARGUMENT, naming the tensor and the
+// element, when the payload has another length, a zero point is not 8 while
+// shape.zero_points is false, the group index is not
 // k / 128 (0 for one group per row: groups must be consecutive k, so activation-order
 // checkpoints whose groups are scattered cannot be taken), or a scale is not finite,
 // overflows fp16 or underflows to zero from a nonzero value.

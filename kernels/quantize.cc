@@ -85,6 +85,41 @@ absl::Status PackW4(const float* row, int64_t n, const WeightShape& shape, uint8
   return absl::OkStatus();
 }
 
+// The asymmetric form (shape.zero_points), as GPTQ and AWQ quantize: the group's range,
+// widened to hold 0, in 15 steps: s = (hi - lo) / 15 (rounded to fp16 first), the
+// unsigned zero point u0 = round(-lo / s) in [0, 15], u = round(w / s) + u0 clamped to
+// [0, 15]; stored as q = u - 8 and z = u0 - 8, so that w = (q - z) * s.
+absl::Status PackW4Asymmetric(const float* row, int64_t n, const WeightShape& shape, uint8_t* q,
+                              uint8_t* scales_out, int8_t* zero_points_out) {
+  const int64_t g = shape.GroupLength();
+  for (int64_t group = 0; group < shape.GroupsPerRow(); ++group) {
+    const float* v = row + group * g;
+    const auto [lo_it, hi_it] = std::minmax_element(v, v + g);
+    const float lo = std::min(*lo_it, 0.0f);
+    const float hi = std::max(*hi_it, 0.0f);
+    const uint16_t s_half = FloatToHalf((hi - lo) / 15.0f);
+    const float s = HalfToFloat(s_half);
+    if (std::isinf(s)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "weight row ", n, ", group ", group, " spans [", lo, ", ", hi,
+          "]; its scale does not fit in fp16 (the span must be at most ", 65504.0f * 15.0f, ")"));
+    }
+    // A group whose scale is 0 (all zeros, or too small for fp16) is stored as zeros.
+    const int u0 = s == 0.0f ? 8 : std::clamp(static_cast<int>(std::round(-lo / s)), 0, 15);
+    auto code = [&](float w) {
+      const int u = s == 0.0f ? 8 : std::clamp(static_cast<int>(std::round(w / s)) + u0, 0, 15);
+      return (u - 8) & 0xf;
+    };
+    uint8_t* qg = q + group * g / 2;
+    for (int64_t c = 0; c < g; c += 2) {
+      qg[c / 2] = static_cast<uint8_t>(code(v[c]) | (code(v[c + 1]) << 4));
+    }
+    std::memcpy(scales_out + 2 * group, &s_half, 2);
+    zero_points_out[group] = static_cast<int8_t>(u0 - 8);
+  }
+  return absl::OkStatus();
+}
+
 void PackW2(const float* row, int64_t k, uint8_t* codes, uint8_t* scale_out) {
   // A double sum keeps the mean independent of K's size and summation order.
   double sum = 0.0;
@@ -136,13 +171,17 @@ absl::StatusOr<std::vector<uint8_t>> QuantizeWeight(Scheme scheme, const WeightS
       case Scheme::kW8A16:
         PackW8(row.data(), k, values + n * k, scales + 4 * n);
         break;
-      case Scheme::kW4A16:
-        if (absl::Status status = PackW4(row.data(), n, shape, values + n * k / 2,
-                                         scales + 2 * n * shape.GroupsPerRow());
-            !status.ok()) {
-          return status;
-        }
+      case Scheme::kW4A16: {
+        const int64_t groups = shape.GroupsPerRow();
+        const absl::Status status =
+            shape.zero_points
+                ? PackW4Asymmetric(
+                      row.data(), n, shape, values + n * k / 2, scales + 2 * n * groups,
+                      reinterpret_cast<int8_t*>(scales + 2 * n_rows * groups) + n * groups)
+                : PackW4(row.data(), n, shape, values + n * k / 2, scales + 2 * n * groups);
+        if (!status.ok()) return status;
         break;
+      }
       case Scheme::kW2A8:
         PackW2(row.data(), k, values + n * k / 4, scales + 4 * n);
         break;
@@ -181,7 +220,8 @@ std::vector<float> DequantizeWeight(const PackedWeight& w) {
           const uint8_t byte = values[(n * k + c) / 2];
           // Shift the nibble to the top of an int8 and back to sign-extend it.
           const int q = static_cast<int8_t>(c % 2 == 0 ? byte << 4 : byte & 0xf0) >> 4;
-          out[n * k + c] = static_cast<float>(q) * HalfToFloat(s_half);
+          const int z = w.zero_points() == nullptr ? 0 : w.zero_points()[n * groups + c / g];
+          out[n * k + c] = static_cast<float>(q - z) * HalfToFloat(s_half);
         }
       }
       break;

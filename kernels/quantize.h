@@ -19,13 +19,15 @@ namespace qmm {
 // Quantizes `src`, N*K values of `src_dtype` in row-major [N, K] order (little-endian),
 // into the canonical packed form of `scheme`, exactly as the proto specifies: round to
 // nearest (half away from zero) for W8A16/W4A16 (W4A16 computes q with the fp16-rounded
-// scale), absmean for W2A8, round-to-nearest-even conversion for FP16/BF16.
+// scale; with shape.zero_points, over each group's range rather than its largest |w|),
+// absmean for W2A8, round-to-nearest-even conversion for FP16/BF16.
 // INVALID_ARGUMENT when the shape is invalid, `src` is not N*K*DTypeSize(src_dtype) bytes,
 // or a value is NaN or infinite (the message names its row and column).
 absl::StatusOr<std::vector<uint8_t>> QuantizeWeight(Scheme scheme, const WeightShape& shape,
                                                     DType src_dtype, std::span<const uint8_t> src);
 
-// The float values [N, K] row-major that a packed weight stands for (w = q * s).
+// The float values [N, K] row-major that a packed weight stands for (w = q * s, or
+// (q - z) * s with zero points).
 std::vector<float> DequantizeWeight(const PackedWeight& w);
 
 }  // namespace qmm

@@ -33,7 +33,8 @@ double WeightAt(const PackedWeight& w, int64_t n, int64_t k) {
       const double s = HalfToFloat(static_cast<uint16_t>(sp[0] | (sp[1] << 8)));
       const int nibble = (v[index / 2] >> (index % 2 == 0 ? 0 : 4)) & 0xf;
       const int q = nibble < 8 ? nibble : nibble - 16;
-      return q * s;
+      const int z = w.zero_points() == nullptr ? 0 : w.zero_points()[scale_index];
+      return (q - z) * s;
     }
     case Scheme::kW2A8: {
       float s;

@@ -68,6 +68,8 @@ std::optional<Int4Checkpoint> Int4CheckpointFromProto(v1::SourceEncoding encodin
       return Int4Checkpoint::kGptqV2;
     case v1::SOURCE_ENCODING_PACK_QUANTIZED:
       return Int4Checkpoint::kPackQuantized;
+    case v1::SOURCE_ENCODING_AWQ:
+      return Int4Checkpoint::kAwq;
     default:
       return std::nullopt;
   }

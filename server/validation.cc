@@ -97,7 +97,7 @@ absl::StatusOr<int64_t> CheckBitnetPayload(const v1::WeightHeader& header, Uploa
       " scales: ", codes, ", ", codes + scale, " or ", codes + header.n() * scale, " bytes"));
 }
 
-// The GPTQ and pack-quantized encodings carry the codes, the zero points (GPTQ), the
+// The GPTQ, AWQ and pack-quantized encodings carry the codes, the zero points (GPTQ, AWQ), the
 // scales and optionally the group index; total_bytes says whether the index is there.
 // Fills spec->int4_checkpoint.
 absl::StatusOr<int64_t> CheckInt4CheckpointPayload(const v1::WeightHeader& header,
@@ -118,8 +118,8 @@ absl::StatusOr<int64_t> CheckInt4CheckpointPayload(const v1::WeightHeader& heade
   return absl::InvalidArgumentError(absl::StrCat(
       "header.total_bytes = ", header.total_bytes(), " but a ", encoding,
       " payload for n = ", header.n(), ", k = ", header.k(), ", group_size ", header.group_size(),
-      " with ", std::string(DTypeName(scale_dtype)), " scales is ", sizes.Total(false),
-      " bytes, or ", sizes.Total(true), " with the group index"));
+      " with ", std::string(DTypeName(scale_dtype)), " scales is ", sizes.Total(false), " bytes",
+      sizes.g_idx > 0 ? absl::StrCat(", or ", sizes.Total(true), " with the group index") : ""));
 }
 
 }  // namespace
@@ -154,7 +154,7 @@ absl::StatusOr<UploadSpec> CheckWeightHeader(const v1::WeightHeader& header, con
         "SCHEME_W2A8)"));
   }
   spec.desc.scheme = *scheme;
-  spec.desc.shape = {header.n(), header.k(), header.group_size()};
+  spec.desc.shape = {header.n(), header.k(), header.group_size(), header.zero_points()};
   if (absl::Status s = ValidateShape(*scheme, spec.desc.shape); !s.ok()) {
     return WithPrefix("header: ", s);
   }
@@ -192,7 +192,8 @@ absl::StatusOr<UploadSpec> CheckWeightHeader(const v1::WeightHeader& header, con
     }
     case v1::SOURCE_ENCODING_GPTQ:
     case v1::SOURCE_ENCODING_GPTQ_V2:
-    case v1::SOURCE_ENCODING_PACK_QUANTIZED: {
+    case v1::SOURCE_ENCODING_PACK_QUANTIZED:
+    case v1::SOURCE_ENCODING_AWQ: {
       absl::StatusOr<int64_t> bytes = CheckInt4CheckpointPayload(header, spec);
       if (!bytes.ok()) return bytes.status();
       expected_bytes = *bytes;
@@ -204,7 +205,7 @@ absl::StatusOr<UploadSpec> CheckWeightHeader(const v1::WeightHeader& header, con
           EnumLabel(header.encoding(), v1::SourceEncoding_Name(header.encoding())),
           " is not supported (SOURCE_ENCODING_FLOAT, SOURCE_ENCODING_PACKED, "
           "SOURCE_ENCODING_BITNET_HF, SOURCE_ENCODING_BITNET_LIGER, SOURCE_ENCODING_GPTQ, "
-          "SOURCE_ENCODING_GPTQ_V2 or SOURCE_ENCODING_PACK_QUANTIZED)"));
+          "SOURCE_ENCODING_GPTQ_V2, SOURCE_ENCODING_PACK_QUANTIZED or SOURCE_ENCODING_AWQ)"));
   }
   if (header.total_bytes() != expected_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(

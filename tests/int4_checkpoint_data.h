@@ -1,7 +1,8 @@
-// Test data for the int4 checkpoint encodings (kernels/int4_checkpoint.h): a random
-// symmetric int4 weight, and its GPTQ and compressed-tensors tensors and canonical W4A16
-// bytes, each written here from the formats' descriptions (proto/qmm/v1/qmm.proto), not
-// from the converter, so that the tests compare two independent readings.
+// Test data for the int4 checkpoint encodings (kernels/int4_checkpoint.h): a random int4
+// weight, symmetric or with zero points, and its GPTQ, AWQ and compressed-tensors tensors
+// and canonical W4A16 bytes, each written here from the formats' descriptions
+// (proto/qmm/v1/qmm.proto), not from the converter, so that the tests compare two
+// independent readings.
 #ifndef QMM_TESTS_INT4_CHECKPOINT_DATA_H_
 #define QMM_TESTS_INT4_CHECKPOINT_DATA_H_
 
@@ -19,8 +20,10 @@ struct Int4Weight {
   WeightShape shape;
   std::vector<int> q;    // [N, K] in [-8, 7]
   std::vector<float> s;  // [N, G], values the checkpoint's scale dtype holds exactly
+  std::vector<int> z;    // [N, G] canonical zero points in [-8, 8] (shape.zero_points), or empty
 
   int64_t Groups() const { return shape.group_size == 0 ? 1 : shape.k / shape.group_size; }
+  int Zero(int64_t n, int64_t g) const { return z.empty() ? 0 : z[n * Groups() + g]; }
 };
 
 // Random q covering both ends of the range, and scales of either sign in [1e-3, 0.1)
@@ -28,7 +31,7 @@ struct Int4Weight {
 inline Int4Weight RandomInt4Weight(int64_t n, int64_t k, int32_t group_size, DType scale_dtype,
                                    uint32_t seed) {
   std::mt19937 rng(seed);
-  Int4Weight w{{n, k, group_size}, std::vector<int>(n * k), {}};
+  Int4Weight w{{n, k, group_size}, std::vector<int>(n * k), {}, {}};
   for (int& v : w.q) v = static_cast<int>(rng() % 16) - 8;
   w.q[0] = -8;
   w.q[n * k - 1] = 7;
@@ -40,6 +43,17 @@ inline Int4Weight RandomInt4Weight(int64_t n, int64_t k, int32_t group_size, DTy
     if (scale_dtype == DType::kF16) value = HalfToFloat(FloatToHalf(value));
     v = value;
   }
+  return w;
+}
+
+// `w` with random zero points in [lo, hi], both ends included.
+inline Int4Weight WithZeroPoints(Int4Weight w, int lo, int hi, uint32_t seed) {
+  std::mt19937 rng(seed);
+  w.shape.zero_points = true;
+  w.z.resize(w.s.size());
+  for (int& v : w.z) v = lo + static_cast<int>(rng() % static_cast<uint32_t>(hi - lo + 1));
+  w.z.front() = lo;
+  w.z.back() = hi;
   return w;
 }
 
@@ -93,7 +107,7 @@ inline std::vector<uint8_t> GroupIndex(const Int4Weight& w) {
   return out;
 }
 
-// GPTQ's tensors, every zero point stored as `stored_zero` (7 for "gptq", 8 for
+// GPTQ's tensors, each zero point z + 8 stored as z + `stored_zero` (7 for "gptq", 8 for
 // "gptq_v2").
 inline Int4CheckpointTensors GptqTensors(const Int4Weight& w, DType scale_dtype,
                                          uint32_t stored_zero) {
@@ -102,11 +116,50 @@ inline Int4CheckpointTensors GptqTensors(const Int4Weight& w, DType scale_dtype,
   for (int64_t i = 0; i < k / 8; ++i) {
     for (int64_t c = 0; c < n; ++c) AppendWord(&t.codes, PackedWord(w, c, i));
   }
-  for (int64_t g = 0; g < groups * n / 8; ++g) AppendWord(&t.zeros, stored_zero * 0x11111111u);
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int64_t i = 0; i < n / 8; ++i) {
+      uint32_t word = 0;
+      for (int j = 0; j < 8; ++j) {
+        word |= static_cast<uint32_t>(w.Zero(8 * i + j, g) + static_cast<int>(stored_zero))
+                << (4 * j);
+      }
+      AppendWord(&t.zeros, word);
+    }
+  }
   for (int64_t g = 0; g < groups; ++g) {
     for (int64_t c = 0; c < n; ++c) AppendScale(&t.scales, scale_dtype, w.s[c * groups + g]);
   }
   t.g_idx = GroupIndex(w);
+  return t;
+}
+
+// AWQ's tensors: qweight [K, N/8] and qzeros [G, N/8] with value j of a word in column
+// 8i + {0, 2, 4, 6, 1, 3, 5, 7}[j], zero points stored as z + 8; scales [G, N].
+inline Int4CheckpointTensors AwqTensors(const Int4Weight& w, DType scale_dtype) {
+  constexpr int kOrder[8] = {0, 2, 4, 6, 1, 3, 5, 7};
+  const int64_t n = w.shape.n, k = w.shape.k, groups = w.Groups();
+  Int4CheckpointTensors t;
+  for (int64_t c = 0; c < k; ++c) {
+    for (int64_t i = 0; i < n / 8; ++i) {
+      uint32_t word = 0;
+      for (int j = 0; j < 8; ++j) {
+        word |= static_cast<uint32_t>(w.q[(8 * i + kOrder[j]) * k + c] + 8) << (4 * j);
+      }
+      AppendWord(&t.codes, word);
+    }
+  }
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int64_t i = 0; i < n / 8; ++i) {
+      uint32_t word = 0;
+      for (int j = 0; j < 8; ++j) {
+        word |= static_cast<uint32_t>(w.Zero(8 * i + kOrder[j], g) + 8) << (4 * j);
+      }
+      AppendWord(&t.zeros, word);
+    }
+  }
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int64_t c = 0; c < n; ++c) AppendScale(&t.scales, scale_dtype, w.s[c * groups + g]);
+  }
   return t;
 }
 
@@ -121,7 +174,7 @@ inline Int4CheckpointTensors PackQuantizedTensors(const Int4Weight& w, DType sca
 }
 
 // The canonical W4A16 form of the weight (its scales rounded to fp16): two's complement
-// nibbles, even k low, then the scales [N, G].
+// nibbles, even k low, then the scales [N, G], then any zero points [N, G] as int8.
 inline std::vector<uint8_t> CanonicalInt4(const Int4Weight& w) {
   const int64_t n = w.shape.n, k = w.shape.k;
   std::vector<uint8_t> out(n * k / 2, 0);
@@ -129,6 +182,7 @@ inline std::vector<uint8_t> CanonicalInt4(const Int4Weight& w) {
     out[i / 2] |= static_cast<uint8_t>((w.q[i] & 15) << (4 * (i % 2)));
   }
   for (float s : w.s) AppendScale(&out, DType::kF16, s);
+  for (int z : w.z) out.push_back(static_cast<uint8_t>(static_cast<int8_t>(z)));
   return out;
 }
 

@@ -30,6 +30,9 @@ struct UploadOptions {
   std::string name;
   Scheme scheme = Scheme::kFp16;
   std::optional<int32_t> group_size;  // nullopt: 128 for W4A16, 0 otherwise
+  // W4A16: a zero point per group (WeightShape::zero_points); an int4 checkpoint's tensors
+  // set it where they hold an asymmetric quantization.
+  bool zero_points = false;
   Source source = Source::kRandom;
   int64_t n = 0;  // required for kRandom and kPacked; checked against files
   int64_t k = 0;

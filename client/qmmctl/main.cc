@@ -43,6 +43,11 @@ ABSL_FLAG(std::string, scheme, "",
 ABSL_FLAG(int32_t, group_size, -1,
           "W4A16 group size along K: 128, or 0 for one group per row (default: 128 for w4a16, "
           "0 otherwise)");
+ABSL_FLAG(bool, zero_points, false,
+          "upload, W4A16: a zero point per group (asymmetric int4, as AWQ and GPTQ with "
+          "sym=False quantize); --random, --npy and float --safetensors values are then "
+          "quantized over each group's range, and a --packed file holds them after the "
+          "scales. A checkpoint's tensors say it themselves");
 ABSL_FLAG(bool, random, false,
           "upload: a random [--n, --k] weight (--seed); matmul: random [--m, K] activations");
 ABSL_FLAG(int64_t, n, 0, "out_features (rows of the weight)");
@@ -54,7 +59,7 @@ ABSL_FLAG(bool, pack_locally, false,
 ABSL_FLAG(std::string, safetensors, "", "upload: a .safetensors file (with --tensor)");
 ABSL_FLAG(std::string, tensor, "",
           "upload: the tensor of the --safetensors file, [N, K]; with --encoding=gptq, "
-          "gptq_v2 or pack_quantized the linear layer (its tensors' common prefix), or "
+          "gptq_v2, awq or pack_quantized the linear layer (its tensors' common prefix), or "
           "none for every layer in the file, each named --name (a prefix, may be empty) + "
           "its layer's name");
 ABSL_FLAG(std::string, npy, "", "upload: a 2-D float .npy weight; matmul: .npy activations [M, K]");
@@ -64,9 +69,9 @@ ABSL_FLAG(std::string, encoding, "",
           "upload: what the --packed file holds: packed (default; the scheme's canonical "
           "form), bitnet_hf (Hugging Face BitLinear.weight, [ceil(N/4), K]) or bitnet_liger "
           "(Liger-Kernel, [K/4, N]), both W2A8 and ending with 0, 1 or N scales, or gptq, "
-          "gptq_v2 or pack_quantized (W4A16: a GPTQ or compressed-tensors layer's tensors one "
-          "after the other, as qmm.proto lists them); with --safetensors, gptq, gptq_v2 or "
-          "pack_quantized read the layer that --tensor names");
+          "gptq_v2, awq or pack_quantized (W4A16: a GPTQ, AWQ or compressed-tensors layer's "
+          "tensors one after the other, as qmm.proto lists them); with --safetensors, gptq, "
+          "gptq_v2, awq or pack_quantized read the layer that --tensor names");
 ABSL_FLAG(std::string, scale_dtype, "",
           "upload --packed with a BitNet or checkpoint --encoding: dtype of the scales "
           "(default fp32 for BitNet, fp16 for the int4 checkpoints)");
@@ -121,11 +126,11 @@ constexpr char kUsage[] =
     "  stats [NAME]  each weight's and model's requests, launches and mean times in the\n"
     "           server since it was stored (ModelStatistics)\n"
     "  rm NAME  delete a weight (or --name)\n"
-    "  upload   --name=N --scheme=S [--group_size=128|0] and one source:\n"
+    "  upload   --name=N --scheme=S [--group_size=128|0] [--zero_points] and one source:\n"
     "             --random --n --k [--seed] | --npy FILE | --safetensors FILE --tensor T |\n"
     "             --packed FILE --n --k [--encoding=packed|bitnet_hf|bitnet_liger|gptq|\n"
-    "             gptq_v2|pack_quantized [--scale_dtype]] | --safetensors FILE\n"
-    "             [--tensor LAYER] --encoding=gptq|gptq_v2|pack_quantized (no --tensor:\n"
+    "             gptq_v2|awq|pack_quantized [--scale_dtype]] | --safetensors FILE\n"
+    "             [--tensor LAYER] --encoding=gptq|gptq_v2|awq|pack_quantized (no --tensor:\n"
     "             every layer, named --name + its name);\n"
     "             --pack_locally quantizes here\n"
     "  matmul   --weight=N, --random --m [--seed] [--dtype] or --npy FILE, [--out_dtype]\n"
@@ -171,6 +176,7 @@ absl::StatusOr<UploadOptions> UploadFlags() {
   if (!*scheme) return absl::InvalidArgumentError("upload needs --scheme");
   o.scheme = **scheme;
   o.group_size = NonDefault(absl::GetFlag(FLAGS_group_size), -1);
+  o.zero_points = absl::GetFlag(FLAGS_zero_points);
   o.n = absl::GetFlag(FLAGS_n);
   o.k = absl::GetFlag(FLAGS_k);
   o.seed = absl::GetFlag(FLAGS_seed);
@@ -201,6 +207,7 @@ absl::StatusOr<UploadOptions> UploadFlags() {
       {"bitnet_liger", UploadSpec::Encoding::kBitnetLiger},
       {"gptq", UploadSpec::Encoding::kGptq},
       {"gptq_v2", UploadSpec::Encoding::kGptqV2},
+      {"awq", UploadSpec::Encoding::kAwq},
       {"pack_quantized", UploadSpec::Encoding::kPackQuantized}};
   bool known = encoding.empty();
   for (const auto& [flag, value] : encodings) {
@@ -212,16 +219,14 @@ absl::StatusOr<UploadOptions> UploadFlags() {
   if (!known) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--encoding = '", encoding,
-        "' is not one of packed, bitnet_hf, bitnet_liger, gptq, gptq_v2, pack_quantized"));
+        "' is not one of packed, bitnet_hf, bitnet_liger, gptq, gptq_v2, awq, pack_quantized"));
   }
-  const bool checkpoint = o.encoding == UploadSpec::Encoding::kGptq ||
-                          o.encoding == UploadSpec::Encoding::kGptqV2 ||
-                          o.encoding == UploadSpec::Encoding::kPackQuantized;
+  const bool checkpoint = IsInt4Checkpoint(o.encoding);
   if (o.source == UploadOptions::Source::kSafetensors) {
     if (!encoding.empty() && !checkpoint) {
       return absl::InvalidArgumentError(
-          "--safetensors takes --encoding=gptq, gptq_v2 or pack_quantized, or none (a float "
-          "tensor)");
+          "--safetensors takes --encoding=gptq, gptq_v2, awq or pack_quantized, or none (a "
+          "float tensor)");
     }
     if (!checkpoint) o.encoding = UploadSpec::Encoding::kFloat;
     if (!checkpoint && o.tensor.empty()) {

@@ -30,17 +30,31 @@ struct Payload {
   int64_t k = 0;
   std::vector<uint8_t> bytes;
   std::optional<int32_t> group_size;  // what a checkpoint's tensors say
+  bool zero_points = false;           // likewise
 };
 
-bool IsInt4Checkpoint(UploadSpec::Encoding e) {
-  return e == UploadSpec::Encoding::kGptq || e == UploadSpec::Encoding::kGptqV2 ||
-         e == UploadSpec::Encoding::kPackQuantized;
+Int4Checkpoint CheckpointFormat(UploadSpec::Encoding e) {
+  switch (e) {
+    case UploadSpec::Encoding::kGptq:
+      return Int4Checkpoint::kGptq;
+    case UploadSpec::Encoding::kGptqV2:
+      return Int4Checkpoint::kGptqV2;
+    case UploadSpec::Encoding::kAwq:
+      return Int4Checkpoint::kAwq;
+    default:
+      return Int4Checkpoint::kPackQuantized;
+  }
 }
 
-Int4Checkpoint CheckpointFormat(UploadSpec::Encoding e) {
-  return e == UploadSpec::Encoding::kGptq     ? Int4Checkpoint::kGptq
-         : e == UploadSpec::Encoding::kGptqV2 ? Int4Checkpoint::kGptqV2
-                                              : Int4Checkpoint::kPackQuantized;
+// A checkpoint layer's tensors as a payload.
+Payload FromCheckpoint(const UploadOptions& o, Int4CheckpointPayload layer) {
+  return Payload{o.encoding,
+                 layer.scale_dtype,
+                 layer.shape.n,
+                 layer.shape.k,
+                 std::move(layer.bytes),
+                 layer.shape.group_size,
+                 layer.shape.zero_points};
 }
 
 std::vector<uint8_t> FloatBytes(const std::vector<float>& values) {
@@ -86,7 +100,8 @@ absl::StatusOr<Payload> LoadPayload(const UploadOptions& o) {
                      o.n,
                      o.k,
                      FloatBytes(RandomWeightValues(o.n, o.k, o.seed)),
-                     std::nullopt};
+                     std::nullopt,
+                     false};
     }
     case UploadOptions::Source::kNpy: {
       absl::StatusOr<NdArray> array = ReadNpy(o.path);
@@ -103,8 +118,7 @@ absl::StatusOr<Payload> LoadPayload(const UploadOptions& o) {
           return absl::Status(layer.status().code(),
                               absl::StrCat(o.path, ": ", layer.status().message()));
         }
-        return Payload{o.encoding,     layer->scale_dtype,      layer->shape.n,
-                       layer->shape.k, std::move(layer->bytes), layer->shape.group_size};
+        return FromCheckpoint(o, *std::move(layer));
       }
       absl::StatusOr<NdArray> array = file->Read(o.tensor);
       if (!array.ok()) return array.status();
@@ -118,9 +132,13 @@ absl::StatusOr<Payload> LoadPayload(const UploadOptions& o) {
       if (!bytes.ok()) return bytes.status();
       const DType default_scales =
           IsInt4Checkpoint(o.encoding) ? DType::kF16 : DType::kF32;  // as the server's
-      return Payload{
-          o.encoding,  o.scale_dtype.value_or(default_scales), o.n, o.k, *std::move(bytes),
-          std::nullopt};
+      return Payload{o.encoding,
+                     o.scale_dtype.value_or(default_scales),
+                     o.n,
+                     o.k,
+                     *std::move(bytes),
+                     std::nullopt,
+                     false};
     }
   }
   return absl::InvalidArgumentError("unknown upload source");
@@ -143,6 +161,8 @@ std::string PayloadLabel(const UploadSpec& spec) {
       return "GPTQ (v2)";
     case UploadSpec::Encoding::kPackQuantized:
       return "compressed-tensors pack-quantized";
+    case UploadSpec::Encoding::kAwq:
+      return "AWQ";
   }
   return "";
 }
@@ -168,7 +188,8 @@ absl::Status Send(Client& client, const UploadOptions& o, const std::string& nam
   spec.scheme = o.scheme;
   spec.shape = {payload.n, payload.k,
                 o.group_size.value_or(
-                    payload.group_size.value_or(o.scheme == Scheme::kW4A16 ? kW4GroupSize : 0))};
+                    payload.group_size.value_or(o.scheme == Scheme::kW4A16 ? kW4GroupSize : 0)),
+                o.zero_points || payload.zero_points};
   spec.encoding = payload.encoding;
   spec.source_dtype = payload.dtype;
   std::vector<uint8_t> bytes = std::move(payload.bytes);
@@ -190,12 +211,13 @@ absl::Status Send(Client& client, const UploadOptions& o, const std::string& nam
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
   const double mib = static_cast<double>(bytes.size()) / (1 << 20);
   std::printf(
-      "uploaded %s: scheme=%s n=%lld k=%lld group_size=%d packed_bytes=%lld device_bytes=%lld "
-      "(%.1f MiB %s payload in %.2f s, %.0f MiB/s)\n",
+      "uploaded %s: scheme=%s n=%lld k=%lld group_size=%d%s packed_bytes=%lld "
+      "device_bytes=%lld (%.1f MiB %s payload in %.2f s, %.0f MiB/s)\n",
       info->name().c_str(), ProtoSchemeName(info->scheme()).c_str(),
       static_cast<long long>(info->n()), static_cast<long long>(info->k()), info->group_size(),
-      static_cast<long long>(info->packed_bytes()), static_cast<long long>(info->device_bytes()),
-      mib, PayloadLabel(spec).c_str(), seconds, seconds > 0 ? mib / seconds : 0.0);
+      info->zero_points() ? " zero_points" : "", static_cast<long long>(info->packed_bytes()),
+      static_cast<long long>(info->device_bytes()), mib, PayloadLabel(spec).c_str(), seconds,
+      seconds > 0 ? mib / seconds : 0.0);
   return absl::OkStatus();
 }
 
@@ -229,9 +251,7 @@ absl::Status UploadEveryLayer(Client& client, const UploadOptions& o) {
                           absl::StrCat(o.path, ": ", read.status().message()));
     }
     const absl::Status status =
-        Send(client, o, o.name + layer,
-             Payload{o.encoding, read->scale_dtype, read->shape.n, read->shape.k,
-                     std::move(read->bytes), read->shape.group_size});
+        Send(client, o, o.name + layer, FromCheckpoint(o, *std::move(read)));
     if (!status.ok()) {
       return absl::Status(status.code(),
                           absl::StrCat(o.path, ": layer '", layer, "': ", status.message()));

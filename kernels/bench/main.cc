@@ -53,6 +53,9 @@ ABSL_FLAG(int, w4a16_decode_strips, 0,
           "W4A16 tuning: strips per warp of the decode kernel up to 8 tokens (1 or 2; 0 = auto)");
 ABSL_FLAG(int, w4a16_decode_warps, 0,
           "W4A16 tuning: warps a CTA of the decode kernel (8 or 16; 0 = auto)");
+ABSL_FLAG(bool, w4a16_zero_points, false,
+          "W4A16 with a zero point per group (AWQ's asymmetric int4: their term's two small "
+          "kernels ahead of the matmul, w4a16_zero_points.h), labelled W4A16-ZP");
 ABSL_FLAG(int, w2a8_decode_units, 0,
           "W2A8 tuning: weight units per slot of the decode kernel at M <= 8 (1 or 2; 0 = auto)");
 ABSL_FLAG(int, w2a8_decode_groups, 0,
@@ -156,6 +159,7 @@ int main(int argc, char** argv) {
   o.w4a16_wgmma_groups = absl::GetFlag(FLAGS_w4a16_wgmma_groups);
   o.w4a16_decode_strips = absl::GetFlag(FLAGS_w4a16_decode_strips);
   o.w4a16_decode_warps = absl::GetFlag(FLAGS_w4a16_decode_warps);
+  o.w4a16_zero_points = absl::GetFlag(FLAGS_w4a16_zero_points);
   o.w2a8_wgmma_groups = absl::GetFlag(FLAGS_w2a8_wgmma_groups);
   o.w2a8_wgmma_splits = absl::GetFlag(FLAGS_w2a8_wgmma_splits);
   o.w2a8_decode_units = absl::GetFlag(FLAGS_w2a8_decode_units);

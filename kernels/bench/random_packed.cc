@@ -83,6 +83,11 @@ std::vector<uint8_t> RandomPacked(Scheme scheme, const WeightShape& shape, uint6
             FloatToHalf((0.5f + static_cast<float>(rng.Next() >> 40) / (1 << 25)) / 16.0f);
         std::memcpy(v + value_bytes + 2 * i, &h, 2);
       }
+      // Zero points, if any, over all of [kW4MinZeroPoint, kW4MaxZeroPoint].
+      for (int64_t i = 0; shape.zero_points && i < scales; ++i) {
+        v[value_bytes + 2 * scales + i] = static_cast<uint8_t>(
+            static_cast<int8_t>(kW4MinZeroPoint + static_cast<int>(rng.Next() % 17)));
+      }
       break;
     }
     case Scheme::kW2A8:

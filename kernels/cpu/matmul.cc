@@ -134,23 +134,26 @@ struct W8Rows {
 
 struct W4Rows {
   const PackedWeight& w;
-  // Group scales vary along K, so they are folded into the decoded values (q * s is exact
-  // in fp32: a 4-bit integer times an 11-bit fp16 significand).
+  // Group scales and zero points vary along K, so they are folded into the decoded values
+  // ((q - z) * s is exact in fp32: a 5-bit integer times an 11-bit fp16 significand).
   void Decode(int64_t n, int64_t k0, int64_t len, float* out) const {
     const int64_t g = w.shape.GroupLength();
+    const int64_t groups = w.shape.GroupsPerRow();
     const uint8_t* src = w.values() + (n * w.shape.k + k0) / 2;
-    const uint8_t* scales = w.scales() + 2 * n * w.shape.GroupsPerRow();
+    const uint8_t* scales = w.scales() + 2 * n * groups;
+    const int8_t* zero_points = w.zero_points() == nullptr ? nullptr : w.zero_points() + n * groups;
     for (int64_t start = 0; start < len;) {
       const int64_t k = k0 + start;
       const int64_t end = std::min(len, start + g - k % g);
       const float s = HalfBitsToFloat(Load<uint16_t>(scales + 2 * (k / g)));
+      const int z = zero_points == nullptr ? 0 : zero_points[k / g];
       const uint8_t* bytes = src + start / 2;
       float* o = out + start;
       for (int64_t b = 0; b < (end - start) / 2; ++b) {
         const int8_t byte = static_cast<int8_t>(bytes[b]);
         // Move the low nibble to the top of an int8 and shift back to sign-extend it.
-        o[2 * b] = static_cast<float>(static_cast<int8_t>(byte << 4) >> 4) * s;
-        o[2 * b + 1] = static_cast<float>(byte >> 4) * s;
+        o[2 * b] = static_cast<float>((static_cast<int8_t>(byte << 4) >> 4) - z) * s;
+        o[2 * b + 1] = static_cast<float>((byte >> 4) - z) * s;
       }
       start = end;
     }

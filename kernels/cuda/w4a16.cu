@@ -16,6 +16,7 @@
 #include "kernels/cuda/w4a16_layout.h"
 #include "kernels/cuda/w4a16_staged.cuh"
 #include "kernels/cuda/w4a16_wgmma.cuh"
+#include "kernels/cuda/w4a16_zero_points.h"
 #include "kernels/cuda/wgmma_gemm_launch.cuh"
 
 namespace qmm::cuda {
@@ -432,15 +433,26 @@ cudaError_t LaunchW4A16(const GemmArgs& args, const W4A16Options& options) {
   if (!wgmma_ok || !strips_ok || !cluster_ok || !stream_ok || !warps_ok || !ArgsOk(args)) {
     return cudaErrorInvalidValue;
   }
-  return args.x_dtype == DType::kBF16 ? LaunchForM<true>(args, options)
-                                      : LaunchForM<false>(args, options);
+  GemmArgs run = args;
+  if (args.shape.zero_points) {
+    if (args.workspace == nullptr) return cudaErrorInvalidValue;
+    void* scratch =
+        static_cast<char*>(args.workspace) + W4A16ZeroPointScratchOffset(args.shape, args.m);
+    if (const cudaError_t err = LaunchZeroPointTerm(args, scratch); err != cudaSuccess) {
+      return err;
+    }
+    run.residual = ZeroPointTermOf(args.shape, args.m, scratch);
+    run.residual_dtype = DType::kF32;
+  }
+  return run.x_dtype == DType::kBF16 ? LaunchForM<true>(run, options)
+                                     : LaunchForM<false>(run, options);
 }
 
 cudaError_t LaunchW4A16(const GemmArgs& args) { return LaunchW4A16(args, W4A16Options{}); }
 
 cudaError_t LaunchW4A16SwiGlu(const GemmArgs& args, const void* up) {
   if (args.m > kW4A16SwiGluMaxM || up == nullptr || reinterpret_cast<uintptr_t>(up) % 16 != 0 ||
-      !ArgsOk(args)) {
+      args.shape.zero_points || !ArgsOk(args)) {
     return cudaErrorInvalidValue;
   }
   DeviceInfo device;

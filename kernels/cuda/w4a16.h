@@ -32,12 +32,15 @@ namespace qmm::cuda {
 std::vector<uint8_t> RepackW4A16(const PackedWeight& packed);
 
 // The wgmma kernel's permuted activations (m rounded up to 64, times K, 2 bytes each);
-// the split-K reduction stays in shared memory.
+// the split-K reduction stays in shared memory. With zero points, the scratch of their
+// term (w4a16_zero_points.h) follows, at W4A16ZeroPointScratchOffset.
 size_t W4A16WorkspaceBytes(const WeightShape& shape, int64_t m);
+size_t W4A16ZeroPointScratchOffset(const WeightShape& shape, int64_t m);
 
 // Enqueues y = x * W^T (+ args.residual, kF32, kF16 or kBF16, when set). args.x must be
 // 16-byte aligned (cudaMalloc'd buffers are), x_dtype kF16 or kBF16, y_dtype kF32, kF16 or
-// kBF16, m >= 1. Never synchronizes.
+// kBF16, m >= 1. A weight with zero points first enqueues their term
+// (w4a16_zero_points.h), which the kernel adds as its residual. Never synchronizes.
 cudaError_t LaunchW4A16(const GemmArgs& args);
 
 // Tuning knobs for tests and benchmarks; a default-constructed value is what
@@ -78,7 +81,8 @@ cudaError_t LaunchW4A16(const GemmArgs& args, const W4A16Options& options);
 // y = silu(x * W_gate^T) * (x * W_up^T), elementwise, with args.weight = W_gate and `up`
 // the device layout of W_up (same shape and group size). Both weights stream once, the
 // two products stay in fp32 until y is stored. For m <= kW4A16SwiGluMaxM (decode sizes;
-// cudaErrorInvalidValue beyond, and for what LaunchW4A16 rejects).
+// cudaErrorInvalidValue beyond, for weights with zero points, and for what LaunchW4A16
+// rejects).
 inline constexpr int64_t kW4A16SwiGluMaxM = 16;
 cudaError_t LaunchW4A16SwiGlu(const GemmArgs& args, const void* up);
 

@@ -33,6 +33,11 @@
 //     (RowExponent below);
 //   row factors: [group][strip][g] pairs of fp32 (2^-e[row g], 2^-e[row g + 8]),
 //     NumGroups * 512 bytes, which multiply the GEMM's sums.
+//   With zero points (WeightShape::zero_points) one more region, which only the zero-point
+//   term reads (w4a16_zero_points.h); the other regions are the symmetric weight of the
+//   same codes and scales:
+//   zero terms: [scale group][row] fp32 -z[row][scale group] * s[row][scale group] (exact:
+//     a 5-bit integer times an fp16 value), ScaleGroups * N * 4 bytes, rows not padded.
 #ifndef QMM_KERNELS_CUDA_W4A16_LAYOUT_H_
 #define QMM_KERNELS_CUDA_W4A16_LAYOUT_H_
 
@@ -88,8 +93,11 @@ constexpr int64_t GemmScalesOffset(const WeightShape& s) { return DecodeBytes(s)
 constexpr int64_t RowFactorsOffset(const WeightShape& s) {
   return GemmScalesOffset(s) + (HasGemmScales(s) ? ScaleRegionBytes(s) : 0);
 }
-constexpr int64_t DeviceBytes(const WeightShape& s) {
+constexpr int64_t ZeroTermsOffset(const WeightShape& s) {
   return RowFactorsOffset(s) + (HasGemmScales(s) ? NumGroups(s) * kGroupRowFactorBytes : 0);
+}
+constexpr int64_t DeviceBytes(const WeightShape& s) {
+  return ZeroTermsOffset(s) + (s.zero_points ? ScaleGroups(s) * s.n * 4 : 0);
 }
 
 // The exponent e of a row whose largest |scale| is `max_abs` (finite): the one that puts

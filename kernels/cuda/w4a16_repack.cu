@@ -5,6 +5,7 @@
 
 #include "kernels/cuda/w4a16.h"
 #include "kernels/cuda/w4a16_layout.h"
+#include "kernels/cuda/w4a16_zero_points.h"
 #include "kernels/cuda/wgmma_layout.h"
 #include "kernels/dtype.h"
 
@@ -81,6 +82,21 @@ void PackGemmScales(const WeightShape& shape, uint8_t* out) {
   }
 }
 
+// The zero terms region (w4a16_layout.h): -z * s, [scale group][row].
+void PackZeroTerms(const PackedWeight& packed, uint8_t* out) {
+  const int64_t n = packed.shape.n;
+  const int64_t groups = packed.shape.GroupsPerRow();
+  for (int64_t row = 0; row < n; ++row) {
+    for (int64_t g = 0; g < groups; ++g) {
+      uint16_t h;
+      std::memcpy(&h, packed.scales() + (row * groups + g) * 2, 2);
+      const float term =
+          static_cast<float>(-packed.zero_points()[row * groups + g]) * HalfToFloat(h);
+      std::memcpy(out + (g * n + row) * 4, &term, 4);
+    }
+  }
+}
+
 }  // namespace
 
 std::vector<uint8_t> RepackW4A16(const PackedWeight& packed) {
@@ -123,11 +139,18 @@ std::vector<uint8_t> RepackW4A16(const PackedWeight& packed) {
     }
   }
   if (w4a16::HasGemmScales(shape)) PackGemmScales(shape, out.data());
+  if (shape.zero_points) PackZeroTerms(packed, out.data() + w4a16::ZeroTermsOffset(shape));
   return out;
 }
 
 size_t W4A16WorkspaceBytes(const WeightShape& shape, int64_t m) {
-  return static_cast<size_t>(PermutedXBytes(m, shape.k));
+  const size_t permuted = static_cast<size_t>(PermutedXBytes(m, shape.k));
+  if (!shape.zero_points) return permuted;
+  return W4A16ZeroPointScratchOffset(shape, m) + ZeroPointTermBytes(shape, m);
+}
+
+size_t W4A16ZeroPointScratchOffset(const WeightShape& shape, int64_t m) {
+  return (static_cast<size_t>(PermutedXBytes(m, shape.k)) + 255) / 256 * 256;
 }
 
 }  // namespace qmm::cuda

@@ -69,9 +69,37 @@ TEST_F(Int4CheckpointReaderTest, GptqLayerByItsNameOrATensorsName) {
       EXPECT_EQ(p->shape.k, 256);
       EXPECT_EQ(p->shape.group_size, 128);
       EXPECT_EQ(p->scale_dtype, DType::kF16);
+      EXPECT_FALSE(p->shape.zero_points);  // every zero point 8 (stored 7)
       EXPECT_EQ(p->bytes, layer.t.Payload(with_g_idx));
     }
   }
+}
+
+// An AWQ layer (qweight [K, N/8], no g_idx) always has zero points; a GPTQ layer's
+// tensors do not say whether it was quantized with sym=False, so its caller says.
+TEST_F(Int4CheckpointReaderTest, AwqLayerHasZeroPointsAndGptqLeavesThemToTheCaller) {
+  const testing::Int4Weight w =
+      testing::WithZeroPoints(testing::RandomInt4Weight(16, 256, 128, DType::kF16, 9), -8, 7, 10);
+  const testing::Int4CheckpointTensors awq = testing::AwqTensors(w, DType::kF16);
+  const SafetensorsFile file =
+      Write({{"a.qweight", Tensor(ElementType::kI32, {256, 2}, awq.codes)},
+             {"a.qzeros", Tensor(ElementType::kI32, {2, 2}, awq.zeros)},
+             {"a.scales", Tensor(ElementType::kF16, {2, 16}, awq.scales)}});
+  absl::StatusOr<Int4CheckpointPayload> p = ReadInt4Checkpoint(file, "a", Int4Checkpoint::kAwq);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->shape.n, 16);
+  EXPECT_EQ(p->shape.k, 256);
+  EXPECT_EQ(p->shape.group_size, 128);
+  EXPECT_TRUE(p->shape.zero_points);
+  EXPECT_EQ(p->bytes, awq.Payload(false));
+
+  GptqLayer asymmetric;
+  asymmetric.t.zeros[5] = 0x57;  // one zero point stored as 5 (6)
+  const SafetensorsFile gptq = Write(asymmetric.Files(true));
+  p = ReadInt4Checkpoint(gptq, "l", Int4Checkpoint::kGptq);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_FALSE(p->shape.zero_points);
+  EXPECT_EQ(p->bytes, asymmetric.t.Payload(true));
 }
 
 TEST_F(Int4CheckpointReaderTest, PackQuantizedPerRowWithBf16Scales) {

@@ -126,6 +126,16 @@ TEST_F(EndToEndTest, EverySchemeAndUploadPathMatchesTheReference) {
        {"--dtype=fp16", "--out_dtype=fp32"},
        15},
       {"w2a8", {"--scheme=w2a8"}, {"--random", n, k, "--seed=16"}, {"--m=5"}, 16},
+      {"w4a16-zp",
+       {"--scheme=w4a16", "--zero_points"},
+       {"--random", n, k, "--seed=18"},
+       {"--m=3"},
+       18},
+      {"w4a16-zp-row-local",
+       {"--scheme=w4a16", "--group_size=0", "--zero_points", "--pack_locally"},
+       {"--random", n, k, "--seed=19"},
+       {"--stream", "--dtype=bf16"},
+       19},
       {"w4a16-local",
        {"--scheme=w4a16", "--pack_locally"},
        {"--random", n, k, "--seed=17"},
@@ -278,6 +288,68 @@ TEST_F(EndToEndTest, Int4CheckpointsComputeAsTheirCanonicalForm) {
   EXPECT_THAT(Ok({"ls"}), Not(HasSubstr("v2 "))) << "a rejected upload left a weight";
 }
 
+// Asymmetric layers: AWQ's from a .safetensors checkpoint, and GPTQ's (sym=False) with
+// --zero_points, compute exactly as the canonical form with zero points.
+TEST_F(EndToEndTest, AsymmetricInt4CheckpointsComputeAsTheirCanonicalForm) {
+  const testing::Int4Weight awq_w =
+      testing::WithZeroPoints(testing::RandomInt4Weight(kN, kK, 128, DType::kF16, 43), -8, 7, 44);
+  const testing::Int4CheckpointTensors awq = testing::AwqTensors(awq_w, DType::kF16);
+  const testing::Int4Weight gptq_w =
+      testing::WithZeroPoints(testing::RandomInt4Weight(kN, kK, 0, DType::kF16, 45), -7, 8, 46);
+  const testing::Int4CheckpointTensors gptq = testing::GptqTensors(gptq_w, DType::kF16, 7);
+  const auto tensor = [](ElementType type, std::vector<int64_t> shape, std::vector<uint8_t> data) {
+    return NdArray{type, std::move(shape), std::move(data)};
+  };
+  const std::string layer = "model.layers.0.self_attn.o_proj";
+  const std::string checkpoint = Path("awq.safetensors");
+  ASSERT_TRUE(WriteSafetensors(
+                  checkpoint,
+                  {{layer + ".qweight", tensor(ElementType::kI32, {kK, kN / 8}, awq.codes)},
+                   {layer + ".qzeros", tensor(ElementType::kI32, {kK / 128, kN / 8}, awq.zeros)},
+                   {layer + ".scales", tensor(ElementType::kF16, {kK / 128, kN}, awq.scales)}})
+                  .ok());
+  const std::string awq_canonical = Path("awq-canonical.bin"), gptq_file = Path("gptq-asym.bin");
+  const std::string gptq_canonical = Path("gptq-asym-canonical.bin");
+  ASSERT_TRUE(WriteFile(awq_canonical, testing::CanonicalInt4(awq_w)).ok());
+  ASSERT_TRUE(WriteFile(gptq_file, gptq.Payload(/*with_g_idx=*/false)).ok());
+  ASSERT_TRUE(WriteFile(gptq_canonical, testing::CanonicalInt4(gptq_w)).ok());
+  const std::string n = absl::StrCat("--n=", kN), k = absl::StrCat("--k=", kK);
+
+  // packed_bytes: codes, fp16 scales and int8 zero points.
+  EXPECT_THAT(Ok({"upload", "--name=awq-", "--scheme=w4a16", "--safetensors=" + checkpoint,
+                  "--encoding=awq"}),
+              HasSubstr("group_size=128 zero_points packed_bytes=25728"));
+  Ok({"upload", "--name=awq-canonical", "--scheme=w4a16", "--packed=" + awq_canonical, n, k,
+      "--zero_points"});
+  EXPECT_THAT(Ok({"upload", "--name=gptq-asym", "--scheme=w4a16", "--packed=" + gptq_file, n, k,
+                  "--encoding=gptq", "--group_size=0", "--zero_points"}),
+              HasSubstr("GPTQ payload"));
+  Ok({"upload", "--name=gptq-asym-canonical", "--scheme=w4a16", "--packed=" + gptq_canonical, n, k,
+      "--group_size=0", "--zero_points"});
+
+  const std::string x_path = Path("x.npy");
+  ASSERT_TRUE(
+      WriteNpy(x_path, FromFloats(DType::kF16, {3, kK}, RandomActivationValues(3, kK, 7))).ok());
+  const auto result = [&](const std::string& weight) {
+    const std::string y_path = Path(weight + ".npy");
+    Ok({"matmul", "--weight=" + weight, "--npy=" + x_path, "--output=" + y_path});
+    absl::StatusOr<NdArray> y = ReadNpy(y_path);
+    EXPECT_TRUE(y.ok()) << y.status();
+    return y.ok() ? y->data : std::vector<uint8_t>{};
+  };
+  const std::vector<uint8_t> awq_y = result("awq-canonical");
+  ASSERT_EQ(awq_y.size(), 3u * kN * 2);
+  EXPECT_EQ(result("awq-" + layer), awq_y);
+  EXPECT_EQ(result("gptq-asym"), result("gptq-asym-canonical"));
+
+  // The same GPTQ layer without --zero_points is a symmetric one that is not: refused.
+  const RunResult r = Qmmctl({"upload", "--name=gptq-sym", "--scheme=w4a16",
+                              "--packed=" + gptq_file, n, k, "--encoding=gptq", "--group_size=0"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.output, HasSubstr("one quantized with sym=False uploads with zero_points set"))
+      << r.output;
+}
+
 TEST_F(EndToEndTest, VerificationFailsOnTheWrongWeight) {
   Ok({"upload", "--name=w", "--scheme=w8a16", "--random", "--n=64", "--k=128", "--seed=1"});
   const RunResult r = Qmmctl({"matmul", "--weight=w", "--random", "--verify_seed=2"});
@@ -337,7 +409,7 @@ TEST_F(EndToEndTest, ErrorsCarryTheirCodeAndMessage) {
   r = Qmmctl({"upload", "--name=x", "--scheme=w4a16", "--safetensors=" + junk, "--tensor=t",
               "--encoding=bitnet_hf"});
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_THAT(r.output, HasSubstr("--safetensors takes --encoding=gptq, gptq_v2 or"));
+  EXPECT_THAT(r.output, HasSubstr("--safetensors takes --encoding=gptq, gptq_v2, awq or"));
   r = Qmmctl({"upload", "--name=x", "--scheme=w4a16", "--safetensors=" + junk, "--encoding=gptq",
               "--scale_dtype=bf16"});
   EXPECT_EQ(r.exit_code, 2);

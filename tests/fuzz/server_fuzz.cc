@@ -248,7 +248,7 @@ int64_t ExpectedPayload(const v1::WeightHeader& h) {
     return values / 4;
   }
   const std::optional<Scheme> scheme = SchemeFromProto(h.scheme());
-  const WeightShape shape{h.n(), h.k(), h.group_size()};
+  const WeightShape shape{h.n(), h.k(), h.group_size(), h.zero_points()};
   if (const std::optional<Int4Checkpoint> format = Int4CheckpointFromProto(h.encoding())) {
     if (!CheckInt4CheckpointShape(*format, shape).ok()) return -1;
     const DType scales = h.source_dtype() == v1::DTYPE_UNSPECIFIED
@@ -271,7 +271,8 @@ void Upload(FuzzedDataProvider& in) {
   header.set_n(PickDim(in, in.ConsumeIntegralInRange<int64_t>(1, 96)));
   header.set_k(PickDim(in, 64 * in.ConsumeIntegralInRange<int64_t>(1, 4)));
   header.set_group_size(in.ConsumeBool() ? in.ConsumeIntegral<int32_t>() : 128);
-  header.set_encoding(PickEnum<v1::SourceEncoding>(in, 7));
+  header.set_encoding(PickEnum<v1::SourceEncoding>(in, 8));
+  header.set_zero_points(in.ConsumeIntegralInRange<int>(0, 3) == 3);
   header.set_source_dtype(PickEnum<v1::DType>(in, 3));
   const std::string payload = PickData(in, ExpectedPayload(header));
   header.set_total_bytes(in.ConsumeIntegralInRange<int>(0, 7) != 7

@@ -88,6 +88,8 @@ TEST(FormatTest, PackedSizes) {
   EXPECT_EQ(PackedBytes(Scheme::kW8A16, {3, 64, 0}), 3 * 64 + 3 * 4);
   EXPECT_EQ(PackedBytes(Scheme::kW4A16, {3, 256, 128}), 3 * 128 + 3 * 2 * 2);
   EXPECT_EQ(PackedBytes(Scheme::kW4A16, {3, 256, 0}), 3 * 128 + 3 * 2);
+  EXPECT_EQ(PackedBytes(Scheme::kW4A16, {3, 256, 128, true}), 3 * 128 + 3 * 2 * 2 + 3 * 2);
+  EXPECT_EQ(PackedBytes(Scheme::kW4A16, {3, 256, 0, true}), 3 * 128 + 3 * 2 + 3);
   EXPECT_EQ(PackedBytes(Scheme::kW2A8, {3, 256, 0}), 3 * 64 + 3 * 4);
   // The largest legal shape does not overflow.
   EXPECT_EQ(PackedBytes(Scheme::kFp16, {kMaxDim, kMaxElements / kMaxDim, 0}), 2 * kMaxElements);
@@ -96,6 +98,10 @@ TEST(FormatTest, PackedSizes) {
   const PackedWeight w{Scheme::kW4A16, {3, 256, 128}, bytes};
   EXPECT_EQ(w.values_bytes(), 3 * 128);
   EXPECT_EQ(w.scales(), bytes.data() + 3 * 128);
+  EXPECT_EQ(w.zero_points(), nullptr);
+  std::vector<uint8_t> zp_bytes(PackedBytes(Scheme::kW4A16, {3, 256, 128, true}));
+  const PackedWeight zp{Scheme::kW4A16, {3, 256, 128, true}, zp_bytes};
+  EXPECT_EQ(reinterpret_cast<const uint8_t*>(zp.zero_points()), zp_bytes.data() + 3 * 128 + 12);
   EXPECT_EQ(PackedWeight({Scheme::kFp16, {2, 8, 0}, bytes}).values_bytes(), 32);
   EXPECT_EQ(PackedWeight({Scheme::kW8A16, {2, 64, 0}, bytes}).values_bytes(), 128);
   EXPECT_EQ(PackedWeight({Scheme::kW2A8, {2, 128, 0}, bytes}).values_bytes(), 64);
@@ -127,6 +133,34 @@ TEST(FormatTest, ViewPackedChecksSize) {
     ExpectInvalid(ViewPacked(s, shape, {}).status(), expected + "0");
   }
   ExpectInvalid(ViewPacked(Scheme::kW4A16, {1, 100, 0}, {}).status(), "k = 100");
+}
+
+TEST(FormatTest, ZeroPointsAreW4A16Only) {
+  for (Scheme s : {Scheme::kFp16, Scheme::kBf16, Scheme::kW8A16, Scheme::kW2A8}) {
+    ExpectInvalid(ValidateShape(s, {4, 256, 0, true}),
+                  absl::StrCat("zero_points is only for W4A16, must be false for ",
+                               std::string(SchemeName(s))));
+  }
+  EXPECT_TRUE(ValidateShape(Scheme::kW4A16, {4, 256, 0, true}).ok());
+  EXPECT_TRUE(ValidateShape(Scheme::kW4A16, {4, 256, 128, true}).ok());
+}
+
+TEST(FormatTest, ViewPackedChecksZeroPoints) {
+  const WeightShape shape{3, 256, 128, true};
+  std::vector<uint8_t> bytes(PackedBytes(Scheme::kW4A16, shape), 0);
+  const size_t zero_points = 3 * 128 + 3 * 2 * 2;
+  for (int8_t z : {-8, 8, 0, 3}) {
+    bytes[zero_points + 3] = static_cast<uint8_t>(z);
+    EXPECT_TRUE(ViewPacked(Scheme::kW4A16, shape, bytes).ok()) << int{z};
+  }
+  // Row 1, group 1 (the fourth zero point) out of range either way.
+  for (int8_t z : {-9, 9, 127, -128}) {
+    bytes[zero_points + 3] = static_cast<uint8_t>(z);
+    ExpectInvalid(ViewPacked(Scheme::kW4A16, shape, bytes).status(),
+                  absl::StrCat("zero point of row 1, group 1 is ", int{z}, ", must be in [-8, 8]"));
+  }
+  ExpectInvalid(ViewPacked(Scheme::kW4A16, shape, std::span(bytes).first(zero_points)).status(),
+                "with zero points must be " + std::to_string(bytes.size()) + " bytes");
 }
 
 TEST(FormatTest, ViewPackedRejectsTernaryCodeThree) {

@@ -15,11 +15,13 @@ namespace {
 
 using ::testing::HasSubstr;
 
+using testing::AwqTensors;
 using testing::CanonicalInt4;
 using testing::GptqTensors;
 using testing::Int4Weight;
 using testing::PackQuantizedTensors;
 using testing::RandomInt4Weight;
+using testing::WithZeroPoints;
 
 std::vector<uint8_t> GptqPayload(const Int4Weight& w, DType dtype, uint32_t stored_zero,
                                  bool with_g_idx) {
@@ -39,12 +41,15 @@ std::vector<uint8_t> Payload(Int4Checkpoint format, const Int4Weight& w, DType d
       return GptqPayload(w, dtype, 8, with_g_idx);
     case Int4Checkpoint::kPackQuantized:
       return PackQuantizedPayload(w, dtype, with_g_idx);
+    case Int4Checkpoint::kAwq:
+      return AwqTensors(w, dtype).Payload(false);
   }
   return {};
 }
 
-// Every nibble and scale of the canonical form against q and s, then the weight's
-// products against a float64 sum of s * q * x, so the meaning is checked, not only bytes.
+// Every nibble, scale and zero point of the canonical form against q, s and z, then the
+// weight's products against a float64 sum of s * (q - z) * x, so the meaning is checked,
+// not only bytes.
 void ExpectCanonical(const std::vector<uint8_t>& packed, const Int4Weight& w) {
   const int64_t n = w.shape.n, k = w.shape.k, groups = w.Groups();
   ASSERT_EQ(packed, CanonicalInt4(w));
@@ -59,7 +64,7 @@ void ExpectCanonical(const std::vector<uint8_t>& packed, const Int4Weight& w) {
     double expected = 0;
     for (int64_t c = 0; c < k; ++c) {
       const double s = HalfToFloat(FloatToHalf(w.s[r * groups + c / (k / groups)]));
-      expected += s * w.q[r * k + c] * x[c];
+      expected += s * (w.q[r * k + c] - w.Zero(r, c / (k / groups))) * x[c];
     }
     EXPECT_NEAR(y[r], expected, 1e-9 * (1 + std::abs(expected))) << "row " << r;
   }
@@ -70,7 +75,13 @@ struct Case {
   int32_t group_size;
   DType dtype;
   bool with_g_idx;
+  bool zero_points = false;
 };
+
+// The canonical zero points each format can store: "gptq" stores z + 7 in 4 bits.
+std::pair<int, int> ZeroRange(Int4Checkpoint format) {
+  return format == Int4Checkpoint::kGptq ? std::pair{-7, 8} : std::pair{-8, 7};
+}
 
 class Int4CheckpointTest : public ::testing::TestWithParam<Case> {};
 
@@ -79,8 +90,11 @@ TEST_P(Int4CheckpointTest, ConvertsEveryValueAndScale) {
   // Non-power-of-two N and K, and the smallest K.
   for (auto [n, k] : {std::pair<int64_t, int64_t>{24, 384}, {8, 128}, {40, 256}}) {
     SCOPED_TRACE(::testing::Message() << "n=" << n << " k=" << k);
-    const Int4Weight w =
-        RandomInt4Weight(n, k, p.group_size, p.dtype, static_cast<uint32_t>(n + k));
+    Int4Weight w = RandomInt4Weight(n, k, p.group_size, p.dtype, static_cast<uint32_t>(n + k));
+    if (p.zero_points) {
+      const auto [lo, hi] = ZeroRange(p.format);
+      w = WithZeroPoints(w, lo, hi, static_cast<uint32_t>(n * k));
+    }
     const std::vector<uint8_t> payload = Payload(p.format, w, p.dtype, p.with_g_idx);
     const Int4CheckpointBytes sizes = Int4CheckpointSizes(p.format, w.shape, p.dtype);
     ASSERT_EQ(static_cast<int64_t>(payload.size()), sizes.Total(p.with_g_idx));
@@ -100,7 +114,13 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{Int4Checkpoint::kGptqV2, 0, DType::kF32, false},
                       Case{Int4Checkpoint::kPackQuantized, 128, DType::kBF16, false},
                       Case{Int4Checkpoint::kPackQuantized, 128, DType::kF16, true},
-                      Case{Int4Checkpoint::kPackQuantized, 0, DType::kF32, true}));
+                      Case{Int4Checkpoint::kPackQuantized, 0, DType::kF32, true},
+                      Case{Int4Checkpoint::kGptq, 128, DType::kF16, true, true},
+                      Case{Int4Checkpoint::kGptq, 0, DType::kBF16, false, true},
+                      Case{Int4Checkpoint::kGptqV2, 128, DType::kF16, false, true},
+                      Case{Int4Checkpoint::kAwq, 128, DType::kF16, false, true},
+                      Case{Int4Checkpoint::kAwq, 0, DType::kF32, false, true},
+                      Case{Int4Checkpoint::kAwq, 128, DType::kBF16, false, false}));
 
 // One conversion, expected to fail with `message`.
 void ExpectRejected(Int4Checkpoint format, const WeightShape& shape, DType dtype,
@@ -122,6 +142,9 @@ TEST(Int4CheckpointErrors, PayloadLengthNamesTheTensors) {
   ExpectRejected(Int4Checkpoint::kPackQuantized, w.shape, DType::kF16, payload,
                  "weight_packed (2048 bytes), weight_scale (64, fp16) and optionally "
                  "weight_g_idx (1024): 2112 or 3136 bytes, got 2127");
+  // AWQ has no group index: one length.
+  ExpectRejected(Int4Checkpoint::kAwq, w.shape, DType::kF16, payload,
+                 "qweight (2048 bytes), qzeros (16), scales (64, fp16): 2128 bytes, got 2127");
 }
 
 TEST(Int4CheckpointErrors, AsymmetricZeroPointNamesGroupAndColumn) {
@@ -139,6 +162,32 @@ TEST(Int4CheckpointErrors, AsymmetricZeroPointNamesGroupAndColumn) {
   // A "gptq_v2" checkpoint read as "gptq": every zero point looks like 9.
   ExpectRejected(Int4Checkpoint::kGptq, w.shape, DType::kF16, GptqPayload(w, DType::kF16, 8, false),
                  "qzeros: group 0, column 0 has zero point 9");
+}
+
+// With zero points the same checkpoints convert: GPTQ's zero points from 1 to 16 (a stored
+// 15 of "gptq") and AWQ's, each in its group and column.
+TEST(Int4CheckpointErrors, AsymmetricAwqWithoutZeroPointsNamesGroupAndColumn) {
+  const Int4Weight w = WithZeroPoints(RandomInt4Weight(16, 256, 128, DType::kF16, 2), -8, 7, 3);
+  WeightShape symmetric = w.shape;
+  symmetric.zero_points = false;
+  // The first zero point is -8 (8 - 8 unsigned 0): group 0, column 0.
+  ExpectRejected(Int4Checkpoint::kAwq, symmetric, DType::kF16,
+                 AwqTensors(w, DType::kF16).Payload(false),
+                 "qzeros: group 0, column 0 has zero point 0; a weight without zero points "
+                 "takes a symmetric quantization");
+  absl::StatusOr<std::vector<uint8_t>> packed = Int4CheckpointToPacked(
+      Int4Checkpoint::kAwq, w.shape, DType::kF16, AwqTensors(w, DType::kF16).Payload(false));
+  ASSERT_TRUE(packed.ok()) << packed.status();
+  ExpectCanonical(*packed, w);
+}
+
+TEST(Int4CheckpointErrors, PackQuantizedHasNoZeroPoints) {
+  const Int4Weight w = RandomInt4Weight(16, 256, 128, DType::kF16, 2);
+  WeightShape shape = w.shape;
+  shape.zero_points = true;
+  ExpectRejected(Int4Checkpoint::kPackQuantized, shape, DType::kF16,
+                 PackQuantizedPayload(w, DType::kF16, false),
+                 "zero_points: a pack-quantized payload carries no weight_zero_point");
 }
 
 TEST(Int4CheckpointErrors, ActivationOrderGroupIndex) {
@@ -193,6 +242,8 @@ TEST(Int4CheckpointErrors, Shapes) {
   const Int4Weight w = RandomInt4Weight(12, 128, 128, DType::kF16, 6);
   ExpectRejected(Int4Checkpoint::kGptq, w.shape, DType::kF16, std::vector<uint8_t>(4000),
                  "n = 12 is not a multiple of 8");
+  ExpectRejected(Int4Checkpoint::kAwq, w.shape, DType::kF16, std::vector<uint8_t>(4000),
+                 "n = 12 is not a multiple of 8, which AWQ's qzeros need");
   absl::StatusOr<std::vector<uint8_t>> packed =
       Int4CheckpointToPacked(Int4Checkpoint::kPackQuantized, w.shape, DType::kF16,
                              PackQuantizedPayload(w, DType::kF16, false));

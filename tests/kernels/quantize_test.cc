@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -45,9 +46,12 @@ uint16_t U16At(const std::vector<uint8_t>& b, size_t offset) {
 struct Case {
   Scheme scheme;
   int32_t group_size;
+  bool zero_points = false;
 };
-const Case kCases[] = {{Scheme::kFp16, 0},  {Scheme::kBf16, 0},    {Scheme::kW8A16, 0},
-                       {Scheme::kW4A16, 0}, {Scheme::kW4A16, 128}, {Scheme::kW2A8, 0}};
+const Case kCases[] = {{Scheme::kFp16, 0},          {Scheme::kBf16, 0},
+                       {Scheme::kW8A16, 0},         {Scheme::kW4A16, 0},
+                       {Scheme::kW4A16, 128},       {Scheme::kW4A16, 0, true},
+                       {Scheme::kW4A16, 128, true}, {Scheme::kW2A8, 0}};
 
 TEST(QuantizeTest, W8A16ByteLayout) {
   // Row 0 has max |w| = 127, so s = 1 and q = round(w) with ties away from zero.
@@ -289,10 +293,59 @@ TEST(QuantizeTest, EverySourceDTypeGivesTheSameResultAsItsFloatValues) {
   }
 }
 
+// The asymmetric form: each group's range (widened to 0) in 15 steps of the fp16-rounded
+// scale, the zero point where 0 falls, codes rounded and clamped; every value within half
+// a step of its own (more only where the clamp bites: the range's ends, by less than the
+// scale's fp16 rounding).
+TEST(QuantizeTest, W4A16ZeroPointsFollowTheRules) {
+  std::vector<float> w = RandomWeights(4 * 256, 11);
+  for (int64_t i = 256; i < 512; ++i) w[i] = std::fabs(w[i]) + 0.01f;   // row 1: positive
+  for (int64_t i = 512; i < 640; ++i) w[i] = -std::fabs(w[i]) - 0.02f;  // row 2: negative
+  for (int32_t group_size : {128, 0}) {
+    const WeightShape shape{4, 256, group_size, true};
+    const std::vector<uint8_t> p = Quantize(Scheme::kW4A16, shape, w);
+    absl::StatusOr<PackedWeight> view = ViewPacked(Scheme::kW4A16, shape, p);
+    ASSERT_TRUE(view.ok()) << view.status();
+    const std::vector<float> deq = DequantizeWeight(*view);
+    const int64_t g = shape.GroupLength();
+    for (int64_t n = 0; n < 4; ++n) {
+      for (int64_t group = 0; group < shape.GroupsPerRow(); ++group) {
+        const float* v = w.data() + n * 256 + group * g;
+        float lo = 0.0f;
+        float hi = 0.0f;
+        for (int64_t c = 0; c < g; ++c) {
+          lo = std::min(lo, v[c]);
+          hi = std::max(hi, v[c]);
+        }
+        const float s = HalfToFloat(U16At(p, 4 * 128 + 2 * (n * shape.GroupsPerRow() + group)));
+        EXPECT_EQ(s, HalfToFloat(FloatToHalf((hi - lo) / 15.0f)));
+        const int64_t groups = shape.GroupsPerRow();
+        const int z = static_cast<int8_t>(p[4 * 128 + 2 * 4 * groups + n * groups + group]);
+        EXPECT_EQ(z, std::clamp(static_cast<int>(std::round(-lo / s)), 0, 15) - 8);
+        for (int64_t c = 0; c < g; ++c) {
+          ASSERT_NEAR(deq[n * 256 + group * g + c], v[c], 0.5f * s + 0.02f * s)
+              << "row " << n << " k " << group * g + c;
+        }
+      }
+    }
+    // A one-signed row uses all 16 codes for its range, where the symmetric form has 8 of
+    // its 15 steps on the side that is empty: its error is at most half the symmetric one's.
+    const std::vector<float> sym = DequantizeWeight(
+        {Scheme::kW4A16, {4, 256, group_size}, Quantize(Scheme::kW4A16, {4, 256, group_size}, w)});
+    double err_asym = 0.0;
+    double err_sym = 0.0;
+    for (int64_t i = 256; i < 512; ++i) {
+      err_asym += std::fabs(deq[i] - w[i]);
+      err_sym += std::fabs(sym[i] - w[i]);
+    }
+    EXPECT_LT(err_asym, 0.6 * err_sym) << group_size;
+  }
+}
+
 TEST(QuantizeTest, ZeroRowsGetZeroScales) {
   const std::vector<float> w(2 * 128, 0.0f);
   for (const Case& c : kCases) {
-    const WeightShape shape{2, 128, c.group_size};
+    const WeightShape shape{2, 128, c.group_size, c.zero_points};
     const std::vector<uint8_t> p = Quantize(c.scheme, shape, w);
     const std::vector<float> deq = DequantizeWeight({c.scheme, shape, p});
     for (float v : deq) ASSERT_EQ(v, 0.0f) << SchemeName(c.scheme);
@@ -310,7 +363,7 @@ TEST(QuantizeTest, RejectsBadInput) {
   std::vector<float> w = RandomWeights(3 * 128, 4);
   for (const Case& c : kCases) {
     SCOPED_TRACE(SchemeName(c.scheme));
-    const WeightShape s{3, 128, c.group_size};
+    const WeightShape s{3, 128, c.group_size, c.zero_points};
     std::vector<float> bad = w;
     bad[2 * 128 + 5] = std::numeric_limits<float>::quiet_NaN();
     ExpectInvalid(QuantizeWeight(c.scheme, s, DType::kF32, AsBytes(bad)).status(),
@@ -346,6 +399,9 @@ TEST(QuantizeTest, RejectsBadInput) {
   big[129] = 1e6f;
   ExpectInvalid(QuantizeWeight(Scheme::kW4A16, shape, DType::kF32, AsBytes(big)).status(),
                 "weight row 1, group 0 has max |w| = 1e+06");
+  ExpectInvalid(
+      QuantizeWeight(Scheme::kW4A16, {3, 128, 0, true}, DType::kF32, AsBytes(big)).status(),
+      "weight row 1, group 0 spans [");
   // The same value is fine where the scale is fp32.
   EXPECT_TRUE(QuantizeWeight(Scheme::kW8A16, shape, DType::kF32, AsBytes(big)).ok());
   EXPECT_TRUE(QuantizeWeight(Scheme::kW2A8, shape, DType::kF32, AsBytes(big)).ok());

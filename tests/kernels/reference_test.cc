@@ -66,6 +66,23 @@ TEST(ReferenceTest, W4A16HandExample) {
   EXPECT_EQ(single, -1.0 - 16.0 + 7 + 2);
 }
 
+TEST(ReferenceTest, W4A16ZeroPointsHandExample) {
+  // As above with zero points -8 and 8 after the scales: w = (q - z) * s.
+  std::vector<uint8_t> b(128 + 4 + 2, 0);
+  b[0] = 0x8f;    // k = 0: -1, k = 1: -8
+  b[64] = 0x07;   // k = 128: 7
+  b[127] = 0x20;  // k = 255: 2
+  PutU16(b, 128, FloatToHalf(1.0f));
+  PutU16(b, 130, FloatToHalf(0.25f));
+  b[132] = static_cast<uint8_t>(-8);
+  b[133] = 8;
+  std::vector<float> x(256, 1.0f);
+  x[1] = 2.0f;
+  const double grouped = ReferenceMatMul({Scheme::kW4A16, {1, 256, 128, true}, b}, x.data(), 1)[0];
+  // Group 0: every k adds 8 (x sums to 129 there), group 1 takes 8 off each of its 128 k.
+  EXPECT_EQ(grouped, -1.0 - 16.0 + 8.0 * 129 + 0.25 * (7 + 2 - 8.0 * 128));
+}
+
 TEST(ReferenceTest, W2A8HandExample) {
   // t = [1, -1, 0, 1, 0, ...], s = 2; x = [127, 63.5, -1, 0.4, ...] has max 127, so a = 1
   // and xq = [127, 64, -1, 0, ...]: y = 1 * 2 * (127 - 64 + 0 + 0).

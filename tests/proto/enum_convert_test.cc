@@ -33,9 +33,10 @@ TEST(EnumConvertTest, Int4CheckpointEncodings) {
   EXPECT_EQ(Int4CheckpointFromProto(v1::SOURCE_ENCODING_GPTQ_V2), Int4Checkpoint::kGptqV2);
   EXPECT_EQ(Int4CheckpointFromProto(v1::SOURCE_ENCODING_PACK_QUANTIZED),
             Int4Checkpoint::kPackQuantized);
+  EXPECT_EQ(Int4CheckpointFromProto(v1::SOURCE_ENCODING_AWQ), Int4Checkpoint::kAwq);
   for (v1::SourceEncoding other :
        {v1::SOURCE_ENCODING_UNSPECIFIED, v1::SOURCE_ENCODING_FLOAT, v1::SOURCE_ENCODING_PACKED,
-        v1::SOURCE_ENCODING_BITNET_HF, static_cast<v1::SourceEncoding>(8)}) {
+        v1::SOURCE_ENCODING_BITNET_HF, static_cast<v1::SourceEncoding>(9)}) {
     EXPECT_FALSE(Int4CheckpointFromProto(other).has_value()) << other;
   }
 }

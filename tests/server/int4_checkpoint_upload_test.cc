@@ -1,6 +1,7 @@
-// Uploading W4A16 weights from GPTQ and compressed-tensors checkpoints (proto
-// SOURCE_ENCODING_GPTQ, _GPTQ_V2, _PACK_QUANTIZED) through the real RPC: the weight must
-// compute exactly as the same int4 values and scales uploaded in the canonical form.
+// Uploading W4A16 weights from GPTQ, AWQ and compressed-tensors checkpoints (proto
+// SOURCE_ENCODING_GPTQ, _GPTQ_V2, _AWQ, _PACK_QUANTIZED) through the real RPC: the weight
+// must compute exactly as the same int4 values, scales and zero points uploaded in the
+// canonical form.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -37,10 +38,10 @@ class Int4CheckpointUploadTest : public ::testing::Test {
 
   grpc::Status Upload(const std::string& name, const Int4Weight& w, v1::SourceEncoding encoding,
                       v1::DType scale_dtype, const std::string& payload) {
-    return testing::Upload(*server_.stub,
-                           MakeHeader(name, v1::SCHEME_W4A16, w.shape.n, w.shape.k,
-                                      w.shape.group_size, encoding, scale_dtype, payload),
-                           payload);
+    v1::WeightHeader header = MakeHeader(name, v1::SCHEME_W4A16, w.shape.n, w.shape.k,
+                                         w.shape.group_size, encoding, scale_dtype, payload);
+    header.set_zero_points(w.shape.zero_points);
+    return testing::Upload(*server_.stub, header, payload);
   }
 
   // Multiplies random activations with `name` and checks them against the canonical form
@@ -95,6 +96,44 @@ TEST_F(Int4CheckpointUploadTest, PackQuantizedWithBf16Scales) {
     ASSERT_TRUE(status.ok()) << status.error_message();
     ExpectWeightComputes(name, w);
   }
+}
+
+// AWQ, and GPTQ quantized with sym=False, upload with header.zero_points: the weight says
+// so and counts them in its packed size.
+TEST_F(Int4CheckpointUploadTest, AwqAndAsymmetricGptqWithZeroPoints) {
+  const Int4Weight awq =
+      testing::WithZeroPoints(RandomInt4Weight(40, 384, 128, DType::kF16, 5), -8, 7, 6);
+  grpc::Status status = Upload("awq", awq, v1::SOURCE_ENCODING_AWQ, v1::DTYPE_UNSPECIFIED,
+                               AsString(testing::AwqTensors(awq, DType::kF16).Payload(false)));
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ExpectWeightComputes("awq", awq);
+  grpc::ClientContext context;
+  v1::GetWeightRequest get;
+  get.set_name("awq");
+  v1::WeightInfo info;
+  ASSERT_TRUE(server_.stub->GetWeight(&context, get, &info).ok());
+  EXPECT_TRUE(info.zero_points());
+  EXPECT_EQ(info.packed_bytes(), 40 * 384 / 2 + 40 * 3 * 2 + 40 * 3);
+
+  // Zero points of 16 (a stored 15), which only the "gptq" format's minus one reaches.
+  const Int4Weight gptq =
+      testing::WithZeroPoints(RandomInt4Weight(24, 256, 0, DType::kBF16, 7), -7, 8, 8);
+  status = Upload("gptq-asym", gptq, v1::SOURCE_ENCODING_GPTQ, v1::DTYPE_BF16,
+                  AsString(GptqTensors(gptq, DType::kBF16, 7).Payload(true)));
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ExpectWeightComputes("gptq-asym", gptq);
+
+  // compressed-tensors' asymmetric schemes are not taken: their zero point tensor is not
+  // in the payload, so header.zero_points is refused before any byte is read.
+  Int4Weight pq = RandomInt4Weight(16, 256, 128, DType::kF16, 9);
+  pq.shape.zero_points = true;
+  status = Upload("pq-asym", pq, v1::SOURCE_ENCODING_PACK_QUANTIZED, v1::DTYPE_FP16,
+                  AsString(PackQuantizedTensors(pq, DType::kF16).Payload(false)));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("a pack-quantized payload carries no weight_zero_point"),
+            std::string::npos)
+      << status.error_message();
+  ExpectAbsent("pq-asym");
 }
 
 TEST_F(Int4CheckpointUploadTest, AsymmetricCheckpointIsRejectedAndLeavesNothing) {

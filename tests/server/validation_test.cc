@@ -149,12 +149,14 @@ TEST(CheckWeightHeaderTest, Int4CheckpointPayloadsWithOrWithoutTheGroupIndex) {
     v1::SourceEncoding encoding;
     Int4Checkpoint format;
     int64_t zeros;
-  } cases[] = {{v1::SOURCE_ENCODING_GPTQ, Int4Checkpoint::kGptq, 16},
-               {v1::SOURCE_ENCODING_GPTQ_V2, Int4Checkpoint::kGptqV2, 16},
-               {v1::SOURCE_ENCODING_PACK_QUANTIZED, Int4Checkpoint::kPackQuantized, 0}};
+    int64_t g_idx;  // the group index's bytes, 0 where the format has none
+  } cases[] = {{v1::SOURCE_ENCODING_GPTQ, Int4Checkpoint::kGptq, 16, 1024},
+               {v1::SOURCE_ENCODING_GPTQ_V2, Int4Checkpoint::kGptqV2, 16, 1024},
+               {v1::SOURCE_ENCODING_PACK_QUANTIZED, Int4Checkpoint::kPackQuantized, 0, 1024},
+               {v1::SOURCE_ENCODING_AWQ, Int4Checkpoint::kAwq, 16, 0}};
   for (const auto& c : cases) {
     SCOPED_TRACE(v1::SourceEncoding_Name(c.encoding));
-    for (int64_t g_idx : {0, 1024}) {
+    for (int64_t g_idx : {int64_t{0}, c.g_idx}) {
       // Scales default to fp16; bf16 and fp32 ones are taken too.
       for (auto [dtype, size] :
            {std::pair{v1::DTYPE_UNSPECIFIED, 2}, {v1::DTYPE_BF16, 2}, {v1::DTYPE_FP32, 4}}) {
@@ -175,12 +177,14 @@ TEST(CheckWeightHeaderTest, Int4CheckpointPayloadsWithOrWithoutTheGroupIndex) {
     absl::StatusOr<UploadSpec> spec = CheckWeightHeader(
         Int4CheckpointHeader(c.encoding, v1::DTYPE_FP16, 2048), *backend, ServiceLimits{});
     ASSERT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_NE(spec.status().message().find(absl::StrCat(
-                  "header.total_bytes = 2048 but a ", v1::SourceEncoding_Name(c.encoding),
-                  " payload for n = 16, k = 256, group_size 128 with fp16 scales is ",
-                  2048 + c.zeros + 64, " bytes, or ", 2048 + c.zeros + 64 + 1024,
-                  " with the group index")),
-              absl::string_view::npos)
+    EXPECT_NE(
+        spec.status().message().find(absl::StrCat(
+            "header.total_bytes = 2048 but a ", v1::SourceEncoding_Name(c.encoding),
+            " payload for n = 16, k = 256, group_size 128 with fp16 scales is ",
+            2048 + c.zeros + 64, " bytes",
+            c.g_idx > 0 ? absl::StrCat(", or ", 2048 + c.zeros + 64 + 1024, " with the group index")
+                        : std::string())),
+        absl::string_view::npos)
         << spec.status();
 
     v1::WeightHeader wrong_scheme = Int4CheckpointHeader(c.encoding, v1::DTYPE_FP16, 2048);
@@ -199,6 +203,14 @@ TEST(CheckWeightHeaderTest, Int4CheckpointPayloadsWithOrWithoutTheGroupIndex) {
               absl::string_view::npos)
         << spec.status();
   }
+  // With zero points the packed form holds them too (16 x 2 int8).
+  v1::WeightHeader awq =
+      Int4CheckpointHeader(v1::SOURCE_ENCODING_AWQ, v1::DTYPE_FP16, 2048 + 16 + 64);
+  awq.set_zero_points(true);
+  absl::StatusOr<UploadSpec> zp = CheckWeightHeader(awq, *backend, ServiceLimits{});
+  ASSERT_TRUE(zp.ok()) << zp.status();
+  EXPECT_TRUE(zp->desc.shape.zero_points);
+  EXPECT_EQ(zp->desc.packed_bytes, 2048 + 64 + 32);
   // GPTQ packs qzeros in eights of N.
   v1::WeightHeader odd_n = Int4CheckpointHeader(v1::SOURCE_ENCODING_GPTQ, v1::DTYPE_FP16, 0);
   odd_n.set_n(12);
@@ -231,8 +243,13 @@ TEST(CheckWeightHeaderTest, EachBadFieldIsNamed) {
   h = GoodHeader();
   h.set_encoding(v1::SOURCE_ENCODING_UNSPECIFIED);
   ExpectInvalid(h, "header.encoding = SOURCE_ENCODING_UNSPECIFIED");
-  h.set_encoding(static_cast<v1::SourceEncoding>(8));
-  ExpectInvalid(h, "header.encoding = 8 is not supported");
+  h.set_encoding(static_cast<v1::SourceEncoding>(99));
+  ExpectInvalid(h, "header.encoding = 99 is not supported");
+  h = GoodHeader();
+  h.set_scheme(v1::SCHEME_W8A16);
+  h.set_group_size(0);
+  h.set_zero_points(true);
+  ExpectInvalid(h, "header: zero_points is only for W4A16, must be false for W8A16");
 
   h = GoodHeader();
   h.set_source_dtype(v1::DTYPE_UNSPECIFIED);

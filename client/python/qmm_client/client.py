@@ -111,11 +111,13 @@ class Client:
 
     # ---- Weights -----------------------------------------------------------------------
 
-    def upload_weight(self, name, weight, scheme, group_size=None, timeout=None):
+    def upload_weight(self, name, weight, scheme, group_size=None, zero_points=False,
+                      timeout=None):
         """Uploads float values [N, K] (float32, float16, or anything NumPy turns into
         float32) for the server to quantize into `scheme` ("w8a16", "w4a16", "w2a8",
         "fp16", "bf16"). group_size: W4A16 only, 128 (the default) or 0 (one group a row).
-        Returns the WeightInfo."""
+        zero_points: W4A16 only, a zero point per group (quantized over each group's range,
+        as AWQ and GPTQ with sym=False do). Returns the WeightInfo."""
         weight = np.asarray(weight)
         if weight.ndim != 2:
             raise ValueError(f"the weight must be 2-D [N, K], got shape {weight.shape}")
@@ -124,13 +126,14 @@ class Client:
         else:
             source_dtype, payload = qmm_pb2.DTYPE_FP32, np.ascontiguousarray(weight, "<f4")
         return self._upload(name, weight.shape, scheme, qmm_pb2.SOURCE_ENCODING_FLOAT,
-                            payload.tobytes(), group_size, source_dtype, timeout)
+                            payload.tobytes(), group_size, source_dtype, timeout, zero_points)
 
     def upload_packed(self, name, n, k, scheme, payload, group_size=None, encoding="packed",
-                      timeout=None):
+                      zero_points=False, timeout=None):
         """Uploads bytes already in the scheme's canonical packed form (qmm.proto, at each
-        Scheme value), or for W2A8 in a BitNet checkpoint's packing (encoding "bitnet_hf" or
-        "bitnet_liger"). Returns the WeightInfo."""
+        Scheme value; zero_points: W4A16's form with zero points after the scales), or for
+        W2A8 in a BitNet checkpoint's packing (encoding "bitnet_hf" or "bitnet_liger").
+        Returns the WeightInfo."""
         encodings = {
             "packed": qmm_pb2.SOURCE_ENCODING_PACKED,
             "bitnet_hf": qmm_pb2.SOURCE_ENCODING_BITNET_HF,
@@ -139,17 +142,18 @@ class Client:
         if encoding not in encodings:
             raise ValueError(f"encoding {encoding!r} is not one of {sorted(encodings)}")
         return self._upload(name, (n, k), scheme, encodings[encoding], bytes(payload),
-                            group_size, qmm_pb2.DTYPE_UNSPECIFIED, timeout)
+                            group_size, qmm_pb2.DTYPE_UNSPECIFIED, timeout, zero_points)
 
     def upload_gptq(self, name, qweight, qzeros, scales, g_idx=None, checkpoint_format="gptq",
-                    timeout=None):
+                    sym=True, timeout=None):
         """Uploads one linear layer of a GPTQ checkpoint as it is, as a W4A16 weight: its
         qweight (int32 [K/8, N]), qzeros (int32 [G, N/8]), scales ([G, N], float16 or
         float32) and optionally g_idx (int32 [K]). G = K/128 (group_size 128) or 1
         (group_size -1, one group a row). checkpoint_format: "gptq" (AutoGPTQ's and
-        transformers', zero points stored minus one) or "gptq_v2". The server takes
-        symmetric quantizations (sym=True: every zero point 8) without activation order
-        (g_idx = k / 128) and says which value is not. Returns the WeightInfo."""
+        transformers', zero points stored minus one) or "gptq_v2". sym: the checkpoint's
+        quantize_config "sym"; False makes a weight with zero points, True needs every zero
+        point to be 8. The server takes layers without activation order (g_idx = k / 128)
+        and says which value it cannot take. Returns the WeightInfo."""
         encodings = {"gptq": qmm_pb2.SOURCE_ENCODING_GPTQ,
                      "gptq_v2": qmm_pb2.SOURCE_ENCODING_GPTQ_V2}
         if checkpoint_format not in encodings:
@@ -171,7 +175,27 @@ class Client:
             tensors.append(_group_index(g_idx, "g_idx", k))
         return self._upload(name, (n, k), "w4a16", encodings[checkpoint_format],
                             b"".join(t.tobytes() for t in tensors), _group_size(k, groups),
-                            scale_dtype, timeout)
+                            scale_dtype, timeout, not sym)
+
+    def upload_awq(self, name, qweight, qzeros, scales, timeout=None):
+        """Uploads one linear layer of an AWQ checkpoint (AutoAWQ's "gemm" version,
+        transformers' AwqConfig) as it is, as a W4A16 weight with zero points: its qweight
+        (int32 [K, N/8], columns interleaved 0, 2, 4, 6, 1, 3, 5, 7 in each word), qzeros
+        (int32 [G, N/8], likewise) and scales ([G, N], float16 or float32); G = K/128 or 1.
+        Returns the WeightInfo."""
+        qweight = _int32_matrix(qweight, "qweight")
+        k, n = qweight.shape[0], 8 * qweight.shape[1]
+        scales, scale_dtype = _scales(scales, "scales")
+        groups = scales.shape[0]
+        if scales.shape[1] != n:
+            raise ValueError(f"scales is {scales.shape}, expected [G, {n}] for qweight "
+                             f"{qweight.shape}")
+        qzeros = _int32_matrix(qzeros, "qzeros")
+        if qzeros.shape != (groups, n // 8):
+            raise ValueError(f"qzeros is {qzeros.shape}, expected {(groups, n // 8)}")
+        return self._upload(name, (n, k), "w4a16", qmm_pb2.SOURCE_ENCODING_AWQ,
+                            b"".join(t.tobytes() for t in (qweight, qzeros, scales)),
+                            _group_size(k, groups), scale_dtype, timeout, True)
 
     def upload_pack_quantized(self, name, weight_packed, weight_scale, weight_g_idx=None,
                               timeout=None):
@@ -194,14 +218,14 @@ class Client:
                             _group_size(k, scales.shape[1]), scale_dtype, timeout)
 
     def _upload(self, name, shape, scheme, encoding, payload, group_size, source_dtype,
-                timeout):
+                timeout, zero_points=False):
         scheme = _scheme_value(scheme)
         if group_size is None:
             group_size = 128 if scheme == qmm_pb2.SCHEME_W4A16 else 0
         header = qmm_pb2.WeightHeader(
             name=name, n=shape[0], k=shape[1], scheme=scheme, group_size=group_size,
             encoding=encoding, source_dtype=source_dtype, total_bytes=len(payload),
-            sha256=hashlib.sha256(payload).digest())
+            sha256=hashlib.sha256(payload).digest(), zero_points=zero_points)
 
         def requests():
             yield qmm_pb2.UploadWeightRequest(header=header)

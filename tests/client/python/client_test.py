@@ -381,6 +381,48 @@ class ServerTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "2-D int32"):
             self.client.upload_gptq("py.bad", packed.T.astype(np.int64), qzeros, s.T)
 
+    def test_awq_and_asymmetric_gptq_layers_upload_with_zero_points(self):
+        n, k, groups = 32, 256, 2
+        q = RNG.integers(0, 16, size=(n, k))  # unsigned codes u, w = (u - z) * s
+        z = RNG.integers(1, 16, size=(n, groups))
+        z[0, 0], z[1, 1] = 0, 15  # the one 0: "gptq" stores it as 15, read back as 16
+        s = RNG.uniform(0.001, 0.05, size=(n, groups)).astype(np.float16)
+        w = (q - np.repeat(z, k // groups, axis=1)) * np.repeat(s.astype(np.float64),
+                                                                 k // groups, axis=1)
+        shifts = 4 * np.arange(8, dtype=np.uint32)
+
+        def pack_n(values, order):  # [R, N] -> int32 [R, N/8], value j = column 8i + order[j]
+            v = values.astype(np.uint32).reshape(values.shape[0], -1, 8)[:, :, order]
+            return np.bitwise_or.reduce(v << shifts, axis=2).astype(np.uint32).view(np.int32)
+
+        awq_order = [0, 2, 4, 6, 1, 3, 5, 7]
+        info = self.client.upload_awq("py.awq", pack_n(q.T, awq_order), pack_n(z.T, awq_order),
+                                      s.T)
+        self.assertEqual((info.n, info.k, info.group_size, info.zero_points), (n, k, 128, True))
+        along_k = np.bitwise_or.reduce(
+            q.astype(np.uint32).reshape(n, k // 8, 8) << shifts, axis=2)
+        qweight = along_k.astype(np.uint32).view(np.int32).T  # GPTQ's [K/8, N]
+        gptq_zeros = pack_n((z - 1).T & 15, list(range(8)))  # "gptq": stored minus one
+        info = self.client.upload_gptq("py.gptq_asym", qweight, gptq_zeros, s.T, sym=False)
+        self.assertTrue(info.zero_points)
+        x = RNG.standard_normal((3, k)).astype(np.float32)
+        for name in ("py.awq", "py.gptq_asym"):
+            got = self.client.matmul(name, x)
+            # Its zero point 0 is 16 to "gptq" readers: that one group differs.
+            want_w = w.copy()
+            if name == "py.gptq_asym":
+                want_w[0, :128] -= 16 * np.float64(s[0, 0])
+            close_to(self, got, x.astype(np.float64) @ want_w.T, x, want_w)
+
+        # Float values quantized with zero points: within half a step of each group's range.
+        v = (RNG.standard_normal((n, k)) * 0.02 + 0.05).astype(np.float32)
+        info = self.client.upload_weight("py.float_zp", v, "w4a16", zero_points=True)
+        self.assertTrue(info.zero_points)
+        step = (v.reshape(n, -1, 128).max(2) - np.minimum(v.reshape(n, -1, 128).min(2), 0)) / 15
+        bound = np.abs(x) @ np.repeat(step, 128, axis=1).T * 0.51 + 1e-4
+        err = np.abs(self.client.matmul("py.float_zp", x) - x.astype(np.float64) @ v.T)
+        self.assertTrue(np.all(err <= bound), f"worst {np.max(err / bound)}")
+
     def test_statistics_count_each_weights_requests(self):
         n, k = 32, 128
         payload, _ = w8a16_packed(n, k)

@@ -20,14 +20,17 @@ namespace {
 struct Case {
   Scheme scheme;
   int32_t group_size;
+  bool zero_points = false;
 };
-const Case kCases[] = {{Scheme::kFp16, 0},  {Scheme::kBf16, 0},    {Scheme::kW8A16, 0},
-                       {Scheme::kW4A16, 0}, {Scheme::kW4A16, 128}, {Scheme::kW2A8, 0}};
+const Case kCases[] = {{Scheme::kFp16, 0},          {Scheme::kBf16, 0},
+                       {Scheme::kW8A16, 0},         {Scheme::kW4A16, 0},
+                       {Scheme::kW4A16, 128},       {Scheme::kW4A16, 0, true},
+                       {Scheme::kW4A16, 128, true}, {Scheme::kW2A8, 0}};
 const int64_t kRows[] = {1, 2, 3, 7, 16, 33, 65};
 
 std::string Name(const Case& c, int64_t m, int64_t n, int64_t k) {
-  return absl::StrCat(std::string(SchemeName(c.scheme)), " g", c.group_size, " m", m, " n", n, " k",
-                      k);
+  return absl::StrCat(std::string(SchemeName(c.scheme)), " g", c.group_size,
+                      c.zero_points ? " zp" : "", " m", m, " n", n, " k", k);
 }
 
 std::vector<float> Random(int64_t count, std::mt19937& rng, float stddev) {
@@ -38,7 +41,14 @@ std::vector<float> Random(int64_t count, std::mt19937& rng, float stddev) {
 }
 
 std::vector<uint8_t> RandomPacked(const Case& c, const WeightShape& shape, std::mt19937& rng) {
-  const std::vector<float> w = Random(shape.n * shape.k, rng, 0.02f);
+  std::vector<float> w = Random(shape.n * shape.k, rng, 0.02f);
+  if (c.zero_points) {
+    // Groups shifted off zero by different amounts, so that their zero points spread over
+    // the range rather than sitting at a symmetric group's 8.
+    for (int64_t i = 0; i < shape.n * shape.k; ++i) {
+      w[i] += 0.02f * static_cast<float>((i / 128 * 7) % 9 - 4);
+    }
+  }
   absl::StatusOr<std::vector<uint8_t>> p = QuantizeWeight(
       c.scheme, shape, DType::kF32, {reinterpret_cast<const uint8_t*>(w.data()), w.size() * 4});
   EXPECT_TRUE(p.ok()) << p.status();
@@ -122,7 +132,7 @@ TEST(CpuMatMulTest, MatchesReferenceOnOddShapes) {
     const int64_t align = KAlignment(c.scheme);
     for (int64_t k : {align, int64_t{640}, int64_t{1152}}) {
       for (int64_t n : {1, 24, 200}) {
-        const WeightShape shape{n, k, c.group_size};
+        const WeightShape shape{n, k, c.group_size, c.zero_points};
         const std::vector<uint8_t> bytes = RandomPacked(c, shape, rng);
         absl::StatusOr<PackedWeight> w = ViewPacked(c.scheme, shape, bytes);
         ASSERT_TRUE(w.ok()) << w.status();
@@ -142,12 +152,39 @@ TEST(CpuMatMulTest, MatchesReferenceOnOddShapes) {
   }
 }
 
+// Zero points over their whole range [-8, 8] (the quantizer never writes 8, GPTQ's "minus
+// one" storage can), with every code, against the float64 reference.
+TEST(CpuMatMulTest, W4A16ZeroPointsOverTheirWholeRange) {
+  std::mt19937 rng(5);
+  for (int32_t group_size : {0, 128}) {
+    const WeightShape shape{37, 384, group_size, true};
+    std::vector<uint8_t> bytes(PackedBytes(Scheme::kW4A16, shape));
+    const int64_t groups = shape.GroupsPerRow();
+    for (int64_t i = 0; i < shape.n * shape.k / 2; ++i) bytes[i] = static_cast<uint8_t>(rng());
+    std::uniform_real_distribution<float> scale(-0.05f, 0.05f);
+    for (int64_t i = 0; i < shape.n * groups; ++i) {
+      const uint16_t h = FloatToHalf(scale(rng));
+      std::memcpy(&bytes[shape.n * shape.k / 2 + 2 * i], &h, 2);
+      bytes[shape.n * shape.k / 2 + 2 * shape.n * groups + i] =
+          static_cast<uint8_t>(static_cast<int8_t>(static_cast<int>(i % 17) - 8));
+    }
+    absl::StatusOr<PackedWeight> w = ViewPacked(Scheme::kW4A16, shape, bytes);
+    ASSERT_TRUE(w.ok()) << w.status();
+    for (int64_t m : {1, 7}) {
+      const std::vector<float> x = Random(m * shape.k, rng, 1.0f);
+      ExpectCloseFloat(*w, x, m, PoisonedMatMul(*w, x, m, 2),
+                       Name({Scheme::kW4A16, group_size, true}, m, shape.n, shape.k));
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
 // Each output element is computed by one thread in a fixed order, so the split over
 // threads cannot change a single bit.
 TEST(CpuMatMulTest, ThreadCountDoesNotChangeResults) {
   std::mt19937 rng(7);
   for (const Case& c : kCases) {
-    const WeightShape shape{203, 512, c.group_size};
+    const WeightShape shape{203, 512, c.group_size, c.zero_points};
     const std::vector<uint8_t> bytes = RandomPacked(c, shape, rng);
     const PackedWeight w{c.scheme, shape, bytes};
     const int64_t m = 5;
@@ -188,7 +225,7 @@ TEST(CpuMatMulTest, ConcurrentCallsAgree) {
 TEST(CpuMatMulTest, ZeroActivationRow) {
   std::mt19937 rng(3);
   for (const Case& c : kCases) {
-    const WeightShape shape{9, 256, c.group_size};
+    const WeightShape shape{9, 256, c.group_size, c.zero_points};
     const std::vector<uint8_t> bytes = RandomPacked(c, shape, rng);
     const PackedWeight w{c.scheme, shape, bytes};
     std::vector<float> x = Random(3 * shape.k, rng, 1.0f);

@@ -75,13 +75,17 @@ class ChainGpuTest : public ::testing::Test {
     return p;
   }
 
-  // A random weight on both sides.
+  // A random weight on both sides; W4A16 with zero points has each row shifted off zero
+  // by its own amount, so that they spread over their range.
   std::pair<const PackedWeight*, ChainWeight> Weight(Scheme scheme, int64_t n, int64_t k,
-                                                     int32_t group = 0) {
-    const WeightShape shape{.n = n, .k = k, .group_size = group};
-    std::normal_distribution<float> dist(0.0f, 1.0f / std::sqrt(static_cast<float>(k)));
+                                                     int32_t group = 0, bool zero_points = false) {
+    const WeightShape shape{.n = n, .k = k, .group_size = group, .zero_points = zero_points};
+    const float sigma = 1.0f / std::sqrt(static_cast<float>(k));
+    std::normal_distribution<float> dist(0.0f, sigma);
     std::vector<float> w(n * k);
-    for (float& v : w) v = dist(rng_);
+    for (int64_t i = 0; i < n * k; ++i) {
+      w[i] = dist(rng_) + (zero_points ? sigma * static_cast<float>(i / k % 5 - 2) : 0.0f);
+    }
     absl::StatusOr<std::vector<uint8_t>> packed = QuantizeWeight(
         scheme, shape, DType::kF32, {reinterpret_cast<const uint8_t*>(w.data()), w.size() * 4});
     EXPECT_TRUE(packed.ok()) << packed.status();
@@ -106,8 +110,9 @@ class ChainGpuTest : public ::testing::Test {
             static_cast<const float*>(Upload(params_.back().data(), count * 4))};
   }
 
-  TwinLayer Linear(Scheme scheme, int64_t n, int64_t k, bool bias, int32_t group = 0) {
-    auto [host, device] = Weight(scheme, n, k, group);
+  TwinLayer Linear(Scheme scheme, int64_t n, int64_t k, bool bias, int32_t group = 0,
+                   bool zero_points = false) {
+    auto [host, device] = Weight(scheme, n, k, group, zero_points);
     const auto [bh, bd] = bias ? Params(n, 0.0f, 0.3f) : std::pair<const float*, const float*>{};
     TwinLayer t;
     t.cpu = {.kind = LayerKind::kLinear,
@@ -156,11 +161,15 @@ class ChainGpuTest : public ::testing::Test {
     t.gpu.in_features = t.gpu.out_features = f;
     return t;
   }
-  TwinLayer Mlp(Scheme gate_up, Scheme down, int64_t f, int64_t hidden, int64_t out) {
+  // With `zero_points`, each W4A16 weight has them (and the SwiGLU is not fused).
+  TwinLayer Mlp(Scheme gate_up, Scheme down, int64_t f, int64_t hidden, int64_t out,
+                bool zero_points = false) {
     const int32_t group = gate_up == Scheme::kW4A16 ? 128 : 0;
-    auto [gh, gd] = Weight(gate_up, hidden, f, group);
-    auto [uh, ud] = Weight(gate_up, hidden, f, group);
-    auto [dh, dd] = Weight(down, out, hidden, down == Scheme::kW4A16 ? 128 : 0);
+    const bool gate_up_zp = zero_points && gate_up == Scheme::kW4A16;
+    auto [gh, gd] = Weight(gate_up, hidden, f, group, gate_up_zp);
+    auto [uh, ud] = Weight(gate_up, hidden, f, group, gate_up_zp);
+    auto [dh, dd] = Weight(down, out, hidden, down == Scheme::kW4A16 ? 128 : 0,
+                           zero_points && down == Scheme::kW4A16);
     TwinLayer t;
     t.cpu = {.kind = LayerKind::kGatedMlp,
              .weights = {gh, uh, dh},
@@ -300,13 +309,16 @@ TEST_F(ChainGpuTest, LinearOfEveryScheme) {
   struct Case {
     Scheme scheme;
     int32_t group;
+    bool zero_points = false;
   };
   for (const Case& c :
        {Case{Scheme::kFp16, 0}, Case{Scheme::kBf16, 0}, Case{Scheme::kW8A16, 0},
-        Case{Scheme::kW4A16, 0}, Case{Scheme::kW4A16, 128}, Case{Scheme::kW2A8, 0}}) {
+        Case{Scheme::kW4A16, 0}, Case{Scheme::kW4A16, 128}, Case{Scheme::kW4A16, 128, true},
+        Case{Scheme::kW4A16, 0, true}, Case{Scheme::kW2A8, 0}}) {
     for (bool bias : {false, true}) {
-      ExpectChain({Linear(c.scheme, 136, 512, bias, c.group)},
-                  std::string(SchemeName(c.scheme)) + (bias ? " bias" : ""));
+      ExpectChain({Linear(c.scheme, 136, 512, bias, c.group, c.zero_points)},
+                  std::string(SchemeName(c.scheme)) + (c.zero_points ? " zero points" : "") +
+                      (bias ? " bias" : ""));
     }
   }
 }
@@ -337,6 +349,9 @@ TEST_F(ChainGpuTest, FusionsCountOnce) {
   EXPECT_EQ(ExpectChain({Linear(Scheme::kW4A16, 256, 256, false), Residual(0, 256)},
                         "W4A16 linear+residual"),
             1);
+  EXPECT_EQ(ExpectChain({Linear(Scheme::kW4A16, 256, 256, false, 128, true), Residual(0, 256)},
+                        "W4A16 zero points linear+residual"),
+            1);
   // DyT, then SwiGLU (gate, up and silu(gate) * up: one W4A16 launch up to its kernel's
   // m, else two matmuls and an epilogue), then the down matmul closed by its residual:
   // the Llama MLP block in three launches at decode sizes, five beyond. With W8A16
@@ -345,6 +360,12 @@ TEST_F(ChainGpuTest, FusionsCountOnce) {
       DyT(256, true), Mlp(Scheme::kW4A16, Scheme::kW4A16, 256, 512, 256), Residual(0, 256)};
   EXPECT_EQ(ExpectChain(block, "llama block"), 3);
   EXPECT_EQ(ExpectChain(block, "llama block m 17", {17}), 5);
+  // With zero points (AWQ-style weights) the SwiGLU is not fused: five at every m, each
+  // matmul adding its zero points' term.
+  const std::vector<TwinLayer> zp_block = {
+      DyT(256, true), Mlp(Scheme::kW4A16, Scheme::kW4A16, 256, 512, 256, true), Residual(0, 256)};
+  EXPECT_EQ(ExpectChain(zp_block, "llama block, zero points"), 5);
+  EXPECT_EQ(ExpectChain(zp_block, "llama block, zero points m 17", {17}), 5);
   EXPECT_EQ(ExpectChain({DyT(256, true), Mlp(Scheme::kW8A16, Scheme::kW8A16, 256, 512, 256),
                          Residual(0, 256)},
                         "W8A16 block"),

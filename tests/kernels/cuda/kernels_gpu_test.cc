@@ -158,7 +158,8 @@ Weight RandomWeight(Scheme scheme, const WeightShape& shape, std::mt19937_64& rn
 // A canonical W4A16 weight whose codes span all of [-8, 7] and whose fp16 scales take
 // either sign. The upload's quantizer never writes -8 (it clamps to [-7, 7]); GPTQ and
 // compressed-tensors checkpoints do (kernels/int4_checkpoint.h), and it is u = 0 in the
-// kernels' layouts, which the other tests' quantized weights never hold.
+// kernels' layouts, which the other tests' quantized weights never hold. With
+// shape.zero_points, zero points over all of [-8, 8] (the quantizer writes [-8, 7]).
 Weight FullRangeInt4Weight(Scheme scheme, const WeightShape& shape, std::mt19937_64& rng) {
   std::vector<uint8_t> bytes(PackedBytes(scheme, shape));
   const int64_t code_bytes = shape.n * shape.k / 2;
@@ -168,8 +169,35 @@ Weight FullRangeInt4Weight(Scheme scheme, const WeightShape& shape, std::mt19937
   for (int64_t i = 0; i < shape.n * shape.GroupsPerRow(); ++i) {
     const uint16_t s = FloatToHalf((rng() % 2 ? -1.0f : 1.0f) * magnitude(rng));
     std::memcpy(bytes.data() + code_bytes + 2 * i, &s, 2);
+    if (shape.zero_points) {
+      bytes[code_bytes + 2 * shape.n * shape.GroupsPerRow() + i] =
+          static_cast<uint8_t>(static_cast<int8_t>(static_cast<int>(rng() % 17) - 8));
+    }
   }
   return Weight{scheme, shape, std::move(bytes)};
+}
+
+// Each row's 2-norm, from its codes, scales and zero points as the canonical form holds
+// them.
+std::vector<double> RowNorms(const Weight& weight) {
+  const WeightShape& shape = weight.shape;
+  const PackedWeight packed = weight.packed();
+  std::vector<double> row_norms(shape.n);
+  const uint8_t* codes = packed.values();
+  const uint8_t* scales = packed.scales();
+  for (int64_t n = 0; n < shape.n; ++n) {
+    double sq = 0.0;
+    for (int64_t k = 0; k < shape.k; ++k) {
+      const int nibble = (codes[(n * shape.k + k) / 2] >> (4 * (k % 2))) & 15;
+      const int64_t g = n * shape.GroupsPerRow() + k / shape.GroupLength();
+      const int z = packed.zero_points() == nullptr ? 0 : packed.zero_points()[g];
+      const double w = HalfToFloat(static_cast<uint16_t>(scales[2 * g] | scales[2 * g + 1] << 8)) *
+                       ((nibble >= 8 ? nibble - 16 : nibble) - z);
+      sq += w * w;
+    }
+    row_norms[n] = std::sqrt(sq);
+  }
+  return row_norms;
 }
 
 double OutputRoundoff(DType y_dtype) {
@@ -279,8 +307,8 @@ class GpuWeight {
     const WeightShape& shape = weight_.shape;
     SCOPED_TRACE(::testing::Message()
                  << SchemeName(weight_.scheme) << " n=" << shape.n << " k=" << shape.k
-                 << " g=" << shape.group_size << " m=" << m << " x=" << DTypeName(x_dtype)
-                 << " y=" << DTypeName(y_dtype)
+                 << " g=" << shape.group_size << (shape.zero_points ? " zp" : "") << " m=" << m
+                 << " x=" << DTypeName(x_dtype) << " y=" << DTypeName(y_dtype)
                  << " residual=" << (residual ? DTypeName(*residual) : "none"));
     const Rounded x = RoundTo(x_dtype, RandomNormal(rng, m * shape.k, 1.0f));
     std::vector<float> expected(m * shape.n);
@@ -367,6 +395,11 @@ std::vector<WeightShape> TestShapes(Scheme scheme) {
     shapes.push_back({200, 3 * std::max<int64_t>(a, 128), g});
     shapes.push_back({1002, 1024, g});
     shapes.push_back({4096, 4096, g});
+  }
+  // Quantized with zero points (over each group's range).
+  if (scheme == Scheme::kW4A16) {
+    shapes.push_back({1002, 1024, kW4GroupSize, true});
+    shapes.push_back({200, 384, 0, true});
   }
   return shapes;
 }
@@ -657,22 +690,7 @@ TEST_F(W4A16Test, FullCodeRangeMatchesCpu) {
   for (const WeightShape& shape :
        {WeightShape{1000, 2048, kW4GroupSize}, WeightShape{300, 1152, 0}}) {
     const Weight weight = FullRangeInt4Weight(Scheme::kW4A16, shape, rng_);
-    // Each row's 2-norm, from its codes and scales as the canonical form holds them.
-    std::vector<double> row_norms(shape.n);
-    const uint8_t* codes = weight.packed_bytes.data();
-    const uint8_t* scales = codes + shape.n * shape.k / 2;
-    for (int64_t n = 0; n < shape.n; ++n) {
-      double sq = 0.0;
-      for (int64_t k = 0; k < shape.k; ++k) {
-        const int nibble = (codes[(n * shape.k + k) / 2] >> (4 * (k % 2))) & 15;
-        const int64_t g = n * shape.GroupsPerRow() + k / shape.GroupLength();
-        const double w =
-            HalfToFloat(static_cast<uint16_t>(scales[2 * g] | scales[2 * g + 1] << 8)) *
-            (nibble >= 8 ? nibble - 16 : nibble);
-        sq += w * w;
-      }
-      row_norms[n] = std::sqrt(sq);
-    }
+    const std::vector<double> row_norms = RowNorms(weight);
     GpuWeight gpu(*FindKernel(Scheme::kW4A16), weight);
     ASSERT_TRUE(gpu.ok());
     for (const auto& [label, launch] : variants) {
@@ -684,6 +702,49 @@ TEST_F(W4A16Test, FullCodeRangeMatchesCpu) {
         }
       }
     }
+  }
+}
+
+// Zero points (WeightShape::zero_points: their term, w4a16_zero_points.h, enqueued ahead
+// of every kernel as its residual) over all of [-8, 8] with codes over all of [-8, 7],
+// through each kernel the launch picks or is forced to, with and without a residual of
+// the caller's (which the term adds), and on a 4096-class layer at the decode sizes.
+TEST_F(W4A16Test, ZeroPointsMatchCpu) {
+  DeviceInfo device;
+  ASSERT_CUDA(CurrentDeviceInfo(&device));
+  Variants variants = {{"default", &LaunchWithSplits<W4A16Options, &LaunchW4A16, 0>},
+                       {"wgmma 1 group", &LaunchW4A16Wgmma<1, 0>},
+                       {"wgmma 2 groups, 256-token tiles", &LaunchW4A16Wgmma<2, 0, 256>},
+                       {"decode 1 strip", &LaunchW4A16DecodeStrips<1>},
+                       {"decode 2 strips", &LaunchW4A16DecodeStrips<2>}};
+  if (device.clusters())
+    variants.push_back({"splits 2", &LaunchWithSplits<W4A16Options, &LaunchW4A16, 2>});
+  for (const WeightShape& shape :
+       {WeightShape{1000, 2048, kW4GroupSize, true}, WeightShape{300, 1152, 0, true}}) {
+    const Weight weight = FullRangeInt4Weight(Scheme::kW4A16, shape, rng_);
+    const std::vector<double> row_norms = RowNorms(weight);
+    GpuWeight gpu(*FindKernel(Scheme::kW4A16), weight);
+    ASSERT_TRUE(gpu.ok());
+    for (const auto& [label, launch] : variants) {
+      SCOPED_TRACE(label);
+      for (int64_t m : {1, 5, 16, 17, 40, 64, 129, 256}) {
+        for (DType x_dtype : {DType::kF16, DType::kBF16}) {
+          gpu.Check(x_dtype, DType::kF32, m, rng_, launch, std::nullopt, &row_norms);
+          if (HasFatalFailure()) return;
+        }
+      }
+      gpu.Check(DType::kF16, DType::kF16, 3, rng_, launch, DType::kBF16, &row_norms);
+      gpu.Check(DType::kBF16, DType::kBF16, 70, rng_, launch, DType::kF32, &row_norms);
+      if (HasFatalFailure()) return;
+    }
+  }
+  const Weight large = FullRangeInt4Weight(Scheme::kW4A16, {4096, 4096, kW4GroupSize, true}, rng_);
+  const std::vector<double> row_norms = RowNorms(large);
+  GpuWeight gpu(*FindKernel(Scheme::kW4A16), large);
+  ASSERT_TRUE(gpu.ok());
+  for (int64_t m : {1, 4, 16}) {
+    gpu.Check(DType::kF16, DType::kF16, m, rng_, nullptr, std::nullopt, &row_norms);
+    if (HasFatalFailure()) return;
   }
 }
 
@@ -1362,6 +1423,11 @@ TEST_F(W4A16Test, RejectsBadOptions) {
   EXPECT_EQ(LaunchW4A16(args, options), cudaErrorInvalidValue);
   options.wgmma_tokens = 512;
   EXPECT_EQ(LaunchW4A16(args, options), cudaErrorInvalidValue);
+  // Zero points need the workspace (their term's scratch), and have no fused SwiGLU.
+  args.shape.zero_points = true;
+  EXPECT_EQ(LaunchW4A16(args), cudaErrorInvalidValue);
+  args.workspace = dummy;
+  EXPECT_EQ(LaunchW4A16SwiGlu(args, dummy), cudaErrorInvalidValue);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 
