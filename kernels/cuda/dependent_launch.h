@@ -30,6 +30,8 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/device_info.h"
+
 namespace qmm::cuda {
 
 // Process-wide, on by default; qmm-kernel-bench turns it off to time launches both ways.
@@ -39,6 +41,24 @@ bool DependentLaunchEnabled();
 // Appends the attribute to attrs[count] when it is enabled and the device (compute
 // capability major `cc_major`) has it; returns the new count.
 int AppendDependentLaunch(int cc_major, cudaLaunchAttribute* attrs, int count);
+
+// Launches `kernel` on `grid` blocks of `block` threads on `stream`, with the attribute
+// where it is enabled and the current device has it (a kernel that simply waits, then
+// triggers: the small kernels around the matmuls).
+template <typename... Params, typename... Args>
+cudaError_t LaunchDependent(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream,
+                            Args... args) {
+  DeviceInfo device;
+  if (cudaError_t err = CurrentDeviceInfo(&device); err != cudaSuccess) return err;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.stream = stream;
+  cudaLaunchAttribute pdl[1];
+  config.attrs = pdl;
+  config.numAttrs = AppendDependentLaunch(device.cc_major, pdl, 0);
+  return cudaLaunchKernelEx(&config, kernel, args...);
+}
 
 // For a persistent decode grid of `ctas` out of the `slots` CTAs that fit at once: whether
 // to trigger right after the wait (the grid fills the device, so the next kernel can only

@@ -34,16 +34,8 @@ __device__ __forceinline__ void StartDependent() {
 // where the device has it.
 template <typename... Params, typename... Args>
 cudaError_t Launch(void (*kernel)(Params...), int blocks, cudaStream_t stream, Args... args) {
-  DeviceInfo device;
-  if (cudaError_t err = CurrentDeviceInfo(&device); err != cudaSuccess) return err;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(blocks));
-  config.blockDim = dim3(kThreads);
-  config.stream = stream;
-  cudaLaunchAttribute pdl[1];
-  config.attrs = pdl;
-  config.numAttrs = AppendDependentLaunch(device.cc_major, pdl, 0);
-  return cudaLaunchKernelEx(&config, kernel, args...);
+  return LaunchDependent(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), stream,
+                         args...);
 }
 
 __device__ __forceinline__ float Silu(float v) { return v / (1.0f + expf(-v)); }

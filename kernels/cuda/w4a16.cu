@@ -435,13 +435,14 @@ cudaError_t LaunchW4A16(const GemmArgs& args, const W4A16Options& options) {
   }
   GemmArgs run = args;
   if (args.shape.zero_points) {
+    // Their term (w4a16_zero_points.h), with the caller's residual, becomes the residual.
     if (args.workspace == nullptr) return cudaErrorInvalidValue;
     void* scratch =
         static_cast<char*>(args.workspace) + W4A16ZeroPointScratchOffset(args.shape, args.m);
     if (const cudaError_t err = LaunchZeroPointTerm(args, scratch); err != cudaSuccess) {
       return err;
     }
-    run.residual = ZeroPointTermOf(args.shape, args.m, scratch);
+    run.residual = ZeroPointTermOf(scratch);
     run.residual_dtype = DType::kF32;
   }
   return run.x_dtype == DType::kBF16 ? LaunchForM<true>(run, options)

@@ -39,8 +39,9 @@ size_t W4A16ZeroPointScratchOffset(const WeightShape& shape, int64_t m);
 
 // Enqueues y = x * W^T (+ args.residual, kF32, kF16 or kBF16, when set). args.x must be
 // 16-byte aligned (cudaMalloc'd buffers are), x_dtype kF16 or kBF16, y_dtype kF32, kF16 or
-// kBF16, m >= 1. A weight with zero points first enqueues their term
-// (w4a16_zero_points.h), which the kernel adds as its residual. Never synchronizes.
+// kBF16, m >= 1. A weight with zero points needs args.workspace: their term
+// (w4a16_zero_points.h) is computed there first and added as the kernel's residual.
+// Never synchronizes.
 cudaError_t LaunchW4A16(const GemmArgs& args);
 
 // Tuning knobs for tests and benchmarks; a default-constructed value is what

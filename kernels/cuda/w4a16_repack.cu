@@ -146,7 +146,7 @@ std::vector<uint8_t> RepackW4A16(const PackedWeight& packed) {
 size_t W4A16WorkspaceBytes(const WeightShape& shape, int64_t m) {
   const size_t permuted = static_cast<size_t>(PermutedXBytes(m, shape.k));
   if (!shape.zero_points) return permuted;
-  return W4A16ZeroPointScratchOffset(shape, m) + ZeroPointTermBytes(shape, m);
+  return W4A16ZeroPointScratchOffset(shape, m) + ZeroPointScratchBytes(shape, m);
 }
 
 size_t W4A16ZeroPointScratchOffset(const WeightShape& shape, int64_t m) {

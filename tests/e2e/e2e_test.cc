@@ -35,6 +35,16 @@ class EndToEndTest : public ServerFixture {
   std::vector<std::string> ServerFlags() const override {
     return {"--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0", "--backend=auto"};
   }
+
+  // The bytes of `weight` times the activations of the .npy file `x_path`, through
+  // qmmctl matmul --output.
+  std::vector<uint8_t> ResultBytes(const std::string& weight, const std::string& x_path) {
+    const std::string y_path = Path(weight + ".npy");
+    Ok({"matmul", "--weight=" + weight, "--npy=" + x_path, "--output=" + y_path});
+    absl::StatusOr<NdArray> y = ReadNpy(y_path);
+    EXPECT_TRUE(y.ok()) << y.status();
+    return y.ok() ? y->data : std::vector<uint8_t>{};
+  }
 };
 
 constexpr int64_t kN = 192;
@@ -239,13 +249,7 @@ TEST_F(EndToEndTest, Int4CheckpointsComputeAsTheirCanonicalForm) {
   const std::string x_path = Path("x.npy");
   ASSERT_TRUE(
       WriteNpy(x_path, FromFloats(DType::kF16, {3, kK}, RandomActivationValues(3, kK, 6))).ok());
-  const auto result = [&](const std::string& weight) {
-    const std::string y_path = Path(weight + ".npy");
-    Ok({"matmul", "--weight=" + weight, "--npy=" + x_path, "--output=" + y_path});
-    absl::StatusOr<NdArray> y = ReadNpy(y_path);
-    EXPECT_TRUE(y.ok()) << y.status();
-    return y.ok() ? y->data : std::vector<uint8_t>{};
-  };
+  const auto result = [&](const std::string& weight) { return ResultBytes(weight, x_path); };
   const std::vector<uint8_t> gptq_y = result("gptq-canonical");
   ASSERT_EQ(gptq_y.size(), 3u * kN * 2);
   EXPECT_EQ(result("gptq"), gptq_y);
@@ -330,13 +334,7 @@ TEST_F(EndToEndTest, AsymmetricInt4CheckpointsComputeAsTheirCanonicalForm) {
   const std::string x_path = Path("x.npy");
   ASSERT_TRUE(
       WriteNpy(x_path, FromFloats(DType::kF16, {3, kK}, RandomActivationValues(3, kK, 7))).ok());
-  const auto result = [&](const std::string& weight) {
-    const std::string y_path = Path(weight + ".npy");
-    Ok({"matmul", "--weight=" + weight, "--npy=" + x_path, "--output=" + y_path});
-    absl::StatusOr<NdArray> y = ReadNpy(y_path);
-    EXPECT_TRUE(y.ok()) << y.status();
-    return y.ok() ? y->data : std::vector<uint8_t>{};
-  };
+  const auto result = [&](const std::string& weight) { return ResultBytes(weight, x_path); };
   const std::vector<uint8_t> awq_y = result("awq-canonical");
   ASSERT_EQ(awq_y.size(), 3u * kN * 2);
   EXPECT_EQ(result("awq-" + layer), awq_y);

@@ -54,6 +54,20 @@ def _scales(a, what):
     return np.ascontiguousarray(a, "<f4"), qmm_pb2.DTYPE_FP32
 
 
+def _zeros_and_scales(qzeros, scales, n, qweight_shape):
+    """GPTQ's and AWQ's qzeros (int32 [G, N/8]) and scales ([G, N]) checked against N:
+    (qzeros, scales, the scales' wire dtype)."""
+    scales, scale_dtype = _scales(scales, "scales")
+    if scales.shape[1] != n:
+        raise ValueError(f"scales is {scales.shape}, expected [G, {n}] for qweight "
+                         f"{qweight_shape}")
+    qzeros = _int32_matrix(qzeros, "qzeros")
+    if qzeros.shape != (scales.shape[0], n // 8) or n % 8:
+        raise ValueError(f"qzeros is {qzeros.shape}, expected {(scales.shape[0], n // 8)} "
+                         f"(N = {n} must be a multiple of 8)")
+    return qzeros, scales, scale_dtype
+
+
 def _group_index(a, what, k):
     a = np.asarray(a)
     if a.shape != (k,) or a.dtype.kind not in "iu":
@@ -161,15 +175,8 @@ class Client:
                              f"{sorted(encodings)}")
         qweight = _int32_matrix(qweight, "qweight")
         k, n = 8 * qweight.shape[0], qweight.shape[1]
-        scales, scale_dtype = _scales(scales, "scales")
+        qzeros, scales, scale_dtype = _zeros_and_scales(qzeros, scales, n, qweight.shape)
         groups = scales.shape[0]
-        if scales.shape[1] != n:
-            raise ValueError(f"scales is {scales.shape}, expected [G, {n}] for qweight "
-                             f"{qweight.shape}")
-        qzeros = _int32_matrix(qzeros, "qzeros")
-        if qzeros.shape != (groups, n // 8) or n % 8:
-            raise ValueError(f"qzeros is {qzeros.shape}, expected {(groups, n // 8)} "
-                             f"(N = {n} must be a multiple of 8)")
         tensors = [qweight, qzeros, scales]
         if g_idx is not None:
             tensors.append(_group_index(g_idx, "g_idx", k))
@@ -185,14 +192,8 @@ class Client:
         Returns the WeightInfo."""
         qweight = _int32_matrix(qweight, "qweight")
         k, n = qweight.shape[0], 8 * qweight.shape[1]
-        scales, scale_dtype = _scales(scales, "scales")
+        qzeros, scales, scale_dtype = _zeros_and_scales(qzeros, scales, n, qweight.shape)
         groups = scales.shape[0]
-        if scales.shape[1] != n:
-            raise ValueError(f"scales is {scales.shape}, expected [G, {n}] for qweight "
-                             f"{qweight.shape}")
-        qzeros = _int32_matrix(qzeros, "qzeros")
-        if qzeros.shape != (groups, n // 8):
-            raise ValueError(f"qzeros is {qzeros.shape}, expected {(groups, n // 8)}")
         return self._upload(name, (n, k), "w4a16", qmm_pb2.SOURCE_ENCODING_AWQ,
                             b"".join(t.tobytes() for t in (qweight, qzeros, scales)),
                             _group_size(k, groups), scale_dtype, timeout, True)

@@ -526,6 +526,24 @@ void CheckVariants(Scheme scheme, const std::vector<WeightShape>& shapes,
   }
 }
 
+// Each launch variant against the CPU on `weight`, with Check's per-row tolerance (its
+// `row_norms`), at the token counts that pick each W4A16 kernel, for fp16 and bf16
+// activations.
+void CheckVariantsPerRow(const Weight& weight, const Variants& variants, std::mt19937_64& rng) {
+  const std::vector<double> row_norms = RowNorms(weight);
+  GpuWeight gpu(*FindKernel(weight.scheme), weight);
+  ASSERT_TRUE(gpu.ok());
+  for (const auto& [label, launch] : variants) {
+    SCOPED_TRACE(label);
+    for (int64_t m : {1, 5, 16, 17, 40, 64, 129, 256}) {
+      for (DType x_dtype : {DType::kF16, DType::kBF16}) {
+        gpu.Check(x_dtype, DType::kF32, m, rng, launch, std::nullopt, &row_norms);
+        if (::testing::Test::HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
 class W8A16Test : public SeededStreamTest {};
 class W4A16Test : public SeededStreamTest {};
 class W2A8Test : public SeededStreamTest {};
@@ -689,23 +707,12 @@ TEST_F(W4A16Test, FullCodeRangeMatchesCpu) {
                              {"decode 2 strips", &LaunchW4A16DecodeStrips<2>}};
   for (const WeightShape& shape :
        {WeightShape{1000, 2048, kW4GroupSize}, WeightShape{300, 1152, 0}}) {
-    const Weight weight = FullRangeInt4Weight(Scheme::kW4A16, shape, rng_);
-    const std::vector<double> row_norms = RowNorms(weight);
-    GpuWeight gpu(*FindKernel(Scheme::kW4A16), weight);
-    ASSERT_TRUE(gpu.ok());
-    for (const auto& [label, launch] : variants) {
-      SCOPED_TRACE(label);
-      for (int64_t m : {1, 5, 16, 17, 40, 64, 129, 256}) {
-        for (DType x_dtype : {DType::kF16, DType::kBF16}) {
-          gpu.Check(x_dtype, DType::kF32, m, rng_, launch, std::nullopt, &row_norms);
-          if (HasFatalFailure()) return;
-        }
-      }
-    }
+    CheckVariantsPerRow(FullRangeInt4Weight(Scheme::kW4A16, shape, rng_), variants, rng_);
+    if (HasFatalFailure()) return;
   }
 }
 
-// Zero points (WeightShape::zero_points: their term, w4a16_zero_points.h, enqueued ahead
+// Zero points (WeightShape::zero_points: their term, w4a16_zero_points.h, computed ahead
 // of every kernel as its residual) over all of [-8, 8] with codes over all of [-8, 7],
 // through each kernel the launch picks or is forced to, with and without a residual of
 // the caller's (which the term adds), and on a 4096-class layer at the decode sizes.
@@ -722,17 +729,13 @@ TEST_F(W4A16Test, ZeroPointsMatchCpu) {
   for (const WeightShape& shape :
        {WeightShape{1000, 2048, kW4GroupSize, true}, WeightShape{300, 1152, 0, true}}) {
     const Weight weight = FullRangeInt4Weight(Scheme::kW4A16, shape, rng_);
+    CheckVariantsPerRow(weight, variants, rng_);
+    if (HasFatalFailure()) return;
     const std::vector<double> row_norms = RowNorms(weight);
     GpuWeight gpu(*FindKernel(Scheme::kW4A16), weight);
     ASSERT_TRUE(gpu.ok());
     for (const auto& [label, launch] : variants) {
       SCOPED_TRACE(label);
-      for (int64_t m : {1, 5, 16, 17, 40, 64, 129, 256}) {
-        for (DType x_dtype : {DType::kF16, DType::kBF16}) {
-          gpu.Check(x_dtype, DType::kF32, m, rng_, launch, std::nullopt, &row_norms);
-          if (HasFatalFailure()) return;
-        }
-      }
       gpu.Check(DType::kF16, DType::kF16, 3, rng_, launch, DType::kBF16, &row_norms);
       gpu.Check(DType::kBF16, DType::kBF16, 70, rng_, launch, DType::kF32, &row_norms);
       if (HasFatalFailure()) return;
