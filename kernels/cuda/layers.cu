@@ -5,7 +5,6 @@
 
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/dependent_launch.h"
-#include "kernels/cuda/device_info.h"
 #include "kernels/cuda/dtype_device.cuh"
 #include "kernels/cuda/dyt_value.cuh"
 #include "kernels/cuda/layers.h"

@@ -24,6 +24,7 @@
 namespace qmm::e2e {
 namespace {
 
+using ::testing::ContainsRegex;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
@@ -167,6 +168,9 @@ TEST_F(EndToEndTest, EverySchemeAndUploadPathMatchesTheReference) {
 
   const std::string ls = Ok({"ls"});
   for (const Case& c : cases) EXPECT_THAT(ls, HasSubstr(c.name + " ")) << ls;
+  // The ZP column: a weight with zero points, and one without.
+  EXPECT_THAT(ls, ContainsRegex("w4a16-zp +w4a16 +192 +256 +128 +yes ")) << ls;
+  EXPECT_THAT(ls, ContainsRegex("w4a16-g128 +w4a16 +192 +256 +128 +- ")) << ls;
   EXPECT_THAT(Ok({"info"}), HasSubstr(absl::StrCat("weights:            ", cases.size())));
 
   for (const Case& c : cases) {
