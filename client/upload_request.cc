@@ -13,6 +13,31 @@ bool IsInt4Checkpoint(UploadSpec::Encoding e) {
 }
 
 namespace client_internal {
+namespace {
+
+v1::SourceEncoding EncodingToProto(UploadSpec::Encoding e) {
+  switch (e) {
+    case UploadSpec::Encoding::kFloat:
+      return v1::SOURCE_ENCODING_FLOAT;
+    case UploadSpec::Encoding::kPacked:
+      return v1::SOURCE_ENCODING_PACKED;
+    case UploadSpec::Encoding::kBitnetHf:
+      return v1::SOURCE_ENCODING_BITNET_HF;
+    case UploadSpec::Encoding::kBitnetLiger:
+      return v1::SOURCE_ENCODING_BITNET_LIGER;
+    case UploadSpec::Encoding::kGptq:
+      return v1::SOURCE_ENCODING_GPTQ;
+    case UploadSpec::Encoding::kGptqV2:
+      return v1::SOURCE_ENCODING_GPTQ_V2;
+    case UploadSpec::Encoding::kPackQuantized:
+      return v1::SOURCE_ENCODING_PACK_QUANTIZED;
+    case UploadSpec::Encoding::kAwq:
+      return v1::SOURCE_ENCODING_AWQ;
+  }
+  return v1::SOURCE_ENCODING_UNSPECIFIED;
+}
+
+}  // namespace
 
 v1::WeightHeader BuildUploadHeader(const UploadSpec& spec, std::span<const uint8_t> payload) {
   v1::WeightHeader header;
@@ -22,37 +47,10 @@ v1::WeightHeader BuildUploadHeader(const UploadSpec& spec, std::span<const uint8
   header.set_scheme(SchemeToProto(spec.scheme));
   header.set_group_size(spec.shape.group_size);
   header.set_zero_points(spec.shape.zero_points);
-  switch (spec.encoding) {
-    case UploadSpec::Encoding::kFloat:
-      header.set_encoding(v1::SOURCE_ENCODING_FLOAT);
-      header.set_source_dtype(DTypeToProto(spec.source_dtype));
-      break;
-    case UploadSpec::Encoding::kPacked:
-      header.set_encoding(v1::SOURCE_ENCODING_PACKED);
-      break;
-    case UploadSpec::Encoding::kBitnetHf:
-    case UploadSpec::Encoding::kBitnetLiger:
-      header.set_encoding(spec.encoding == UploadSpec::Encoding::kBitnetHf
-                              ? v1::SOURCE_ENCODING_BITNET_HF
-                              : v1::SOURCE_ENCODING_BITNET_LIGER);
-      header.set_source_dtype(DTypeToProto(spec.source_dtype));
-      break;
-    case UploadSpec::Encoding::kGptq:
-      header.set_encoding(v1::SOURCE_ENCODING_GPTQ);
-      header.set_source_dtype(DTypeToProto(spec.source_dtype));
-      break;
-    case UploadSpec::Encoding::kGptqV2:
-      header.set_encoding(v1::SOURCE_ENCODING_GPTQ_V2);
-      header.set_source_dtype(DTypeToProto(spec.source_dtype));
-      break;
-    case UploadSpec::Encoding::kPackQuantized:
-      header.set_encoding(v1::SOURCE_ENCODING_PACK_QUANTIZED);
-      header.set_source_dtype(DTypeToProto(spec.source_dtype));
-      break;
-    case UploadSpec::Encoding::kAwq:
-      header.set_encoding(v1::SOURCE_ENCODING_AWQ);
-      header.set_source_dtype(DTypeToProto(spec.source_dtype));
-      break;
+  header.set_encoding(EncodingToProto(spec.encoding));
+  // Every encoding but the packed form names a dtype: the values' or the scales'.
+  if (spec.encoding != UploadSpec::Encoding::kPacked) {
+    header.set_source_dtype(DTypeToProto(spec.source_dtype));
   }
   header.set_total_bytes(static_cast<int64_t>(payload.size()));
   const std::array<uint8_t, 32> digest = Sha256Digest(payload);
