@@ -1,5 +1,6 @@
 #include "client/int4_checkpoint.h"
 
+#include <cstring>
 #include <initializer_list>
 #include <string>
 #include <vector>
@@ -135,6 +136,12 @@ absl::StatusOr<Int4CheckpointPayload> ReadInt4Checkpoint(const SafetensorsFile& 
     absl::StatusOr<NdArray> g_idx = ReadTensor(file, g_idx_name, 1, {ElementType::kI32});
     if (!g_idx.ok()) return g_idx.status();
     if (g_idx->shape[0] != out.shape.k) return ShapeMismatch(g_idx_name, *g_idx, {out.shape.k});
+    // Groups that are not consecutive k are an activation order (desc_act, actorder).
+    for (int64_t i = 0; i < out.shape.k && groups > 1; ++i) {
+      int32_t group;
+      std::memcpy(&group, g_idx->data.data() + 4 * i, 4);
+      out.shape.act_order |= group != i / kW4GroupSize;
+    }
     out.bytes.insert(out.bytes.end(), g_idx->data.begin(), g_idx->data.end());
   }
   return out;

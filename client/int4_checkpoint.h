@@ -24,6 +24,8 @@ struct Int4CheckpointPayload {
   // n, k, group_size (128, or 0 for one group a row), and zero_points: set for AWQ, which
   // always has them. A GPTQ layer's say nothing of it (a "gptq_v2" layer read as "gptq"
   // would look asymmetric): the quantize_config's sym decides, which the caller knows.
+  // act_order: set where the group index is there and is not k / 128 (desc_act, actorder
+  // "group"), so that such layers upload as they are.
   WeightShape shape;
   DType scale_dtype = DType::kF16;
   std::vector<uint8_t> bytes;

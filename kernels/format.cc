@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/dtype.h"
@@ -41,6 +42,24 @@ absl::Status CheckZeroPoints(const PackedWeight& w) {
                        static_cast<int>(zero_points[i]), ", must be in [", kW4MinZeroPoint, ", ",
                        kW4MaxZeroPoint, "]"));
     }
+  }
+  return absl::OkStatus();
+}
+
+// An act_order permutation must name each input feature exactly once.
+absl::Status CheckPermutation(const PackedWeight& w) {
+  std::vector<int64_t> first(w.shape.k, -1);  // the stored column naming each feature
+  for (int64_t j = 0; j < w.shape.k; ++j) {
+    const int32_t input = w.Input(j);
+    const auto error = [&](absl::string_view why) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("packed W4A16 weight: act_order permutation[", j, "] = ", input, " ", why));
+    };
+    if (input < 0 || input >= w.shape.k) {
+      return error(absl::StrCat("is outside [0, ", w.shape.k, ")"));
+    }
+    if (first[input] >= 0) return error(absl::StrCat("repeats permutation[", first[input], "]"));
+    first[input] = j;
   }
   return absl::OkStatus();
 }
@@ -135,6 +154,11 @@ absl::Status ValidateShape(Scheme s, const WeightShape& shape) {
     return absl::InvalidArgumentError(
         absl::StrCat("zero_points is only for W4A16, must be false for ", name));
   }
+  if (shape.act_order && (s != Scheme::kW4A16 || shape.group_size != kW4GroupSize)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "act_order is only for W4A16 with group_size ", kW4GroupSize, ", must be false for ", name,
+        s == Scheme::kW4A16 ? " with one group per row" : ""));
+  }
   const int64_t align = KAlignment(s);
   if (shape.k % align != 0) {
     return absl::InvalidArgumentError(
@@ -153,7 +177,8 @@ int64_t PackedBytes(Scheme s, const WeightShape& shape) {
     case Scheme::kW8A16:
       return n * k + 4 * n;
     case Scheme::kW4A16:
-      return n * k / 2 + (shape.zero_points ? 3 : 2) * n * shape.GroupsPerRow();
+      return n * k / 2 + (shape.zero_points ? 3 : 2) * n * shape.GroupsPerRow() +
+             (shape.act_order ? 4 * k : 0);
     case Scheme::kW2A8:
       return n * k / 4 + 4 * n;
   }
@@ -163,6 +188,17 @@ int64_t PackedBytes(Scheme s, const WeightShape& shape) {
 const int8_t* PackedWeight::zero_points() const {
   if (scheme != Scheme::kW4A16 || !shape.zero_points) return nullptr;
   return reinterpret_cast<const int8_t*>(scales() + 2 * shape.n * shape.GroupsPerRow());
+}
+
+const uint8_t* PackedWeight::permutation() const {
+  if (scheme != Scheme::kW4A16 || !shape.act_order) return nullptr;
+  return scales() + (shape.zero_points ? 3 : 2) * shape.n * shape.GroupsPerRow();
+}
+
+int32_t PackedWeight::Input(int64_t j) const {
+  int32_t input;
+  std::memcpy(&input, permutation() + 4 * j, 4);
+  return input;  // little-endian host (as everywhere in qmm)
 }
 
 int64_t PackedWeight::values_bytes() const {
@@ -189,7 +225,8 @@ absl::StatusOr<PackedWeight> ViewPacked(Scheme s, const WeightShape& shape,
     return absl::InvalidArgumentError(absl::StrCat(
         "packed ", std::string(SchemeName(s)), " weight with n = ", shape.n, ", k = ", shape.k,
         ", group_size = ", shape.group_size, (shape.zero_points ? " with zero points" : ""),
-        " must be ", expected, " bytes, got ", bytes.size()));
+        (shape.act_order ? " in act_order" : ""), " must be ", expected, " bytes, got ",
+        bytes.size()));
   }
   PackedWeight w{s, shape, bytes};
   if (s == Scheme::kW2A8) {
@@ -208,6 +245,9 @@ absl::StatusOr<PackedWeight> ViewPacked(Scheme s, const WeightShape& shape,
   }
   if (w.zero_points() != nullptr) {
     if (absl::Status status = CheckZeroPoints(w); !status.ok()) return status;
+  }
+  if (w.permutation() != nullptr) {
+    if (absl::Status status = CheckPermutation(w); !status.ok()) return status;
   }
   return w;
 }

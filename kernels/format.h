@@ -39,6 +39,11 @@ struct WeightShape {
   // W4A16 only: each group also has a zero point z, w = (q - z) * s (the asymmetric
   // quantization of AWQ and of GPTQ with sym=False); false elsewhere.
   bool zero_points = false;
+  // W4A16 with group_size 128 only: the weight's columns are stored in an order of their
+  // own, with the permutation after the rest (GPTQ's activation order, desc_act, whose
+  // groups are scattered over k): stored column j multiplies input feature perm[j], so
+  // that each group is 128 consecutive stored columns. False elsewhere.
+  bool act_order = false;
 
   // Elements of K covered by one scale (K itself for per-row scales).
   int64_t GroupLength() const { return group_size == 0 ? k : group_size; }
@@ -68,10 +73,15 @@ struct PackedWeight {
   // W4A16 with shape.zero_points: the zero points, int8 [N, K/G] after the scales;
   // nullptr otherwise.
   const int8_t* zero_points() const;
+  // W4A16 with shape.act_order: perm, int32 [K] little-endian after the zero points (or
+  // the scales), unaligned; nullptr otherwise. Input(j) reads perm[j].
+  const uint8_t* permutation() const;
+  int32_t Input(int64_t j) const;
 };
 
 // Checks that `bytes` is a well-formed packed weight (size, finite scales, W4A16 zero points
-// in [kW4MinZeroPoint, kW4MaxZeroPoint], and for W2A8 no code 3).
+// in [kW4MinZeroPoint, kW4MaxZeroPoint], an act_order permutation that is one of 0..K-1, and
+// for W2A8 no code 3).
 absl::StatusOr<PackedWeight> ViewPacked(Scheme s, const WeightShape& shape,
                                         std::span<const uint8_t> bytes);
 

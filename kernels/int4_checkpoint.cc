@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
@@ -86,6 +87,53 @@ absl::StatusOr<uint16_t> ScaleToHalf(Int4Checkpoint format, DType dtype, const u
   return half;
 }
 
+// The stored order of an act_order weight: its columns sorted by group, each group's in
+// their order in k, so that group g is stored columns 128g..128g+127. Every group must hold
+// 128 columns (GPTQ's activation order gives each group 128 consecutive columns of its
+// sorted order).
+absl::StatusOr<std::vector<int32_t>> GroupOrder(Int4Checkpoint format, const uint8_t* g_idx,
+                                                int64_t k) {
+  const int64_t groups = k / kW4GroupSize;
+  std::vector<int64_t> next(groups, 0);  // members seen so far, then where the next one goes
+  std::vector<int32_t> group_of(k);
+  for (int64_t i = 0; i < k; ++i) {
+    std::memcpy(&group_of[i], g_idx + 4 * i, 4);
+    if (group_of[i] < 0 || group_of[i] >= groups) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          GroupIndexName(format), "[", i, "] = ", group_of[i], " is outside [0, ", groups, ")"));
+    }
+    ++next[group_of[i]];
+  }
+  for (int64_t g = 0; g < groups; ++g) {
+    if (next[g] != kW4GroupSize) {
+      return absl::InvalidArgumentError(absl::StrCat(GroupIndexName(format), " puts ", next[g],
+                                                     " columns in group ", g, ", must put ",
+                                                     kW4GroupSize, " in each"));
+    }
+    next[g] = g * kW4GroupSize;
+  }
+  std::vector<int32_t> perm(k);
+  for (int64_t i = 0; i < k; ++i) perm[next[group_of[i]]++] = static_cast<int32_t>(i);
+  return perm;
+}
+
+// Reorders the canonical rows' nibbles into the stored order (stored column j is k =
+// perm[j]) and writes the permutation where the canonical act_order form ends with it.
+void StoreInGroupOrder(const std::vector<int32_t>& perm, int64_t n_rows,
+                       std::vector<uint8_t>& packed) {
+  const int64_t k = static_cast<int64_t>(perm.size());
+  std::vector<uint8_t> row(k / 2);
+  for (int64_t n = 0; n < n_rows; ++n) {
+    uint8_t* dst = packed.data() + n * k / 2;
+    std::memcpy(row.data(), dst, k / 2);
+    const auto nibble = [&](int32_t c) { return (row[c / 2] >> (c % 2 == 0 ? 0 : 4)) & 15; };
+    for (int64_t j = 0; j < k; j += 2) {
+      dst[j / 2] = static_cast<uint8_t>(nibble(perm[j]) | (nibble(perm[j + 1]) << 4));
+    }
+  }
+  std::memcpy(packed.data() + packed.size() - 4 * k, perm.data(), 4 * k);
+}
+
 }  // namespace
 
 absl::Status CheckInt4CheckpointShape(Int4Checkpoint format, const WeightShape& shape) {
@@ -94,6 +142,10 @@ absl::Status CheckInt4CheckpointShape(Int4Checkpoint format, const WeightShape& 
     return absl::InvalidArgumentError(
         absl::StrCat("n = ", shape.n, " is not a multiple of 8, which ",
                      IsAwq(format) ? "AWQ" : "GPTQ", "'s qzeros need (8 columns an int32)"));
+  }
+  if (IsAwq(format) && shape.act_order) {
+    return absl::InvalidArgumentError(
+        "act_order: an AWQ checkpoint has no g_idx, its groups are consecutive k");
   }
   if (!IsGptq(format) && shape.zero_points) {
     return absl::InvalidArgumentError(
@@ -121,6 +173,11 @@ absl::StatusOr<std::vector<uint8_t>> Int4CheckpointToPacked(Int4Checkpoint forma
   if (absl::Status status = CheckInt4CheckpointShape(format, shape); !status.ok()) return status;
   const Int4CheckpointBytes sizes = Int4CheckpointSizes(format, shape, scale_dtype);
   const int64_t size = static_cast<int64_t>(payload.size());
+  if (shape.act_order && size == sizes.Total(false)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("act_order: the payload (", size, " bytes) has no ", GroupIndexName(format),
+                     " (", sizes.g_idx, " bytes more), which gives the order"));
+  }
   if (size != sizes.Total(false) && size != sizes.Total(true)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "an int4 checkpoint payload for n = ", shape.n, ", k = ", shape.k, ", group_size ",
@@ -165,7 +222,12 @@ absl::StatusOr<std::vector<uint8_t>> Int4CheckpointToPacked(Int4Checkpoint forma
       }
     }
   }
-  if (!IsAwq(format) && size == sizes.Total(true)) {
+  std::vector<int32_t> perm;
+  if (shape.act_order) {
+    absl::StatusOr<std::vector<int32_t>> order = GroupOrder(format, g_idx, k);
+    if (!order.ok()) return order.status();
+    perm = *std::move(order);
+  } else if (!IsAwq(format) && size == sizes.Total(true)) {
     for (int64_t i = 0; i < k; ++i) {
       int32_t group;
       std::memcpy(&group, g_idx + 4 * i, 4);
@@ -173,8 +235,8 @@ absl::StatusOr<std::vector<uint8_t>> Int4CheckpointToPacked(Int4Checkpoint forma
       if (group != expected) {
         return absl::InvalidArgumentError(absl::StrCat(
             GroupIndexName(format), "[", i, "] = ", group, ", expected ", expected,
-            ": W4A16 groups are consecutive k, so a checkpoint quantized with activation order "
-            "(desc_act, actorder) cannot be taken"));
+            ": groups are consecutive k unless the weight is uploaded with act_order set (a "
+            "checkpoint quantized with activation order: desc_act, actorder)"));
       }
     }
   }
@@ -203,6 +265,8 @@ absl::StatusOr<std::vector<uint8_t>> Int4CheckpointToPacked(Int4Checkpoint forma
       std::memcpy(packed.data() + 4 * i, &word, 4);
     }
   }
+
+  if (shape.act_order) StoreInGroupOrder(perm, n_rows, packed);
 
   // Scales: GPTQ's are [G, N], compressed-tensors' [N, G]; the canonical form is [N, G].
   uint8_t* dst_scales = packed.data() + n_rows * row_bytes;

@@ -21,7 +21,9 @@
 //     [G, N]; zero points stored as they are.
 // G is K / 128 (group size 128) or 1 (one group per row). With WeightShape::zero_points
 // the zero points become the canonical ones (the unsigned zero point minus 8); without,
-// each must be 8 (a symmetric quantization).
+// each must be 8 (a symmetric quantization). With WeightShape::act_order (GPTQ's
+// desc_act, compressed-tensors' actorder "group") the group index gives the order: the
+// canonical form stores the columns sorted by group, with that permutation.
 #ifndef QMM_KERNELS_INT4_CHECKPOINT_H_
 #define QMM_KERNELS_INT4_CHECKPOINT_H_
 
@@ -54,7 +56,7 @@ struct Int4CheckpointBytes {
 
 // INVALID_ARGUMENT unless `shape` is a valid W4A16 shape that `format` can hold (GPTQ's
 // and AWQ's qzeros pack N in eights, so N must be a multiple of 8; pack-quantized takes
-// no zero points).
+// no zero points; AWQ has no group index, so no act_order).
 absl::Status CheckInt4CheckpointShape(Int4Checkpoint format, const WeightShape& shape);
 
 // Sizes for a shape that CheckInt4CheckpointShape accepted.
@@ -63,13 +65,13 @@ Int4CheckpointBytes Int4CheckpointSizes(Int4Checkpoint format, const WeightShape
 
 // `payload` holds the format's tensors in the order of Int4CheckpointBytes, row-major and
 // little-endian, with or without the group index (its length says which). Returns the
-// canonical W4A16 packed form (with zero points if shape.zero_points). Scales of another
-// dtype are rounded to the nearest fp16. INVALID_ARGUMENT, naming the tensor and the
-// element, when the payload has another length, a zero point is not 8 while
-// shape.zero_points is false, the group index is not
-// k / 128 (0 for one group per row: groups must be consecutive k, so activation-order
-// checkpoints whose groups are scattered cannot be taken), or a scale is not finite,
-// overflows fp16 or underflows to zero from a nonzero value.
+// canonical W4A16 packed form (with zero points if shape.zero_points, in group order if
+// shape.act_order). Scales of another dtype are rounded to the nearest fp16.
+// INVALID_ARGUMENT, naming the tensor and the element, when the payload has another
+// length, a zero point is not 8 while shape.zero_points is false, the group index is not
+// k / 128 (0 for one group per row) while shape.act_order is false, or is missing, outside
+// [0, G) or puts other than 128 columns in a group while it is true, or a scale is not
+// finite, overflows fp16 or underflows to zero from a nonzero value.
 absl::StatusOr<std::vector<uint8_t>> Int4CheckpointToPacked(Int4Checkpoint format,
                                                             const WeightShape& shape,
                                                             DType scale_dtype,

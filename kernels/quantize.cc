@@ -141,6 +141,12 @@ void PackW2(const float* row, int64_t k, uint8_t* codes, uint8_t* scale_out) {
 absl::StatusOr<std::vector<uint8_t>> QuantizeWeight(Scheme scheme, const WeightShape& shape,
                                                     DType src_dtype, std::span<const uint8_t> src) {
   if (absl::Status status = ValidateShape(scheme, shape); !status.ok()) return status;
+  if (shape.act_order) {
+    // The order comes from GPTQ's Hessian, which a float weight does not carry.
+    return absl::InvalidArgumentError(
+        "act_order: a float weight is quantized in its own column order; act_order is for "
+        "packed and GPTQ or pack-quantized uploads");
+  }
   const int64_t n_rows = shape.n;
   const int64_t k = shape.k;
   const int64_t src_row_bytes = k * static_cast<int64_t>(DTypeSize(src_dtype));
@@ -221,7 +227,9 @@ std::vector<float> DequantizeWeight(const PackedWeight& w) {
           // Shift the nibble to the top of an int8 and back to sign-extend it.
           const int q = static_cast<int8_t>(c % 2 == 0 ? byte << 4 : byte & 0xf0) >> 4;
           const int z = w.zero_points() == nullptr ? 0 : w.zero_points()[n * groups + c / g];
-          out[n * k + c] = static_cast<float>(q - z) * HalfToFloat(s_half);
+          // An act_order weight's stored column c is input feature perm[c].
+          const int64_t input = w.permutation() == nullptr ? c : w.Input(c);
+          out[n * k + input] = static_cast<float>(q - z) * HalfToFloat(s_half);
         }
       }
       break;

@@ -21,13 +21,15 @@ namespace qmm {
 // nearest (half away from zero) for W8A16/W4A16 (W4A16 computes q with the fp16-rounded
 // scale; with shape.zero_points, over each group's range rather than its largest |w|),
 // absmean for W2A8, round-to-nearest-even conversion for FP16/BF16.
-// INVALID_ARGUMENT when the shape is invalid, `src` is not N*K*DTypeSize(src_dtype) bytes,
-// or a value is NaN or infinite (the message names its row and column).
+// INVALID_ARGUMENT when the shape is invalid or act_order, `src` is not
+// N*K*DTypeSize(src_dtype) bytes, or a value is NaN or infinite (the message names its row
+// and column).
 absl::StatusOr<std::vector<uint8_t>> QuantizeWeight(Scheme scheme, const WeightShape& shape,
                                                     DType src_dtype, std::span<const uint8_t> src);
 
 // The float values [N, K] row-major that a packed weight stands for (w = q * s, or
-// (q - z) * s with zero points).
+// (q - z) * s with zero points), in the inputs' order (an act_order weight's stored column j
+// lands at column perm[j]).
 std::vector<float> DequantizeWeight(const PackedWeight& w);
 
 }  // namespace qmm

@@ -52,7 +52,10 @@ std::vector<double> DenseProduct(const PackedWeight& w, const float* x, int64_t 
   std::vector<double> y(m * n_rows, 0.0);
   std::vector<double> row(k);
   for (int64_t n = 0; n < n_rows; ++n) {
-    for (int64_t c = 0; c < k; ++c) row[c] = WeightAt(w, n, c);
+    // An act_order weight's stored column j multiplies input feature perm[j].
+    for (int64_t c = 0; c < k; ++c) {
+      row[w.permutation() == nullptr ? c : w.Input(c)] = WeightAt(w, n, c);
+    }
     for (int64_t i = 0; i < m; ++i) {
       double sum = 0.0;
       for (int64_t c = 0; c < k; ++c) sum += static_cast<double>(x[i * k + c]) * row[c];

@@ -129,7 +129,8 @@ class Backend {
   virtual int64_t memory_free_bytes() const = 0;
 
   // Shapes this backend's kernels take beyond ValidateShape(); INVALID_ARGUMENT naming
-  // the field and the constraint otherwise.
+  // the field and the constraint otherwise, or UNIMPLEMENTED for what this backend has no
+  // kernel for.
   virtual absl::Status CheckShape(Scheme scheme, const WeightShape& shape) const = 0;
 
   // Converts a validated packed weight into the backend's layout. RESOURCE_EXHAUSTED

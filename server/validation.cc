@@ -98,8 +98,8 @@ absl::StatusOr<int64_t> CheckBitnetPayload(const v1::WeightHeader& header, Uploa
 }
 
 // The GPTQ, AWQ and pack-quantized encodings carry the codes, the zero points (GPTQ, AWQ), the
-// scales and optionally the group index; total_bytes says whether the index is there.
-// Fills spec->int4_checkpoint.
+// scales and optionally the group index; total_bytes says whether the index is there (an
+// act_order weight needs it). Fills spec->int4_checkpoint.
 absl::StatusOr<int64_t> CheckInt4CheckpointPayload(const v1::WeightHeader& header,
                                                    UploadSpec& spec) {
   const std::string encoding = v1::SourceEncoding_Name(header.encoding());
@@ -112,6 +112,14 @@ absl::StatusOr<int64_t> CheckInt4CheckpointPayload(const v1::WeightHeader& heade
   }
   spec.int4_checkpoint = UploadSpec::Int4{format, scale_dtype};
   const Int4CheckpointBytes sizes = Int4CheckpointSizes(format, spec.desc.shape, scale_dtype);
+  if (header.act_order()) {
+    if (header.total_bytes() == sizes.Total(true)) return header.total_bytes();
+    return absl::InvalidArgumentError(
+        absl::StrCat("header.total_bytes = ", header.total_bytes(), " but a ", encoding,
+                     " payload in act_order for n = ", header.n(), ", k = ", header.k(), " with ",
+                     std::string(DTypeName(scale_dtype)), " scales is ", sizes.Total(true),
+                     " bytes (the group index included: it gives the order)"));
+  }
   for (bool with_g_idx : {false, true}) {
     if (header.total_bytes() == sizes.Total(with_g_idx)) return header.total_bytes();
   }
@@ -154,7 +162,8 @@ absl::StatusOr<UploadSpec> CheckWeightHeader(const v1::WeightHeader& header, con
         "SCHEME_W2A8)"));
   }
   spec.desc.scheme = *scheme;
-  spec.desc.shape = {header.n(), header.k(), header.group_size(), header.zero_points()};
+  spec.desc.shape = {header.n(), header.k(), header.group_size(), header.zero_points(),
+                     header.act_order()};
   if (absl::Status s = ValidateShape(*scheme, spec.desc.shape); !s.ok()) {
     return WithPrefix("header: ", s);
   }
@@ -166,6 +175,12 @@ absl::StatusOr<UploadSpec> CheckWeightHeader(const v1::WeightHeader& header, con
   int64_t expected_bytes = 0;
   switch (header.encoding()) {
     case v1::SOURCE_ENCODING_FLOAT: {
+      if (header.act_order()) {
+        // The order comes from GPTQ's Hessian, which float values do not carry.
+        return absl::InvalidArgumentError(
+            "header.act_order must be false for SOURCE_ENCODING_FLOAT (float values are "
+            "quantized in their own column order)");
+      }
       absl::StatusOr<DType> dtype = CheckDType(header.source_dtype(), "header.source_dtype");
       if (!dtype.ok()) return dtype.status();
       spec.source_dtype = *dtype;

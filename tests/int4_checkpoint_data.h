@@ -1,13 +1,16 @@
 // Test data for the int4 checkpoint encodings (kernels/int4_checkpoint.h): a random int4
-// weight, symmetric or with zero points, and its GPTQ, AWQ and compressed-tensors tensors
+// weight, symmetric or with zero points, in activation order or not, and its GPTQ, AWQ and
+// compressed-tensors tensors
 // and canonical W4A16 bytes, each written here from the formats' descriptions
 // (proto/qmm/v1/qmm.proto), not from the converter, so that the tests compare two
 // independent readings.
 #ifndef QMM_TESTS_INT4_CHECKPOINT_DATA_H_
 #define QMM_TESTS_INT4_CHECKPOINT_DATA_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -21,9 +24,21 @@ struct Int4Weight {
   std::vector<int> q;    // [N, K] in [-8, 7]
   std::vector<float> s;  // [N, G], values the checkpoint's scale dtype holds exactly
   std::vector<int> z;    // [N, G] canonical zero points in [-8, 8] (shape.zero_points), or empty
+  std::vector<int32_t> group_of;  // [K] each input feature's group (shape.act_order), or empty
 
   int64_t Groups() const { return shape.group_size == 0 ? 1 : shape.k / shape.group_size; }
   int Zero(int64_t n, int64_t g) const { return z.empty() ? 0 : z[n * Groups() + g]; }
+  int64_t Group(int64_t c) const {
+    return !group_of.empty() ? group_of[c] : shape.group_size == 0 ? 0 : c / shape.group_size;
+  }
+  // The canonical form's column order: features sorted by group, in k order within one.
+  std::vector<int32_t> StoredOrder() const {
+    std::vector<int32_t> order(shape.k);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int32_t a, int32_t b) { return Group(a) < Group(b); });
+    return order;
+  }
 };
 
 // Random q covering both ends of the range, and scales of either sign in [1e-3, 0.1)
@@ -31,7 +46,7 @@ struct Int4Weight {
 inline Int4Weight RandomInt4Weight(int64_t n, int64_t k, int32_t group_size, DType scale_dtype,
                                    uint32_t seed) {
   std::mt19937 rng(seed);
-  Int4Weight w{{n, k, group_size}, std::vector<int>(n * k), {}, {}};
+  Int4Weight w{{n, k, group_size}, std::vector<int>(n * k), {}, {}, {}};
   for (int& v : w.q) v = static_cast<int>(rng() % 16) - 8;
   w.q[0] = -8;
   w.q[n * k - 1] = 7;
@@ -57,6 +72,20 @@ inline Int4Weight WithZeroPoints(Int4Weight w, int lo, int hi, uint32_t seed) {
   return w;
 }
 
+// `w` (group size 128) in activation order: its features dealt into the groups at random,
+// 128 each, as GPTQ's desc_act leaves them.
+inline Int4Weight WithActOrder(Int4Weight w, uint32_t seed) {
+  std::vector<int32_t> features(w.shape.k);
+  std::iota(features.begin(), features.end(), 0);
+  std::shuffle(features.begin(), features.end(), std::mt19937(seed));
+  w.shape.act_order = true;
+  w.group_of.resize(w.shape.k);
+  for (int64_t i = 0; i < w.shape.k; ++i) {
+    w.group_of[features[i]] = static_cast<int32_t>(i / w.shape.group_size);
+  }
+  return w;
+}
+
 inline void AppendWord(std::vector<uint8_t>* out, uint32_t word) {
   for (int b = 0; b < 4; ++b) out->push_back(static_cast<uint8_t>(word >> (8 * b)));
 }
@@ -78,7 +107,7 @@ struct Int4CheckpointTensors {
   std::vector<uint8_t> codes;   // qweight int32 [K/8, N] or weight_packed int32 [N, K/8]
   std::vector<uint8_t> zeros;   // qzeros int32 [G, N/8]
   std::vector<uint8_t> scales;  // [G, N] (GPTQ) or [N, G]
-  std::vector<uint8_t> g_idx;   // int32 [K], k / group size
+  std::vector<uint8_t> g_idx;   // int32 [K], each feature's group
 
   // The upload payload: the tensors in that order, with or without the group index.
   std::vector<uint8_t> Payload(bool with_g_idx) const {
@@ -101,9 +130,7 @@ inline uint32_t PackedWord(const Int4Weight& w, int64_t n, int64_t i) {
 
 inline std::vector<uint8_t> GroupIndex(const Int4Weight& w) {
   std::vector<uint8_t> out;
-  for (int64_t i = 0; i < w.shape.k; ++i) {
-    AppendWord(&out, w.Groups() == 1 ? 0 : static_cast<uint32_t>(i / w.shape.group_size));
-  }
+  for (int64_t i = 0; i < w.shape.k; ++i) AppendWord(&out, static_cast<uint32_t>(w.Group(i)));
   return out;
 }
 
@@ -174,15 +201,23 @@ inline Int4CheckpointTensors PackQuantizedTensors(const Int4Weight& w, DType sca
 }
 
 // The canonical W4A16 form of the weight (its scales rounded to fp16): two's complement
-// nibbles, even k low, then the scales [N, G], then any zero points [N, G] as int8.
+// nibbles, even stored column low, then the scales [N, G], then any zero points [N, G] as
+// int8, then in activation order the stored order as int32.
 inline std::vector<uint8_t> CanonicalInt4(const Int4Weight& w) {
   const int64_t n = w.shape.n, k = w.shape.k;
+  const std::vector<int32_t> order = w.StoredOrder();
   std::vector<uint8_t> out(n * k / 2, 0);
-  for (int64_t i = 0; i < n * k; ++i) {
-    out[i / 2] |= static_cast<uint8_t>((w.q[i] & 15) << (4 * (i % 2)));
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t i = r * k + j;
+      out[i / 2] |= static_cast<uint8_t>((w.q[r * k + order[j]] & 15) << (4 * (i % 2)));
+    }
   }
   for (float s : w.s) AppendScale(&out, DType::kF16, s);
   for (int z : w.z) out.push_back(static_cast<uint8_t>(static_cast<int8_t>(z)));
+  if (w.shape.act_order) {
+    for (int32_t feature : order) AppendWord(&out, static_cast<uint32_t>(feature));
+  }
   return out;
 }
 

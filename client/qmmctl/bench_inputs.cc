@@ -86,7 +86,7 @@ absl::StatusOr<BenchInputs> WeightInputs(const BenchOptions& o, const v1::Weight
   }
   if (!o.verify_seed) return inputs;
 
-  const WeightShape shape{w.n(), w.k(), w.group_size(), w.zero_points()};
+  const WeightShape shape{w.n(), w.k(), w.group_size(), w.zero_points(), w.act_order()};
   absl::StatusOr<std::vector<uint8_t>> packed = PackRandomWeight(scheme, shape, *o.verify_seed);
   if (!packed.ok()) return packed.status();
   absl::StatusOr<PackedWeight> view = ViewPacked(scheme, shape, *packed);

@@ -33,6 +33,9 @@ struct UploadOptions {
   // W4A16: a zero point per group (WeightShape::zero_points); an int4 checkpoint's tensors
   // set it where they hold an asymmetric quantization.
   bool zero_points = false;
+  // W4A16 with group_size 128: the columns are in activation order (WeightShape::act_order)
+  // for a --packed file; a checkpoint's group index says it itself.
+  bool act_order = false;
   Source source = Source::kRandom;
   int64_t n = 0;  // required for kRandom and kPacked; checked against files
   int64_t k = 0;

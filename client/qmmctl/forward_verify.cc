@@ -23,8 +23,8 @@ absl::StatusOr<std::map<std::string, RandomWeight, std::less<>>> RandomWeightsOf
     if (!w.ok()) return w.status();
     const std::optional<Scheme> scheme = SchemeFromProto(w->scheme());
     if (!scheme) return absl::InvalidArgumentError("a weight's scheme is unknown to qmmctl");
-    out[name] =
-        RandomWeight{*scheme, {w->n(), w->k(), w->group_size(), w->zero_points()}, seed->second};
+    out[name] = RandomWeight{
+        *scheme, {w->n(), w->k(), w->group_size(), w->zero_points(), w->act_order()}, seed->second};
   }
   return out;
 }

@@ -48,6 +48,11 @@ ABSL_FLAG(bool, zero_points, false,
           "sym=False quantize); --random, --npy and float --safetensors values are then "
           "quantized over each group's range, and a --packed file holds them after the "
           "scales. A checkpoint's tensors say it themselves");
+ABSL_FLAG(bool, act_order, false,
+          "upload, W4A16 with --group_size=128, --packed: the weight's columns are in "
+          "activation order (GPTQ's desc_act): a canonical file ends with the order, a "
+          "checkpoint payload with its group index. A --safetensors checkpoint layer's "
+          "g_idx says it itself");
 ABSL_FLAG(bool, random, false,
           "upload: a random [--n, --k] weight (--seed); matmul: random [--m, K] activations");
 ABSL_FLAG(int64_t, n, 0, "out_features (rows of the weight)");
@@ -126,7 +131,8 @@ constexpr char kUsage[] =
     "  stats [NAME]  each weight's and model's requests, launches and mean times in the\n"
     "           server since it was stored (ModelStatistics)\n"
     "  rm NAME  delete a weight (or --name)\n"
-    "  upload   --name=N --scheme=S [--group_size=128|0] [--zero_points] and one source:\n"
+    "  upload   --name=N --scheme=S [--group_size=128|0] [--zero_points] [--act_order]\n"
+    "           and one source:\n"
     "             --random --n --k [--seed] | --npy FILE | --safetensors FILE --tensor T |\n"
     "             --packed FILE --n --k [--encoding=packed|bitnet_hf|bitnet_liger|gptq|\n"
     "             gptq_v2|awq|pack_quantized [--scale_dtype]] | --safetensors FILE\n"
@@ -177,6 +183,7 @@ absl::StatusOr<UploadOptions> UploadFlags() {
   o.scheme = **scheme;
   o.group_size = NonDefault(absl::GetFlag(FLAGS_group_size), -1);
   o.zero_points = absl::GetFlag(FLAGS_zero_points);
+  o.act_order = absl::GetFlag(FLAGS_act_order);
   o.n = absl::GetFlag(FLAGS_n);
   o.k = absl::GetFlag(FLAGS_k);
   o.seed = absl::GetFlag(FLAGS_seed);

@@ -133,7 +133,8 @@ absl::StatusOr<bool> Verify(Client& client, const MatMulOptions& o, const v1::We
   // The reference sees the activations as the server did, after rounding to the wire dtype.
   const std::vector<float> x_sent = ToFloats(x);
   absl::StatusOr<std::vector<double>> reference = ReferenceForRandomWeight(
-      *scheme, {w.n(), w.k(), w.group_size(), w.zero_points()}, *o.verify_seed, x_sent, x.shape[0]);
+      *scheme, {w.n(), w.k(), w.group_size(), w.zero_points(), w.act_order()}, *o.verify_seed,
+      x_sent, x.shape[0]);
   if (!reference.ok()) return reference.status();
   double tolerance = o.tolerance;
   std::string backend = "given";

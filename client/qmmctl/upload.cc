@@ -31,6 +31,7 @@ struct Payload {
   std::vector<uint8_t> bytes;
   std::optional<int32_t> group_size;  // what a checkpoint's tensors say
   bool zero_points = false;           // likewise
+  bool act_order = false;             // likewise (a group index that is not k / 128)
 };
 
 Int4Checkpoint CheckpointFormat(UploadSpec::Encoding e) {
@@ -54,7 +55,8 @@ Payload FromCheckpoint(const UploadOptions& o, Int4CheckpointPayload layer) {
                  layer.shape.k,
                  std::move(layer.bytes),
                  layer.shape.group_size,
-                 layer.shape.zero_points};
+                 layer.shape.zero_points,
+                 layer.shape.act_order};
 }
 
 std::vector<uint8_t> FloatBytes(const std::vector<float>& values) {
@@ -189,7 +191,7 @@ absl::Status Send(Client& client, const UploadOptions& o, const std::string& nam
   spec.shape = {payload.n, payload.k,
                 o.group_size.value_or(
                     payload.group_size.value_or(o.scheme == Scheme::kW4A16 ? kW4GroupSize : 0)),
-                o.zero_points || payload.zero_points};
+                o.zero_points || payload.zero_points, o.act_order || payload.act_order};
   spec.encoding = payload.encoding;
   spec.source_dtype = payload.dtype;
   std::vector<uint8_t> bytes = std::move(payload.bytes);
@@ -211,13 +213,13 @@ absl::Status Send(Client& client, const UploadOptions& o, const std::string& nam
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
   const double mib = static_cast<double>(bytes.size()) / (1 << 20);
   std::printf(
-      "uploaded %s: scheme=%s n=%lld k=%lld group_size=%d%s packed_bytes=%lld "
+      "uploaded %s: scheme=%s n=%lld k=%lld group_size=%d%s%s packed_bytes=%lld "
       "device_bytes=%lld (%.1f MiB %s payload in %.2f s, %.0f MiB/s)\n",
       info->name().c_str(), ProtoSchemeName(info->scheme()).c_str(),
       static_cast<long long>(info->n()), static_cast<long long>(info->k()), info->group_size(),
-      info->zero_points() ? " zero_points" : "", static_cast<long long>(info->packed_bytes()),
-      static_cast<long long>(info->device_bytes()), mib, PayloadLabel(spec).c_str(), seconds,
-      seconds > 0 ? mib / seconds : 0.0);
+      info->zero_points() ? " zero_points" : "", info->act_order() ? " act_order" : "",
+      static_cast<long long>(info->packed_bytes()), static_cast<long long>(info->device_bytes()),
+      mib, PayloadLabel(spec).c_str(), seconds, seconds > 0 ? mib / seconds : 0.0);
   return absl::OkStatus();
 }
 

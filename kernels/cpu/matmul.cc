@@ -218,15 +218,28 @@ void W2A8Tiles(const PackedWeight& w, const int16_t* xq, const float* x_scale, i
   }
 }
 
+// An act_order weight's stored column j multiplies x[perm[j]]: x in the stored order, so
+// that the tiles run as for any W4A16 weight (K floats a row, against N*K products).
+std::vector<float> GatherInputs(const PackedWeight& w, const float* x, int64_t m) {
+  const int64_t k = w.shape.k;
+  std::vector<float> gathered(m * k);
+  for (int64_t j = 0; j < k; ++j) {
+    const int32_t input = w.Input(j);
+    for (int64_t i = 0; i < m; ++i) gathered[i * k + j] = x[i * k + input];
+  }
+  return gathered;
+}
+
 }  // namespace
 
 void CpuMatMul(const PackedWeight& w, const float* x, int64_t m, float* y, int num_threads) {
   const int64_t k = w.shape.k;
   const int64_t tiles = (w.shape.n + kTile - 1) / kTile;
   const int64_t min_chunk = std::max<int64_t>(1, kMinChunkWork / (kTile * k * (m + 1)));
-  auto run_float = [&](const auto& rows) {
+  auto run_float = [&](const auto& rows, const float* inputs = nullptr) {
+    if (inputs == nullptr) inputs = x;
     ParallelFor(tiles, min_chunk, num_threads,
-                [&](int64_t begin, int64_t end) { FloatTiles(rows, x, m, y, begin, end); });
+                [&](int64_t begin, int64_t end) { FloatTiles(rows, inputs, m, y, begin, end); });
   };
   switch (w.scheme) {
     case Scheme::kFp16:
@@ -239,7 +252,11 @@ void CpuMatMul(const PackedWeight& w, const float* x, int64_t m, float* y, int n
       run_float(W8Rows{w});
       return;
     case Scheme::kW4A16:
-      run_float(W4Rows{w});
+      if (w.permutation() != nullptr) {
+        run_float(W4Rows{w}, GatherInputs(w, x, m).data());
+      } else {
+        run_float(W4Rows{w});
+      }
       return;
     case Scheme::kW2A8: {
       std::vector<int8_t> xq(m * k);

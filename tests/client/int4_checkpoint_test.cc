@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <utility>
@@ -70,6 +71,7 @@ TEST_F(Int4CheckpointReaderTest, GptqLayerByItsNameOrATensorsName) {
       EXPECT_EQ(p->shape.group_size, 128);
       EXPECT_EQ(p->scale_dtype, DType::kF16);
       EXPECT_FALSE(p->shape.zero_points);  // every zero point 8 (stored 7)
+      EXPECT_FALSE(p->shape.act_order);    // g_idx, where there, is k / 128
       EXPECT_EQ(p->bytes, layer.t.Payload(with_g_idx));
     }
   }
@@ -100,6 +102,26 @@ TEST_F(Int4CheckpointReaderTest, AwqLayerHasZeroPointsAndGptqLeavesThemToTheCall
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_FALSE(p->shape.zero_points);
   EXPECT_EQ(p->bytes, asymmetric.t.Payload(true));
+}
+
+// A group index that scatters the groups (desc_act) makes the layer one in activation
+// order; one feature out of place is enough.
+TEST_F(Int4CheckpointReaderTest, ScatteredGroupIndexIsActivationOrder) {
+  GptqLayer layer;
+  layer.w = testing::WithActOrder(layer.w, 11);
+  layer.t = testing::GptqTensors(layer.w, DType::kF16, 7);
+  absl::StatusOr<Int4CheckpointPayload> p =
+      ReadInt4Checkpoint(Write(layer.Files(true)), "l", Int4Checkpoint::kGptq);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_TRUE(p->shape.act_order);
+  EXPECT_EQ(p->bytes, layer.t.Payload(true));
+
+  GptqLayer swapped;
+  std::swap_ranges(swapped.t.g_idx.begin(), swapped.t.g_idx.begin() + 4,
+                   swapped.t.g_idx.end() - 4);  // k 0 to group 1, k 255 to group 0
+  p = ReadInt4Checkpoint(Write(swapped.Files(true)), "l", Int4Checkpoint::kGptq);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_TRUE(p->shape.act_order);
 }
 
 TEST_F(Int4CheckpointReaderTest, PackQuantizedPerRowWithBf16Scales) {

@@ -352,6 +352,55 @@ TEST_F(EndToEndTest, AsymmetricInt4CheckpointsComputeAsTheirCanonicalForm) {
       << r.output;
 }
 
+// Layers quantized with activation order (GPTQ's desc_act): from a .safetensors checkpoint
+// (its g_idx says so), as a GPTQ payload with --act_order, and in the canonical form with its
+// order; all three compute alike.
+TEST_F(EndToEndTest, ActOrderCheckpointsComputeAsTheirCanonicalForm) {
+  const testing::Int4Weight w =
+      testing::WithActOrder(testing::RandomInt4Weight(kN, kK, 128, DType::kF16, 47), 48);
+  const testing::Int4CheckpointTensors gptq = testing::GptqTensors(w, DType::kF16, 7);
+  const auto tensor = [](ElementType type, std::vector<int64_t> shape, std::vector<uint8_t> data) {
+    return NdArray{type, std::move(shape), std::move(data)};
+  };
+  const std::string layer = "model.layers.0.mlp.down_proj";
+  const std::string checkpoint = Path("gptq-act.safetensors");
+  ASSERT_TRUE(WriteSafetensors(
+                  checkpoint,
+                  {{layer + ".qweight", tensor(ElementType::kI32, {kK / 8, kN}, gptq.codes)},
+                   {layer + ".qzeros", tensor(ElementType::kI32, {kK / 128, kN / 8}, gptq.zeros)},
+                   {layer + ".scales", tensor(ElementType::kF16, {kK / 128, kN}, gptq.scales)},
+                   {layer + ".g_idx", tensor(ElementType::kI32, {kK}, gptq.g_idx)}})
+                  .ok());
+  const std::string payload = Path("gptq-act.bin"), canonical = Path("gptq-act-canonical.bin");
+  ASSERT_TRUE(WriteFile(payload, gptq.Payload(/*with_g_idx=*/true)).ok());
+  ASSERT_TRUE(WriteFile(canonical, testing::CanonicalInt4(w)).ok());
+  const std::string n = absl::StrCat("--n=", kN), k = absl::StrCat("--k=", kK);
+
+  // packed_bytes: codes, fp16 scales and the order (K int32).
+  EXPECT_THAT(Ok({"upload", "--name=act-", "--scheme=w4a16", "--safetensors=" + checkpoint,
+                  "--encoding=gptq"}),
+              HasSubstr("group_size=128 act_order packed_bytes=26368"));
+  Ok({"upload", "--name=act-gptq", "--scheme=w4a16", "--packed=" + payload, n, k, "--encoding=gptq",
+      "--act_order"});
+  Ok({"upload", "--name=act-canonical", "--scheme=w4a16", "--packed=" + canonical, n, k,
+      "--act_order"});
+  EXPECT_THAT(Ok({"ls"}), ContainsRegex("act-canonical +w4a16 +192 +256 +128 +- +yes "));
+
+  const std::string x_path = Path("x-act.npy");
+  ASSERT_TRUE(
+      WriteNpy(x_path, FromFloats(DType::kF16, {3, kK}, RandomActivationValues(3, kK, 9))).ok());
+  const std::vector<uint8_t> y = ResultBytes("act-canonical", x_path);
+  ASSERT_EQ(y.size(), 3u * kN * 2);
+  EXPECT_EQ(ResultBytes("act-" + layer, x_path), y);
+  EXPECT_EQ(ResultBytes("act-gptq", x_path), y);
+
+  // The payload without --act_order: its g_idx is not k / 128.
+  const RunResult r = Qmmctl({"upload", "--name=act-refused", "--scheme=w4a16",
+                              "--packed=" + payload, n, k, "--encoding=gptq"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.output, HasSubstr("unless the weight is uploaded with act_order set")) << r.output;
+}
+
 TEST_F(EndToEndTest, VerificationFailsOnTheWrongWeight) {
   Ok({"upload", "--name=w", "--scheme=w8a16", "--random", "--n=64", "--k=128", "--seed=1"});
   const RunResult r = Qmmctl({"matmul", "--weight=w", "--random", "--verify_seed=2"});

@@ -248,13 +248,14 @@ int64_t ExpectedPayload(const v1::WeightHeader& h) {
     return values / 4;
   }
   const std::optional<Scheme> scheme = SchemeFromProto(h.scheme());
-  const WeightShape shape{h.n(), h.k(), h.group_size(), h.zero_points()};
+  const WeightShape shape{h.n(), h.k(), h.group_size(), h.zero_points(), h.act_order()};
   if (const std::optional<Int4Checkpoint> format = Int4CheckpointFromProto(h.encoding())) {
     if (!CheckInt4CheckpointShape(*format, shape).ok()) return -1;
     const DType scales = h.source_dtype() == v1::DTYPE_UNSPECIFIED
                              ? DType::kF16
                              : DTypeFromProto(h.source_dtype()).value_or(DType::kF16);
-    return Int4CheckpointSizes(*format, shape, scales).Total(/*with_g_idx=*/false);
+    // An act_order payload needs its group index.
+    return Int4CheckpointSizes(*format, shape, scales).Total(/*with_g_idx=*/h.act_order());
   }
   if (h.encoding() == v1::SOURCE_ENCODING_PACKED && scheme && ValidateShape(*scheme, shape).ok()) {
     return PackedBytes(*scheme, shape);  // the packed form's codes and scales, as they come
@@ -273,6 +274,7 @@ void Upload(FuzzedDataProvider& in) {
   header.set_group_size(in.ConsumeBool() ? in.ConsumeIntegral<int32_t>() : 128);
   header.set_encoding(PickEnum<v1::SourceEncoding>(in, 8));
   header.set_zero_points(in.ConsumeIntegralInRange<int>(0, 3) == 3);
+  header.set_act_order(in.ConsumeIntegralInRange<int>(0, 3) == 3);
   header.set_source_dtype(PickEnum<v1::DType>(in, 3));
   const std::string payload = PickData(in, ExpectedPayload(header));
   header.set_total_bytes(in.ConsumeIntegralInRange<int>(0, 7) != 7

@@ -90,6 +90,9 @@ TEST(FormatTest, PackedSizes) {
   EXPECT_EQ(PackedBytes(Scheme::kW4A16, {3, 256, 0}), 3 * 128 + 3 * 2);
   EXPECT_EQ(PackedBytes(Scheme::kW4A16, {3, 256, 128, true}), 3 * 128 + 3 * 2 * 2 + 3 * 2);
   EXPECT_EQ(PackedBytes(Scheme::kW4A16, {3, 256, 0, true}), 3 * 128 + 3 * 2 + 3);
+  EXPECT_EQ(PackedBytes(Scheme::kW4A16, {3, 256, 128, false, true}), 3 * 128 + 3 * 2 * 2 + 4 * 256);
+  EXPECT_EQ(PackedBytes(Scheme::kW4A16, {3, 256, 128, true, true}),
+            3 * 128 + 3 * 2 * 2 + 3 * 2 + 4 * 256);
   EXPECT_EQ(PackedBytes(Scheme::kW2A8, {3, 256, 0}), 3 * 64 + 3 * 4);
   // The largest legal shape does not overflow.
   EXPECT_EQ(PackedBytes(Scheme::kFp16, {kMaxDim, kMaxElements / kMaxDim, 0}), 2 * kMaxElements);
@@ -102,6 +105,17 @@ TEST(FormatTest, PackedSizes) {
   std::vector<uint8_t> zp_bytes(PackedBytes(Scheme::kW4A16, {3, 256, 128, true}));
   const PackedWeight zp{Scheme::kW4A16, {3, 256, 128, true}, zp_bytes};
   EXPECT_EQ(reinterpret_cast<const uint8_t*>(zp.zero_points()), zp_bytes.data() + 3 * 128 + 12);
+  EXPECT_EQ(w.permutation(), nullptr);
+  EXPECT_EQ(zp.permutation(), nullptr);
+  for (bool zero_points : {false, true}) {
+    const WeightShape shape{3, 256, 128, zero_points, true};
+    std::vector<uint8_t> act_bytes(PackedBytes(Scheme::kW4A16, shape));
+    const PackedWeight act{Scheme::kW4A16, shape, act_bytes};
+    EXPECT_EQ(act.permutation(), act_bytes.data() + act_bytes.size() - 4 * 256);
+    const int32_t feature = 0x01020304;
+    std::memcpy(act_bytes.data() + act_bytes.size() - 4, &feature, 4);
+    EXPECT_EQ(act.Input(255), feature);
+  }
   EXPECT_EQ(PackedWeight({Scheme::kFp16, {2, 8, 0}, bytes}).values_bytes(), 32);
   EXPECT_EQ(PackedWeight({Scheme::kW8A16, {2, 64, 0}, bytes}).values_bytes(), 128);
   EXPECT_EQ(PackedWeight({Scheme::kW2A8, {2, 128, 0}, bytes}).values_bytes(), 64);
@@ -161,6 +175,44 @@ TEST(FormatTest, ViewPackedChecksZeroPoints) {
   }
   ExpectInvalid(ViewPacked(Scheme::kW4A16, shape, std::span(bytes).first(zero_points)).status(),
                 "with zero points must be " + std::to_string(bytes.size()) + " bytes");
+}
+
+TEST(FormatTest, ActOrderIsW4A16WithGroupsOnly) {
+  for (Scheme s : {Scheme::kFp16, Scheme::kBf16, Scheme::kW8A16, Scheme::kW2A8}) {
+    ExpectInvalid(
+        ValidateShape(s, {4, 256, 0, false, true}),
+        absl::StrCat("act_order is only for W4A16 with group_size 128, must be false for ",
+                     std::string(SchemeName(s))));
+  }
+  ExpectInvalid(ValidateShape(Scheme::kW4A16, {4, 256, 0, false, true}),
+                "act_order is only for W4A16 with group_size 128, must be false for W4A16 with "
+                "one group per row");
+  EXPECT_TRUE(ValidateShape(Scheme::kW4A16, {4, 256, 128, false, true}).ok());
+  EXPECT_TRUE(ValidateShape(Scheme::kW4A16, {4, 256, 128, true, true}).ok());
+}
+
+TEST(FormatTest, ViewPackedChecksThePermutation) {
+  const WeightShape shape{3, 256, 128, true, true};
+  std::vector<uint8_t> bytes(PackedBytes(Scheme::kW4A16, shape), 0);
+  const size_t perm = bytes.size() - 4 * 256;
+  // A reversed order is as good as any.
+  const auto set = [&](int64_t j, int32_t input) { std::memcpy(&bytes[perm + 4 * j], &input, 4); };
+  for (int32_t j = 0; j < 256; ++j) set(j, 255 - j);
+  absl::StatusOr<PackedWeight> view = ViewPacked(Scheme::kW4A16, shape, bytes);
+  ASSERT_TRUE(view.ok()) << view.status();
+  EXPECT_EQ(view->Input(0), 255);
+  EXPECT_EQ(view->Input(200), 55);
+  for (const auto& [input, message] :
+       {std::pair{int32_t{256}, "act_order permutation[7] = 256 is outside [0, 256)"},
+        {int32_t{-1}, "act_order permutation[7] = -1 is outside [0, 256)"},
+        {int32_t{255}, "act_order permutation[7] = 255 repeats permutation[0]"}}) {
+    set(7, input);
+    ExpectInvalid(ViewPacked(Scheme::kW4A16, shape, bytes).status(), message);
+  }
+  set(7, 248);
+  EXPECT_TRUE(ViewPacked(Scheme::kW4A16, shape, bytes).ok());
+  ExpectInvalid(ViewPacked(Scheme::kW4A16, shape, std::span(bytes).first(perm)).status(),
+                "with zero points in act_order must be " + std::to_string(bytes.size()) + " bytes");
 }
 
 TEST(FormatTest, ViewPackedRejectsTernaryCodeThree) {

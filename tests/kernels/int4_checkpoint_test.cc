@@ -3,10 +3,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "kernels/reference.h"
 #include "tests/int4_checkpoint_data.h"
 
@@ -21,6 +23,7 @@ using testing::GptqTensors;
 using testing::Int4Weight;
 using testing::PackQuantizedTensors;
 using testing::RandomInt4Weight;
+using testing::WithActOrder;
 using testing::WithZeroPoints;
 
 std::vector<uint8_t> GptqPayload(const Int4Weight& w, DType dtype, uint32_t stored_zero,
@@ -47,9 +50,9 @@ std::vector<uint8_t> Payload(Int4Checkpoint format, const Int4Weight& w, DType d
   return {};
 }
 
-// Every nibble, scale and zero point of the canonical form against q, s and z, then the
-// weight's products against a float64 sum of s * (q - z) * x, so the meaning is checked,
-// not only bytes.
+// Every nibble, scale, zero point and stored column of the canonical form against q, s, z
+// and the groups, then the weight's products against a float64 sum of s * (q - z) * x over
+// the input features, so the meaning is checked, not only bytes.
 void ExpectCanonical(const std::vector<uint8_t>& packed, const Int4Weight& w) {
   const int64_t n = w.shape.n, k = w.shape.k, groups = w.Groups();
   ASSERT_EQ(packed, CanonicalInt4(w));
@@ -63,8 +66,8 @@ void ExpectCanonical(const std::vector<uint8_t>& packed, const Int4Weight& w) {
   for (int64_t r = 0; r < n; ++r) {
     double expected = 0;
     for (int64_t c = 0; c < k; ++c) {
-      const double s = HalfToFloat(FloatToHalf(w.s[r * groups + c / (k / groups)]));
-      expected += s * (w.q[r * k + c] - w.Zero(r, c / (k / groups))) * x[c];
+      const double s = HalfToFloat(FloatToHalf(w.s[r * groups + w.Group(c)]));
+      expected += s * (w.q[r * k + c] - w.Zero(r, w.Group(c))) * x[c];
     }
     EXPECT_NEAR(y[r], expected, 1e-9 * (1 + std::abs(expected))) << "row " << r;
   }
@@ -76,6 +79,7 @@ struct Case {
   DType dtype;
   bool with_g_idx;
   bool zero_points = false;
+  bool act_order = false;
 };
 
 // The canonical zero points each format can store: "gptq" stores z + 7 in 4 bits.
@@ -95,6 +99,7 @@ TEST_P(Int4CheckpointTest, ConvertsEveryValueAndScale) {
       const auto [lo, hi] = ZeroRange(p.format);
       w = WithZeroPoints(w, lo, hi, static_cast<uint32_t>(n * k));
     }
+    if (p.act_order) w = WithActOrder(w, static_cast<uint32_t>(n - k));
     const std::vector<uint8_t> payload = Payload(p.format, w, p.dtype, p.with_g_idx);
     const Int4CheckpointBytes sizes = Int4CheckpointSizes(p.format, w.shape, p.dtype);
     ASSERT_EQ(static_cast<int64_t>(payload.size()), sizes.Total(p.with_g_idx));
@@ -120,7 +125,11 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{Int4Checkpoint::kGptqV2, 128, DType::kF16, false, true},
                       Case{Int4Checkpoint::kAwq, 128, DType::kF16, false, true},
                       Case{Int4Checkpoint::kAwq, 0, DType::kF32, false, true},
-                      Case{Int4Checkpoint::kAwq, 128, DType::kBF16, false, false}));
+                      Case{Int4Checkpoint::kAwq, 128, DType::kBF16, false, false},
+                      Case{Int4Checkpoint::kGptq, 128, DType::kF16, true, false, true},
+                      Case{Int4Checkpoint::kGptq, 128, DType::kBF16, true, true, true},
+                      Case{Int4Checkpoint::kGptqV2, 128, DType::kF32, true, true, true},
+                      Case{Int4Checkpoint::kPackQuantized, 128, DType::kF16, true, false, true}));
 
 // One conversion, expected to fail with `message`.
 void ExpectRejected(Int4Checkpoint format, const WeightShape& shape, DType dtype,
@@ -196,12 +205,47 @@ TEST(Int4CheckpointErrors, ActivationOrderGroupIndex) {
   // weight_g_idx[5] = 1 (k 5 in the second group): a scattered, act-order grouping.
   payload[payload.size() - 4 * 256 + 4 * 5] = 1;
   ExpectRejected(Int4Checkpoint::kPackQuantized, w.shape, DType::kF16, payload,
-                 "weight_g_idx[5] = 1, expected 0");
+                 "weight_g_idx[5] = 1, expected 0: groups are consecutive k unless the weight is "
+                 "uploaded with act_order set");
   const Int4Weight per_row = RandomInt4Weight(16, 256, 0, DType::kF16, 3);
   payload = GptqPayload(per_row, DType::kF16, 7, true);
   payload[payload.size() - 4] = 2;
   ExpectRejected(Int4Checkpoint::kGptq, per_row.shape, DType::kF16, payload,
                  "g_idx[255] = 2, expected 0");
+}
+
+// In activation order the group index gives the order; it must be there and put 128
+// features in each group.
+TEST(Int4CheckpointErrors, ActOrderGroupIndex) {
+  const Int4Weight w = WithActOrder(RandomInt4Weight(16, 384, 128, DType::kF16, 7), 8);
+  ExpectRejected(Int4Checkpoint::kGptq, w.shape, DType::kF16, GptqPayload(w, DType::kF16, 7, false),
+                 "act_order: the payload (3192 bytes) has no g_idx (1536 bytes more), which "
+                 "gives the order");
+  // g_idx[10] set to `group`, in a payload that is otherwise right.
+  const auto with_group = [&](int32_t group) {
+    std::vector<uint8_t> payload = GptqPayload(w, DType::kF16, 7, true);
+    std::memcpy(payload.data() + payload.size() - 4 * 384 + 4 * 10, &group, 4);
+    return payload;
+  };
+  ExpectRejected(Int4Checkpoint::kGptq, w.shape, DType::kF16, with_group(3),
+                 "g_idx[10] = 3 is outside [0, 3)");
+  ExpectRejected(Int4Checkpoint::kGptq, w.shape, DType::kF16, with_group(-1),
+                 "g_idx[10] = -1 is outside [0, 3)");
+  // Moved to another group: its own has 127 features, the other 129; the lower is named.
+  const int32_t own = w.group_of[10];
+  const int32_t other = (own + 1) % 3;
+  ExpectRejected(Int4Checkpoint::kGptq, w.shape, DType::kF16, with_group(other),
+                 own < other ? absl::StrCat("g_idx puts 127 columns in group ", own)
+                             : absl::StrCat("g_idx puts 129 columns in group ", other));
+  // Another name, the same rules; and AWQ, which has no group index.
+  std::vector<uint8_t> payload = PackQuantizedPayload(w, DType::kF16, true);
+  std::memset(payload.data() + payload.size() - 4 * 384, 0, 4 * 384);
+  ExpectRejected(Int4Checkpoint::kPackQuantized, w.shape, DType::kF16, payload,
+                 "weight_g_idx puts 384 columns in group 0, must put 128 in each");
+  ExpectRejected(Int4Checkpoint::kAwq, w.shape, DType::kF16, std::vector<uint8_t>(4000),
+                 "act_order: an AWQ checkpoint has no g_idx");
+  // One group a row has no order to keep.
+  EXPECT_FALSE(CheckInt4CheckpointShape(Int4Checkpoint::kGptq, {16, 256, 0, false, true}).ok());
 }
 
 TEST(Int4CheckpointErrors, ScalesThatFp16CannotHold) {

@@ -387,6 +387,10 @@ TEST(QuantizeTest, RejectsBadInput) {
                 "row 1, column 2");
   ExpectInvalid(QuantizeWeight(Scheme::kW4A16, {3, 100, 0}, DType::kF32, AsBytes(w)).status(),
                 "k = 100 must be a multiple of 128 for W4A16");
+  // Activation order comes with a checkpoint, never from float values.
+  ExpectInvalid(
+      QuantizeWeight(Scheme::kW4A16, {3, 128, 128, false, true}, DType::kF32, AsBytes(w)).status(),
+      "act_order: a float weight is quantized in its own column order");
 
   // Finite values too large for the target.
   std::vector<float> big = w;

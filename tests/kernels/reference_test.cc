@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "kernels/dtype.h"
@@ -81,6 +82,34 @@ TEST(ReferenceTest, W4A16ZeroPointsHandExample) {
   const double grouped = ReferenceMatMul({Scheme::kW4A16, {1, 256, 128, true}, b}, x.data(), 1)[0];
   // Group 0: every k adds 8 (x sums to 129 there), group 1 takes 8 off each of its 128 k.
   EXPECT_EQ(grouped, -1.0 - 16.0 + 8.0 * 129 + 0.25 * (7 + 2 - 8.0 * 128));
+}
+
+TEST(ReferenceTest, W4A16ActOrderHandExample) {
+  // The grouped weight above with its stored columns 0 and 5, and 1 and 200, swapped by
+  // the permutation: stored column j multiplies x[perm[j]].
+  std::vector<uint8_t> b(128 + 4 + 4 * 256, 0);
+  b[0] = 0x8f;    // stored 0: -1, stored 1: -8
+  b[64] = 0x07;   // stored 128: 7
+  b[127] = 0x20;  // stored 255: 2
+  PutU16(b, 128, FloatToHalf(1.0f));
+  PutU16(b, 130, FloatToHalf(0.25f));
+  std::vector<uint32_t> perm(256);
+  for (uint32_t j = 0; j < 256; ++j) perm[j] = j;
+  std::swap(perm[0], perm[5]);
+  std::swap(perm[1], perm[200]);
+  std::memcpy(b.data() + 132, perm.data(), 4 * 256);
+  std::vector<float> x(256);
+  for (int c = 0; c < 256; ++c) x[c] = static_cast<float>(c + 1);
+  const PackedWeight w{Scheme::kW4A16, {1, 256, 128, false, true}, b};
+  EXPECT_EQ(ReferenceMatMul(w, x.data(), 1)[0], -1.0 * 6 - 8.0 * 201 + 1.75 * 129 + 0.5 * 256);
+  // Dequantized, each value sits at its input feature.
+  const std::vector<float> deq = DequantizeWeight(w);
+  EXPECT_EQ(deq[5], -1.0f);
+  EXPECT_EQ(deq[200], -8.0f);
+  EXPECT_EQ(deq[0], 0.0f);
+  EXPECT_EQ(deq[1], 0.0f);
+  EXPECT_EQ(deq[128], 1.75f);
+  EXPECT_EQ(deq[255], 0.5f);
 }
 
 TEST(ReferenceTest, W2A8HandExample) {

@@ -41,6 +41,7 @@ class Int4CheckpointUploadTest : public ::testing::Test {
     v1::WeightHeader header = MakeHeader(name, v1::SCHEME_W4A16, w.shape.n, w.shape.k,
                                          w.shape.group_size, encoding, scale_dtype, payload);
     header.set_zero_points(w.shape.zero_points);
+    header.set_act_order(w.shape.act_order);
     return testing::Upload(*server_.stub, header, payload);
   }
 
@@ -134,6 +135,51 @@ TEST_F(Int4CheckpointUploadTest, AwqAndAsymmetricGptqWithZeroPoints) {
             std::string::npos)
       << status.error_message();
   ExpectAbsent("pq-asym");
+}
+
+// Checkpoints quantized with activation order (GPTQ's desc_act, compressed-tensors'
+// actorder "group") upload with header.act_order and compute on the input features their
+// group index names; without it their scattered groups are refused and leave nothing.
+TEST_F(Int4CheckpointUploadTest, ActOrderCheckpoints) {
+  const Int4Weight gptq = testing::WithActOrder(
+      testing::WithZeroPoints(RandomInt4Weight(40, 384, 128, DType::kF16, 10), -7, 8, 11), 12);
+  grpc::Status status = Upload("gptq-act", gptq, v1::SOURCE_ENCODING_GPTQ, v1::DTYPE_UNSPECIFIED,
+                               AsString(GptqTensors(gptq, DType::kF16, 7).Payload(true)));
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ExpectWeightComputes("gptq-act", gptq);
+  grpc::ClientContext context;
+  v1::GetWeightRequest get;
+  get.set_name("gptq-act");
+  v1::WeightInfo info;
+  ASSERT_TRUE(server_.stub->GetWeight(&context, get, &info).ok());
+  EXPECT_TRUE(info.act_order());
+  EXPECT_TRUE(info.zero_points());
+  EXPECT_EQ(info.packed_bytes(), 40 * 384 / 2 + 40 * 3 * 3 + 4 * 384);
+
+  const Int4Weight pq = testing::WithActOrder(RandomInt4Weight(24, 256, 128, DType::kBF16, 13), 14);
+  status = Upload("pq-act", pq, v1::SOURCE_ENCODING_PACK_QUANTIZED, v1::DTYPE_BF16,
+                  AsString(PackQuantizedTensors(pq, DType::kBF16).Payload(true)));
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ExpectWeightComputes("pq-act", pq);
+
+  // The canonical form with its order, as a client that converted it would send it.
+  const std::vector<uint8_t> canonical = CanonicalInt4(gptq);
+  status = Upload("packed-act", gptq, v1::SOURCE_ENCODING_PACKED, v1::DTYPE_UNSPECIFIED,
+                  AsString(canonical));
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ExpectWeightComputes("packed-act", gptq);
+
+  // The same GPTQ payload without header.act_order: its g_idx is not k / 128.
+  Int4Weight unordered = gptq;
+  unordered.shape.act_order = false;
+  status = Upload("gptq-unordered", unordered, v1::SOURCE_ENCODING_GPTQ, v1::DTYPE_UNSPECIFIED,
+                  AsString(GptqTensors(gptq, DType::kF16, 7).Payload(true)));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("groups are consecutive k unless the weight is uploaded "
+                                        "with act_order set"),
+            std::string::npos)
+      << status.error_message();
+  ExpectAbsent("gptq-unordered");
 }
 
 TEST_F(Int4CheckpointUploadTest, AsymmetricCheckpointIsRejectedAndLeavesNothing) {

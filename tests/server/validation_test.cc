@@ -211,6 +211,37 @@ TEST(CheckWeightHeaderTest, Int4CheckpointPayloadsWithOrWithoutTheGroupIndex) {
   ASSERT_TRUE(zp.ok()) << zp.status();
   EXPECT_TRUE(zp->desc.shape.zero_points);
   EXPECT_EQ(zp->desc.packed_bytes, 2048 + 64 + 32);
+  // In activation order the group index must be there (it gives the order), and the
+  // packed form ends with the order (256 int32).
+  for (auto encoding : {v1::SOURCE_ENCODING_GPTQ, v1::SOURCE_ENCODING_PACK_QUANTIZED}) {
+    const int64_t zeros = encoding == v1::SOURCE_ENCODING_GPTQ ? 16 : 0;
+    v1::WeightHeader act = Int4CheckpointHeader(encoding, v1::DTYPE_FP16, 2048 + zeros + 64 + 1024);
+    act.set_act_order(true);
+    absl::StatusOr<UploadSpec> spec = CheckWeightHeader(act, *backend, ServiceLimits{});
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    EXPECT_TRUE(spec->desc.shape.act_order);
+    EXPECT_EQ(spec->desc.packed_bytes, 2048 + 64 + 1024);
+    act.set_total_bytes(2048 + zeros + 64);
+    spec = CheckWeightHeader(act, *backend, ServiceLimits{});
+    ASSERT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(spec.status().message().find(
+                  absl::StrCat("header.total_bytes = ", 2048 + zeros + 64, " but a ",
+                               v1::SourceEncoding_Name(encoding),
+                               " payload in act_order for n = 16, k = 256 with fp16 scales is ",
+                               2048 + zeros + 64 + 1024, " bytes (the group index included")),
+              absl::string_view::npos)
+        << spec.status();
+  }
+  v1::WeightHeader awq_act =
+      Int4CheckpointHeader(v1::SOURCE_ENCODING_AWQ, v1::DTYPE_FP16, 2048 + 16 + 64);
+  awq_act.set_zero_points(true);
+  awq_act.set_act_order(true);
+  absl::StatusOr<UploadSpec> refused = CheckWeightHeader(awq_act, *backend, ServiceLimits{});
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find(
+                "header: SOURCE_ENCODING_AWQ: act_order: an AWQ checkpoint has no g_idx"),
+            absl::string_view::npos)
+      << refused.status();
   // GPTQ packs qzeros in eights of N.
   v1::WeightHeader odd_n = Int4CheckpointHeader(v1::SOURCE_ENCODING_GPTQ, v1::DTYPE_FP16, 0);
   odd_n.set_n(12);
@@ -250,6 +281,17 @@ TEST(CheckWeightHeaderTest, EachBadFieldIsNamed) {
   h.set_group_size(0);
   h.set_zero_points(true);
   ExpectInvalid(h, "header: zero_points is only for W4A16, must be false for W8A16");
+  h.set_zero_points(false);
+  h.set_act_order(true);
+  ExpectInvalid(h,
+                "header: act_order is only for W4A16 with group_size 128, must be false for W8A16");
+  h = GoodHeader();
+  h.set_group_size(0);
+  h.set_act_order(true);
+  ExpectInvalid(h, "header: act_order is only for W4A16 with group_size 128");
+  h = GoodHeader();
+  h.set_act_order(true);
+  ExpectInvalid(h, "header.act_order must be false for SOURCE_ENCODING_FLOAT");
 
   h = GoodHeader();
   h.set_source_dtype(v1::DTYPE_UNSPECIFIED);

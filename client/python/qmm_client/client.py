@@ -76,6 +76,13 @@ def _group_index(a, what, k):
     return np.ascontiguousarray(a, "<i4")
 
 
+def _in_act_order(g_idx, k, groups):
+    """Whether a group index scatters the groups (desc_act, actorder "group"): the layer
+    then uploads with act_order, the server storing its columns sorted by group."""
+    return g_idx is not None and groups > 1 and bool(
+        np.any(g_idx != np.arange(k, dtype=np.int64) // 128))
+
+
 def _group_size(k, groups):
     """W4A16's group_size for `groups` scale groups along k: 128, or 0 for one a row."""
     if groups > 0 and k == 128 * groups:
@@ -143,11 +150,12 @@ class Client:
                             payload.tobytes(), group_size, source_dtype, timeout, zero_points)
 
     def upload_packed(self, name, n, k, scheme, payload, group_size=None, encoding="packed",
-                      zero_points=False, timeout=None):
+                      zero_points=False, act_order=False, timeout=None):
         """Uploads bytes already in the scheme's canonical packed form (qmm.proto, at each
-        Scheme value; zero_points: W4A16's form with zero points after the scales), or for
-        W2A8 in a BitNet checkpoint's packing (encoding "bitnet_hf" or "bitnet_liger").
-        Returns the WeightInfo."""
+        Scheme value; zero_points: W4A16's form with zero points after the scales;
+        act_order: W4A16's form in activation order, ending with the order), or for W2A8 in
+        a BitNet checkpoint's packing (encoding "bitnet_hf" or "bitnet_liger"). Returns the
+        WeightInfo."""
         encodings = {
             "packed": qmm_pb2.SOURCE_ENCODING_PACKED,
             "bitnet_hf": qmm_pb2.SOURCE_ENCODING_BITNET_HF,
@@ -156,7 +164,8 @@ class Client:
         if encoding not in encodings:
             raise ValueError(f"encoding {encoding!r} is not one of {sorted(encodings)}")
         return self._upload(name, (n, k), scheme, encodings[encoding], bytes(payload),
-                            group_size, qmm_pb2.DTYPE_UNSPECIFIED, timeout, zero_points)
+                            group_size, qmm_pb2.DTYPE_UNSPECIFIED, timeout, zero_points,
+                            act_order)
 
     def upload_gptq(self, name, qweight, qzeros, scales, g_idx=None, checkpoint_format="gptq",
                     sym=True, timeout=None):
@@ -166,8 +175,9 @@ class Client:
         (group_size -1, one group a row). checkpoint_format: "gptq" (AutoGPTQ's and
         transformers', zero points stored minus one) or "gptq_v2". sym: the checkpoint's
         quantize_config "sym"; False makes a weight with zero points, True needs every zero
-        point to be 8. The server takes layers without activation order (g_idx = k / 128)
-        and says which value it cannot take. Returns the WeightInfo."""
+        point to be 8. A g_idx that is not k / 128 (desc_act: activation order) uploads the
+        weight in activation order. The server says which value it cannot take. Returns the
+        WeightInfo."""
         encodings = {"gptq": qmm_pb2.SOURCE_ENCODING_GPTQ,
                      "gptq_v2": qmm_pb2.SOURCE_ENCODING_GPTQ_V2}
         if checkpoint_format not in encodings:
@@ -179,10 +189,11 @@ class Client:
         groups = scales.shape[0]
         tensors = [qweight, qzeros, scales]
         if g_idx is not None:
-            tensors.append(_group_index(g_idx, "g_idx", k))
+            g_idx = _group_index(g_idx, "g_idx", k)
+            tensors.append(g_idx)
         return self._upload(name, (n, k), "w4a16", encodings[checkpoint_format],
                             b"".join(t.tobytes() for t in tensors), _group_size(k, groups),
-                            scale_dtype, timeout, not sym)
+                            scale_dtype, timeout, not sym, _in_act_order(g_idx, k, groups))
 
     def upload_awq(self, name, qweight, qzeros, scales, timeout=None):
         """Uploads one linear layer of an AWQ checkpoint (AutoAWQ's "gemm" version,
@@ -203,7 +214,8 @@ class Client:
         """Uploads one linear layer of a compressed-tensors checkpoint in its pack-quantized
         format (llm-compressor's symmetric W4A16) as it is, as a W4A16 weight: its
         weight_packed (int32 [N, K/8]), weight_scale ([N, G], float16 or float32) and
-        optionally weight_g_idx (int32 [K]); G = K/128 or 1. A layer with a
+        optionally weight_g_idx (int32 [K]); G = K/128 or 1. A weight_g_idx that is not
+        k / 128 (actorder "group") uploads the weight in activation order. A layer with a
         weight_zero_point (asymmetric) cannot be held. Returns the WeightInfo."""
         packed = _int32_matrix(weight_packed, "weight_packed")
         n, k = packed.shape[0], 8 * packed.shape[1]
@@ -213,20 +225,24 @@ class Client:
                              f"weight_packed {packed.shape}")
         tensors = [packed, scales]
         if weight_g_idx is not None:
-            tensors.append(_group_index(weight_g_idx, "weight_g_idx", k))
+            weight_g_idx = _group_index(weight_g_idx, "weight_g_idx", k)
+            tensors.append(weight_g_idx)
+        groups = scales.shape[1]
         return self._upload(name, (n, k), "w4a16", qmm_pb2.SOURCE_ENCODING_PACK_QUANTIZED,
-                            b"".join(t.tobytes() for t in tensors),
-                            _group_size(k, scales.shape[1]), scale_dtype, timeout)
+                            b"".join(t.tobytes() for t in tensors), _group_size(k, groups),
+                            scale_dtype, timeout,
+                            act_order=_in_act_order(weight_g_idx, k, groups))
 
     def _upload(self, name, shape, scheme, encoding, payload, group_size, source_dtype,
-                timeout, zero_points=False):
+                timeout, zero_points=False, act_order=False):
         scheme = _scheme_value(scheme)
         if group_size is None:
             group_size = 128 if scheme == qmm_pb2.SCHEME_W4A16 else 0
         header = qmm_pb2.WeightHeader(
             name=name, n=shape[0], k=shape[1], scheme=scheme, group_size=group_size,
             encoding=encoding, source_dtype=source_dtype, total_bytes=len(payload),
-            sha256=hashlib.sha256(payload).digest(), zero_points=zero_points)
+            sha256=hashlib.sha256(payload).digest(), zero_points=zero_points,
+            act_order=act_order)
 
         def requests():
             yield qmm_pb2.UploadWeightRequest(header=header)

@@ -360,18 +360,19 @@ class ServerTest(unittest.TestCase):
         close_to(self, self.client.matmul("py.gptq", x), x.astype(np.float64) @ w.T, x, w)
         close_to(self, self.client.matmul("py.pq", x), x.astype(np.float64) @ w_row.T, x, w_row)
 
-        # What the server cannot hold: an asymmetric zero point, activation order, and
-        # "gptq_v2"'s reading of "gptq" zero points; none leaves a weight.
+        # What the server cannot hold: an asymmetric zero point, a group index that does
+        # not put 128 inputs in each group, and "gptq_v2"'s reading of "gptq" zero points;
+        # none leaves a weight.
         asym = qzeros.copy()
         asym[1, 2] = 0x77777757
         self.assert_status(grpc.StatusCode.INVALID_ARGUMENT,
                            r"qzeros: group 1, column 17 has zero point 6",
                            self.client.upload_gptq, "py.bad", packed.T, asym, s.T)
-        shuffled = g_idx.copy()
-        shuffled[[0, 200]] = shuffled[[200, 0]]
+        lopsided = g_idx.copy()
+        lopsided[0] = 1
         self.assert_status(grpc.StatusCode.INVALID_ARGUMENT,
-                           r"weight_g_idx\[0\] = 1, expected 0",
-                           self.client.upload_pack_quantized, "py.bad", packed, s, shuffled)
+                           r"weight_g_idx puts 127 columns in group 0, must put 128 in each",
+                           self.client.upload_pack_quantized, "py.bad", packed, s, lopsided)
         self.assert_status(grpc.StatusCode.INVALID_ARGUMENT, r"has zero point 7",
                            self.client.upload_gptq, "py.bad", packed.T, qzeros, s.T,
                            checkpoint_format="gptq_v2")
@@ -380,6 +381,30 @@ class ServerTest(unittest.TestCase):
             self.client.upload_pack_quantized("py.bad", packed, np.ones((n, 2), np.float16))
         with self.assertRaisesRegex(ValueError, "2-D int32"):
             self.client.upload_gptq("py.bad", packed.T.astype(np.int64), qzeros, s.T)
+
+    def test_act_order_layers_upload_in_their_order(self):
+        # desc_act: each input's group from a random dealing, 128 inputs a group; the codes
+        # stay in input order and each input takes its group's scale.
+        n, k = 48, 384
+        packed, s, _ = int4_checkpoint(n, k, k // 128)
+        g_idx = np.empty(k, np.int32)
+        g_idx[RNG.permutation(k)] = np.arange(k) // 128
+        q = ((packed.view(np.uint32)[:, :, None] >> (4 * np.arange(8, dtype=np.uint32))) & 15)
+        q = q.reshape(n, k).astype(np.int64) - 8
+        w = q * s.astype(np.float64)[:, g_idx]
+        info = self.client.upload_pack_quantized("py.pq_act", packed, s, g_idx)
+        self.assertEqual((info.group_size, info.act_order, info.zero_points), (128, True, False))
+        qzeros = np.full((k // 128, n // 8), 0x77777777, np.int32)
+        info = self.client.upload_gptq("py.gptq_act", packed.T, qzeros, s.T, g_idx)
+        self.assertTrue(info.act_order)
+        self.assertEqual(info.packed_bytes, n * k // 2 + 2 * n * 3 + 4 * k)
+        x = RNG.standard_normal((5, k)).astype(np.float32)
+        for name in ("py.pq_act", "py.gptq_act"):
+            close_to(self, self.client.matmul(name, x), x.astype(np.float64) @ w.T, x, w)
+        # A g_idx of k / 128 is no activation order.
+        info = self.client.upload_gptq("py.gptq_ordered", packed.T, qzeros, s.T,
+                                       np.arange(k) // 128)
+        self.assertFalse(info.act_order)
 
     def test_awq_and_asymmetric_gptq_layers_upload_with_zero_points(self):
         n, k, groups = 32, 256, 2

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <numeric>
 #include <random>
 #include <thread>
 #include <vector>
@@ -21,16 +22,24 @@ struct Case {
   Scheme scheme;
   int32_t group_size;
   bool zero_points = false;
+  bool act_order = false;
 };
-const Case kCases[] = {{Scheme::kFp16, 0},          {Scheme::kBf16, 0},
-                       {Scheme::kW8A16, 0},         {Scheme::kW4A16, 0},
-                       {Scheme::kW4A16, 128},       {Scheme::kW4A16, 0, true},
-                       {Scheme::kW4A16, 128, true}, {Scheme::kW2A8, 0}};
+const Case kCases[] = {{Scheme::kFp16, 0},
+                       {Scheme::kBf16, 0},
+                       {Scheme::kW8A16, 0},
+                       {Scheme::kW4A16, 0},
+                       {Scheme::kW4A16, 128},
+                       {Scheme::kW4A16, 0, true},
+                       {Scheme::kW4A16, 128, true},
+                       {Scheme::kW4A16, 128, false, true},
+                       {Scheme::kW4A16, 128, true, true},
+                       {Scheme::kW2A8, 0}};
 const int64_t kRows[] = {1, 2, 3, 7, 16, 33, 65};
 
 std::string Name(const Case& c, int64_t m, int64_t n, int64_t k) {
   return absl::StrCat(std::string(SchemeName(c.scheme)), " g", c.group_size,
-                      c.zero_points ? " zp" : "", " m", m, " n", n, " k", k);
+                      c.zero_points ? " zp" : "", c.act_order ? " act_order" : "", " m", m, " n", n,
+                      " k", k);
 }
 
 std::vector<float> Random(int64_t count, std::mt19937& rng, float stddev) {
@@ -49,9 +58,20 @@ std::vector<uint8_t> RandomPacked(const Case& c, const WeightShape& shape, std::
       w[i] += 0.02f * static_cast<float>((i / 128 * 7) % 9 - 4);
     }
   }
+  // In activation order: the quantized columns taken as stored columns, with a random order
+  // after them (any permutation makes a valid weight).
+  WeightShape in_order = shape;
+  in_order.act_order = false;
   absl::StatusOr<std::vector<uint8_t>> p = QuantizeWeight(
-      c.scheme, shape, DType::kF32, {reinterpret_cast<const uint8_t*>(w.data()), w.size() * 4});
+      c.scheme, in_order, DType::kF32, {reinterpret_cast<const uint8_t*>(w.data()), w.size() * 4});
   EXPECT_TRUE(p.ok()) << p.status();
+  if (c.act_order) {
+    std::vector<int32_t> perm(shape.k);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    const auto* bytes = reinterpret_cast<const uint8_t*>(perm.data());
+    p->insert(p->end(), bytes, bytes + 4 * shape.k);
+  }
   return *p;
 }
 
@@ -132,7 +152,7 @@ TEST(CpuMatMulTest, MatchesReferenceOnOddShapes) {
     const int64_t align = KAlignment(c.scheme);
     for (int64_t k : {align, int64_t{640}, int64_t{1152}}) {
       for (int64_t n : {1, 24, 200}) {
-        const WeightShape shape{n, k, c.group_size, c.zero_points};
+        const WeightShape shape{n, k, c.group_size, c.zero_points, c.act_order};
         const std::vector<uint8_t> bytes = RandomPacked(c, shape, rng);
         absl::StatusOr<PackedWeight> w = ViewPacked(c.scheme, shape, bytes);
         ASSERT_TRUE(w.ok()) << w.status();
@@ -184,7 +204,7 @@ TEST(CpuMatMulTest, W4A16ZeroPointsOverTheirWholeRange) {
 TEST(CpuMatMulTest, ThreadCountDoesNotChangeResults) {
   std::mt19937 rng(7);
   for (const Case& c : kCases) {
-    const WeightShape shape{203, 512, c.group_size, c.zero_points};
+    const WeightShape shape{203, 512, c.group_size, c.zero_points, c.act_order};
     const std::vector<uint8_t> bytes = RandomPacked(c, shape, rng);
     const PackedWeight w{c.scheme, shape, bytes};
     const int64_t m = 5;
@@ -225,7 +245,7 @@ TEST(CpuMatMulTest, ConcurrentCallsAgree) {
 TEST(CpuMatMulTest, ZeroActivationRow) {
   std::mt19937 rng(3);
   for (const Case& c : kCases) {
-    const WeightShape shape{9, 256, c.group_size, c.zero_points};
+    const WeightShape shape{9, 256, c.group_size, c.zero_points, c.act_order};
     const std::vector<uint8_t> bytes = RandomPacked(c, shape, rng);
     const PackedWeight w{c.scheme, shape, bytes};
     std::vector<float> x = Random(3 * shape.k, rng, 1.0f);
