@@ -51,8 +51,9 @@ absl::Status ShapeMismatch(const std::string& name, const NdArray& a,
 
 // The layer a tensor name belongs to: `name` without a known tensor suffix.
 std::string LayerOf(std::string_view name) {
-  for (std::string_view suffix : {".qweight", ".qzeros", ".scales", ".g_idx", ".weight_packed",
-                                  ".weight_scale", ".weight_g_idx", ".weight_shape"}) {
+  for (std::string_view suffix :
+       {".qweight", ".qzeros", ".scales", ".g_idx", ".weight_packed", ".weight_scale",
+        ".weight_zero_point", ".weight_g_idx", ".weight_shape"}) {
     if (name.ends_with(suffix)) return std::string(name.substr(0, name.size() - suffix.size()));
   }
   return std::string(name);
@@ -69,14 +70,6 @@ absl::StatusOr<Int4CheckpointPayload> ReadInt4Checkpoint(const SafetensorsFile& 
   const std::string codes_name = layer + (gptq ? ".qweight" : ".weight_packed");
   const std::string scales_name = layer + (gptq ? ".scales" : ".weight_scale");
   const std::string g_idx_name = layer + (gptq ? ".g_idx" : ".weight_g_idx");
-  if (!gptq && HasTensor(file, layer + ".weight_zero_point")) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("layer '", layer,
-                     "' has a weight_zero_point: an asymmetric quantization, whose "
-                     "compressed-tensors zero points qmm does not read (asymmetric AWQ and GPTQ "
-                     "layers upload with their zero points)"));
-  }
-
   absl::StatusOr<NdArray> codes = ReadTensor(file, codes_name, 2, {ElementType::kI32});
   if (!codes.ok()) return codes.status();
   // qweight is [K/8, N] (GPTQ) or [K, N/8] (AWQ), weight_packed [N, K/8].
@@ -121,14 +114,18 @@ absl::StatusOr<Int4CheckpointPayload> ReadInt4Checkpoint(const SafetensorsFile& 
   }
 
   out.bytes = std::move(codes->data);
-  if (gptq) {
-    const std::string zeros_name = layer + ".qzeros";
+  // GPTQ's and AWQ's qzeros [G, N/8]; compressed-tensors' weight_zero_point [N/8, G], there
+  // only when the layer is asymmetric.
+  const std::string zeros_name = layer + (gptq ? ".qzeros" : ".weight_zero_point");
+  if (gptq || HasTensor(file, zeros_name)) {
     absl::StatusOr<NdArray> zeros = ReadTensor(file, zeros_name, 2, {ElementType::kI32});
     if (!zeros.ok()) return zeros.status();
-    if (zeros->shape[0] != groups || zeros->shape[1] * 8 != out.shape.n) {
-      return ShapeMismatch(zeros_name, *zeros, {groups, out.shape.n / 8});
+    const std::vector<int64_t> expected = gptq ? std::vector<int64_t>{groups, out.shape.n / 8}
+                                               : std::vector<int64_t>{out.shape.n / 8, groups};
+    if (out.shape.n % 8 != 0 || zeros->shape != expected) {
+      return ShapeMismatch(zeros_name, *zeros, expected);
     }
-    out.shape.zero_points = awq;
+    out.shape.zero_points = !gptq || awq;
     out.bytes.insert(out.bytes.end(), zeros->data.begin(), zeros->data.end());
   }
   out.bytes.insert(out.bytes.end(), scales->data.begin(), scales->data.end());

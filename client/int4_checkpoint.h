@@ -22,8 +22,9 @@ namespace qmm {
 
 struct Int4CheckpointPayload {
   // n, k, group_size (128, or 0 for one group a row), and zero_points: set for AWQ, which
-  // always has them. A GPTQ layer's say nothing of it (a "gptq_v2" layer read as "gptq"
-  // would look asymmetric): the quantize_config's sym decides, which the caller knows.
+  // always has them, and for a pack-quantized layer with a weight_zero_point. A GPTQ
+  // layer's say nothing of it (a "gptq_v2" layer read as "gptq" would look asymmetric):
+  // the quantize_config's sym decides, which the caller knows.
   // act_order: set where the group index is there and is not k / 128 (desc_act, actorder
   // "group"), so that such layers upload as they are.
   WeightShape shape;
@@ -34,11 +35,11 @@ struct Int4CheckpointPayload {
 // `layer` names the linear layer (e.g. "model.layers.0.mlp.down_proj"); its tensors are
 // LAYER.qweight, .qzeros, .scales and optionally .g_idx (GPTQ; AWQ has no g_idx, and its
 // qweight is [K, N/8] where GPTQ's is [K/8, N]) or LAYER.weight_packed,
-// .weight_scale and optionally .weight_g_idx (pack-quantized). A name ending in one of
-// those tensors' suffixes is taken as its layer. INVALID_ARGUMENT, naming the tensor,
-// when one has the wrong dtype or a shape that does not fit the others, the group size
-// is neither 128 nor one group a row, or (pack-quantized) the layer has a
-// weight_zero_point (an asymmetric quantization); NOT_FOUND when a tensor is missing.
+// .weight_scale and optionally .weight_zero_point and .weight_g_idx (pack-quantized). A
+// name ending in one of those tensors' suffixes is taken as its layer. INVALID_ARGUMENT,
+// naming the tensor, when one has the wrong dtype or a shape that does not fit the
+// others, or the group size is neither 128 nor one group a row; NOT_FOUND when a tensor
+// is missing.
 absl::StatusOr<Int4CheckpointPayload> ReadInt4Checkpoint(const SafetensorsFile& file,
                                                          std::string_view layer,
                                                          Int4Checkpoint format);

@@ -27,9 +27,17 @@ constexpr int kAwqOrder[8] = {0, 2, 4, 6, 1, 3, 5, 7};
 bool IsGptq(Int4Checkpoint format) { return format != Int4Checkpoint::kPackQuantized; }
 bool IsAwq(Int4Checkpoint format) { return format == Int4Checkpoint::kAwq; }
 
-// The column of value j of word i of a qzeros row (N/8 words).
-int64_t ZeroColumn(Int4Checkpoint format, int64_t i, int j) {
-  return 8 * i + (IsAwq(format) ? kAwqOrder[j] : j);
+// The zero points' tensor holds, in value j of its word `word`, the zero point of weight
+// row `row` and group `group`. GPTQ's and AWQ's qzeros are [G, N/8], packing N (AWQ in its
+// interleaved order); compressed-tensors' weight_zero_point is [N/8, G], packing N too.
+struct ZeroSlot {
+  int64_t row;
+  int64_t group;
+};
+ZeroSlot ZeroSlotOf(Int4Checkpoint format, int64_t n_rows, int64_t groups, int64_t word, int j) {
+  if (!IsGptq(format)) return {8 * (word / groups) + j, word % groups};
+  const int64_t i = word % (n_rows / 8);
+  return {8 * i + (IsAwq(format) ? kAwqOrder[j] : j), word / (n_rows / 8)};
 }
 
 // What the format stores for a zero point z: z - 1 for "gptq", z otherwise.
@@ -58,6 +66,9 @@ void AwqCodesToRows(const uint8_t* codes, int64_t n_rows, int64_t k, uint8_t* ro
 
 const char* CodesName(Int4Checkpoint format) {
   return IsGptq(format) ? "qweight" : "weight_packed";
+}
+const char* ZerosName(Int4Checkpoint format) {
+  return IsGptq(format) ? "qzeros" : "weight_zero_point";
 }
 const char* ScalesName(Int4Checkpoint format) { return IsGptq(format) ? "scales" : "weight_scale"; }
 const char* GroupIndexName(Int4Checkpoint format) {
@@ -138,19 +149,17 @@ void StoreInGroupOrder(const std::vector<int32_t>& perm, int64_t n_rows,
 
 absl::Status CheckInt4CheckpointShape(Int4Checkpoint format, const WeightShape& shape) {
   if (absl::Status status = ValidateShape(Scheme::kW4A16, shape); !status.ok()) return status;
-  if (IsGptq(format) && shape.n % 8 != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("n = ", shape.n, " is not a multiple of 8, which ",
-                     IsAwq(format) ? "AWQ" : "GPTQ", "'s qzeros need (8 columns an int32)"));
+  if ((IsGptq(format) || shape.zero_points) && shape.n % 8 != 0) {
+    const char* zeros = IsAwq(format)    ? "AWQ's qzeros need"
+                        : IsGptq(format) ? "GPTQ's qzeros need"
+                                         : "weight_zero_point needs";
+    return absl::InvalidArgumentError(absl::StrCat("n = ", shape.n,
+                                                   " is not a multiple of 8, which ", zeros,
+                                                   " (eight zero points an int32)"));
   }
   if (IsAwq(format) && shape.act_order) {
     return absl::InvalidArgumentError(
         "act_order: an AWQ checkpoint has no g_idx, its groups are consecutive k");
-  }
-  if (!IsGptq(format) && shape.zero_points) {
-    return absl::InvalidArgumentError(
-        "zero_points: a pack-quantized payload carries no weight_zero_point (only symmetric "
-        "compressed-tensors checkpoints are taken)");
   }
   return absl::OkStatus();
 }
@@ -160,7 +169,8 @@ Int4CheckpointBytes Int4CheckpointSizes(Int4Checkpoint format, const WeightShape
   const int64_t groups = shape.GroupsPerRow();
   Int4CheckpointBytes bytes;
   bytes.codes = shape.n * shape.k / 2;
-  bytes.zeros = IsGptq(format) ? groups * shape.n / 2 : 0;
+  // Pack-quantized layers carry weight_zero_point only when asymmetric.
+  bytes.zeros = IsGptq(format) || shape.zero_points ? groups * shape.n / 2 : 0;
   bytes.scales = groups * shape.n * static_cast<int64_t>(DTypeSize(scale_dtype));
   bytes.g_idx = IsAwq(format) ? 0 : 4 * shape.k;
   return bytes;
@@ -182,8 +192,10 @@ absl::StatusOr<std::vector<uint8_t>> Int4CheckpointToPacked(Int4Checkpoint forma
     return absl::InvalidArgumentError(absl::StrCat(
         "an int4 checkpoint payload for n = ", shape.n, ", k = ", shape.k, ", group_size ",
         shape.group_size, " is ", CodesName(format), " (", sizes.codes, " bytes)",
-        IsGptq(format) ? absl::StrCat(", qzeros (", sizes.zeros, ")") : std::string(), ", ",
-        ScalesName(format), " (", sizes.scales, ", ", std::string(DTypeName(scale_dtype)), ")",
+        sizes.zeros > 0 ? absl::StrCat(", ", ZerosName(format), " (", sizes.zeros, ")")
+                        : std::string(),
+        ", ", ScalesName(format), " (", sizes.scales, ", ", std::string(DTypeName(scale_dtype)),
+        ")",
         IsAwq(format) ? absl::StrCat(": ", sizes.Total(false))
                       : absl::StrCat(" and optionally ", GroupIndexName(format), " (", sizes.g_idx,
                                      "): ", sizes.Total(false), " or ", sizes.Total(true)),
@@ -198,27 +210,25 @@ absl::StatusOr<std::vector<uint8_t>> Int4CheckpointToPacked(Int4Checkpoint forma
   const uint8_t* g_idx = scales + sizes.scales;
 
   std::vector<uint8_t> packed(PackedBytes(Scheme::kW4A16, shape));
-  if (IsGptq(format)) {
-    // qzeros is [G, N/8]. The canonical zero point is the unsigned one minus 8; a symmetric
-    // quantization's is 8 (stored as 7 by "gptq").
-    const int offset = StoredZeroOffset(format);
-    int8_t* dst_zeros =
-        reinterpret_cast<int8_t*>(packed.data() + n_rows * k / 2 + 2 * n_rows * groups);
-    for (int64_t i = 0; i < sizes.zeros / 4; ++i) {
-      const uint32_t word = LoadWord(zeros + 4 * i);
-      const int64_t group = i / (n_rows / 8);
-      for (int j = 0; j < 8; ++j) {
-        const int zero_point = static_cast<int>((word >> (4 * j)) & 15) + offset;
-        const int64_t column = ZeroColumn(format, i % (n_rows / 8), j);
-        if (shape.zero_points) {
-          dst_zeros[column * groups + group] = static_cast<int8_t>(zero_point - 8);
-        } else if (zero_point != 8) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "qzeros: group ", group, ", column ", column, " has zero point ", zero_point,
-              "; a weight without zero points takes a symmetric quantization (sym=True), whose "
-              "zero points are all 8: one quantized with sym=False uploads with zero_points "
-              "set"));
-        }
+  // The canonical zero point is the unsigned one minus 8; a symmetric quantization's is 8
+  // (stored as 7 by "gptq").
+  const int offset = StoredZeroOffset(format);
+  int8_t* dst_zeros =
+      reinterpret_cast<int8_t*>(packed.data() + n_rows * k / 2 + 2 * n_rows * groups);
+  for (int64_t i = 0; i < sizes.zeros / 4; ++i) {
+    const uint32_t word = LoadWord(zeros + 4 * i);
+    for (int j = 0; j < 8; ++j) {
+      const int zero_point = static_cast<int>((word >> (4 * j)) & 15) + offset;
+      const ZeroSlot slot = ZeroSlotOf(format, n_rows, groups, i, j);
+      if (shape.zero_points) {
+        dst_zeros[slot.row * groups + slot.group] = static_cast<int8_t>(zero_point - 8);
+      } else if (zero_point != 8) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            ZerosName(format), ": group ", slot.group, IsGptq(format) ? ", column " : ", row ",
+            slot.row, " has zero point ", zero_point,
+            "; a weight without zero points takes a symmetric quantization (sym=True), whose "
+            "zero points are all 8: one quantized with sym=False uploads with zero_points "
+            "set"));
       }
     }
   }

@@ -14,7 +14,9 @@
 //     7), "gptq_v2" stores it as it is.
 //   - compressed-tensors' pack-quantized format (llm-compressor's W4A16 schemes):
 //     weight_packed int32 [N, K/8] packs k, weight_scale [N, G], weight_g_idx int32 [K]
-//     with activation ordering by group; symmetric quantizations store no zero point.
+//     with activation ordering by group; symmetric quantizations store no zero point,
+//     asymmetric ones (W4A16_ASYM) weight_zero_point int32 [N/8, G] packing n, each zero
+//     point z stored as z + 8 (as the values).
 //   - AWQ (AutoAWQ's "gemm" version, transformers' AwqConfig): qweight int32 [K, N/8]
 //     packs n in the interleaved order 0, 2, 4, 6, 1, 3, 5, 7 (value j of word [k][i] is
 //     column 8i + that order's j-th entry); qzeros int32 [G, N/8] likewise; scales
@@ -40,23 +42,23 @@ namespace qmm {
 enum class Int4Checkpoint : uint8_t {
   kGptq,           // qweight, qzeros (stored zero point - 1), scales[, g_idx]
   kGptqV2,         // qweight, qzeros (stored zero point), scales[, g_idx]
-  kPackQuantized,  // weight_packed, weight_scale[, weight_g_idx]
+  kPackQuantized,  // weight_packed[, weight_zero_point], weight_scale[, weight_g_idx]
   kAwq,            // qweight, qzeros (interleaved columns), scales
 };
 
 // The tensors' bytes for `shape`, in the order a payload carries them.
 struct Int4CheckpointBytes {
   int64_t codes = 0;   // qweight or weight_packed
-  int64_t zeros = 0;   // qzeros; 0 for pack-quantized
+  int64_t zeros = 0;   // qzeros or weight_zero_point; 0 for symmetric pack-quantized
   int64_t scales = 0;  // G * N scales of the payload's scale dtype
   int64_t g_idx = 0;   // the optional group index, K int32; 0 for AWQ, which has none
 
   int64_t Total(bool with_g_idx) const { return codes + zeros + scales + (with_g_idx ? g_idx : 0); }
 };
 
-// INVALID_ARGUMENT unless `shape` is a valid W4A16 shape that `format` can hold (GPTQ's
-// and AWQ's qzeros pack N in eights, so N must be a multiple of 8; pack-quantized takes
-// no zero points; AWQ has no group index, so no act_order).
+// INVALID_ARGUMENT unless `shape` is a valid W4A16 shape that `format` can hold (the zero
+// points' tensors pack N in eights, so N must be a multiple of 8 for GPTQ, AWQ and
+// pack-quantized with zero points; AWQ has no group index, so no act_order).
 absl::Status CheckInt4CheckpointShape(Int4Checkpoint format, const WeightShape& shape);
 
 // Sizes for a shape that CheckInt4CheckpointShape accepted.

@@ -102,10 +102,10 @@ inline void AppendScale(std::vector<uint8_t>* out, DType dtype, float v) {
   out->push_back(static_cast<uint8_t>(bits >> 8));
 }
 
-// One linear layer's tensors, little-endian; `zeros` is empty for pack-quantized.
+// One linear layer's tensors, little-endian; `zeros` is empty for symmetric pack-quantized.
 struct Int4CheckpointTensors {
   std::vector<uint8_t> codes;   // qweight int32 [K/8, N] or weight_packed int32 [N, K/8]
-  std::vector<uint8_t> zeros;   // qzeros int32 [G, N/8]
+  std::vector<uint8_t> zeros;   // qzeros int32 [G, N/8] or weight_zero_point int32 [N/8, G]
   std::vector<uint8_t> scales;  // [G, N] (GPTQ) or [N, G]
   std::vector<uint8_t> g_idx;   // int32 [K], each feature's group
 
@@ -190,10 +190,20 @@ inline Int4CheckpointTensors AwqTensors(const Int4Weight& w, DType scale_dtype) 
   return t;
 }
 
+// compressed-tensors' tensors; with zero points weight_zero_point [N/8, G], value j of word
+// [i][g] the zero point of row 8i + j stored as z + 8.
 inline Int4CheckpointTensors PackQuantizedTensors(const Int4Weight& w, DType scale_dtype) {
   Int4CheckpointTensors t;
   for (int64_t c = 0; c < w.shape.n; ++c) {
     for (int64_t i = 0; i < w.shape.k / 8; ++i) AppendWord(&t.codes, PackedWord(w, c, i));
+  }
+  for (int64_t i = 0; !w.z.empty() && i < w.shape.n / 8; ++i) {
+    for (int64_t g = 0; g < w.Groups(); ++g) {
+      uint32_t word = 0;
+      for (int j = 0; j < 8; ++j)
+        word |= static_cast<uint32_t>(w.Zero(8 * i + j, g) + 8) << (4 * j);
+      AppendWord(&t.zeros, word);
+    }
   }
   for (float s : w.s) AppendScale(&t.scales, scale_dtype, s);
   t.g_idx = GroupIndex(w);

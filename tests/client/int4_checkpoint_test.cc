@@ -104,6 +104,25 @@ TEST_F(Int4CheckpointReaderTest, AwqLayerHasZeroPointsAndGptqLeavesThemToTheCall
   EXPECT_EQ(p->bytes, asymmetric.t.Payload(true));
 }
 
+// An asymmetric compressed-tensors layer (W4A16_ASYM): its weight_zero_point [N/8, G] goes
+// between the codes and the scales, and the layer has zero points.
+TEST_F(Int4CheckpointReaderTest, PackQuantizedZeroPoints) {
+  const testing::Int4Weight w =
+      testing::WithZeroPoints(testing::RandomInt4Weight(16, 256, 128, DType::kF16, 12), -8, 7, 13);
+  const testing::Int4CheckpointTensors t = testing::PackQuantizedTensors(w, DType::kF16);
+  const SafetensorsFile file =
+      Write({{"l.weight_packed", Tensor(ElementType::kI32, {16, 32}, t.codes)},
+             {"l.weight_zero_point", Tensor(ElementType::kI32, {2, 2}, t.zeros)},
+             {"l.weight_scale", Tensor(ElementType::kF16, {16, 2}, t.scales)},
+             {"l.weight_g_idx", Tensor(ElementType::kI32, {256}, t.g_idx)}});
+  absl::StatusOr<Int4CheckpointPayload> p =
+      ReadInt4Checkpoint(file, "l.weight_zero_point", Int4Checkpoint::kPackQuantized);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_TRUE(p->shape.zero_points);
+  EXPECT_FALSE(p->shape.act_order);
+  EXPECT_EQ(p->bytes, t.Payload(true));
+}
+
 // A group index that scatters the groups (desc_act) makes the layer one in activation
 // order; one feature out of place is enough.
 TEST_F(Int4CheckpointReaderTest, ScatteredGroupIndexIsActivationOrder) {
@@ -187,15 +206,16 @@ TEST_F(Int4CheckpointReaderTest, Errors) {
   expect_error(tensors, Int4Checkpoint::kGptq, absl::StatusCode::kInvalidArgument,
                "tensor 'l.g_idx' is [128]; the layer's other tensors make it [256]");
 
-  // compressed-tensors: an asymmetric layer, and a weight_shape that disagrees.
+  // compressed-tensors: zero points packed along the wrong axis, and a weight_shape that
+  // disagrees.
   const testing::Int4CheckpointTensors pq = testing::PackQuantizedTensors(layer.w, DType::kF16);
   const Tensors pq_files = {{"l.weight_packed", Tensor(ElementType::kI32, {16, 32}, pq.codes)},
                             {"l.weight_scale", Tensor(ElementType::kF16, {16, 2}, pq.scales)}};
   tensors = pq_files;
   tensors.emplace_back("l.weight_zero_point",
-                       Tensor(ElementType::kI32, {2, 2}, std::vector<uint8_t>(16)));
+                       Tensor(ElementType::kI32, {1, 4}, std::vector<uint8_t>(16)));
   expect_error(tensors, Int4Checkpoint::kPackQuantized, absl::StatusCode::kInvalidArgument,
-               "layer 'l' has a weight_zero_point: an asymmetric quantization");
+               "tensor 'l.weight_zero_point' is [1, 4]; the layer's other tensors make it [2, 2]");
   tensors = pq_files;
   std::vector<uint8_t> shape;
   testing::AppendWord(&shape, 16);

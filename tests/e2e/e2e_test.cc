@@ -261,7 +261,8 @@ TEST_F(EndToEndTest, Int4CheckpointsComputeAsTheirCanonicalForm) {
   EXPECT_EQ(result("pq"), result("pq-canonical"));
 
   // Every layer of a file at once, each named --name + its layer's name: the GPTQ one;
-  // the pack-quantized ones up to the asymmetric one, which stops the upload.
+  // the pack-quantized ones, the asymmetric one with its zero points (all 0 here, so it
+  // computes as the symmetric one).
   EXPECT_THAT(Ok({"upload", "--name=all/", "--scheme=w4a16", "--safetensors=" + checkpoint,
                   "--encoding=gptq"}),
               HasSubstr("uploaded 1 layers of"));
@@ -270,21 +271,19 @@ TEST_F(EndToEndTest, Int4CheckpointsComputeAsTheirCanonicalForm) {
   absl::StatusOr<NdArray> y = ReadNpy(all_y);
   ASSERT_TRUE(y.ok()) << y.status();
   EXPECT_EQ(y->data, gptq_y);
-  RunResult r = Qmmctl(
-      {"upload", "--scheme=w4a16", "--safetensors=" + checkpoint, "--encoding=pack_quantized"});
-  EXPECT_EQ(r.exit_code, 1);
-  EXPECT_THAT(r.output, HasSubstr("uploaded " + down + ": scheme=w4a16")) << r.output;
-  EXPECT_THAT(r.output, HasSubstr("layer '" + asym + "' has a weight_zero_point")) << r.output;
+  const std::string every =
+      Ok({"upload", "--scheme=w4a16", "--safetensors=" + checkpoint, "--encoding=pack_quantized"});
+  EXPECT_THAT(every, HasSubstr("uploaded " + down + ": scheme=w4a16")) << every;
+  EXPECT_THAT(every, HasSubstr("uploaded " + asym +
+                               ": scheme=w4a16 n=192 k=256 group_size=0 "
+                               "zero_points packed_bytes=25152"))
+      << every;
+  EXPECT_EQ(result(asym), result("pq-canonical"));
 
-  // What the client refuses (an asymmetric layer, a group size the file contradicts) and
-  // what the server does (a "gptq_v2" reading of a "gptq" layer's zero points).
-  r = Qmmctl({"upload", "--name=asym", "--scheme=w4a16", "--safetensors=" + checkpoint,
-              "--tensor=" + asym, "--encoding=pack_quantized"});
-  EXPECT_EQ(r.exit_code, 1);
-  EXPECT_THAT(r.output, HasSubstr("has a weight_zero_point: an asymmetric quantization"))
-      << r.output;
-  r = Qmmctl({"upload", "--name=g0", "--scheme=w4a16", "--safetensors=" + checkpoint,
-              "--tensor=" + up, "--encoding=gptq", "--group_size=0"});
+  // What the client refuses (a group size the file contradicts) and what the server does
+  // (a "gptq_v2" reading of a "gptq" layer's zero points).
+  RunResult r = Qmmctl({"upload", "--name=g0", "--scheme=w4a16", "--safetensors=" + checkpoint,
+                        "--tensor=" + up, "--encoding=gptq", "--group_size=0"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.output, HasSubstr("the checkpoint's group size is 128, not --group_size=0"))
       << r.output;

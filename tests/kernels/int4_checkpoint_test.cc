@@ -129,7 +129,10 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{Int4Checkpoint::kGptq, 128, DType::kF16, true, false, true},
                       Case{Int4Checkpoint::kGptq, 128, DType::kBF16, true, true, true},
                       Case{Int4Checkpoint::kGptqV2, 128, DType::kF32, true, true, true},
-                      Case{Int4Checkpoint::kPackQuantized, 128, DType::kF16, true, false, true}));
+                      Case{Int4Checkpoint::kPackQuantized, 128, DType::kF16, true, false, true},
+                      Case{Int4Checkpoint::kPackQuantized, 128, DType::kF16, false, true},
+                      Case{Int4Checkpoint::kPackQuantized, 0, DType::kBF16, true, true},
+                      Case{Int4Checkpoint::kPackQuantized, 128, DType::kF32, true, true, true}));
 
 // One conversion, expected to fail with `message`.
 void ExpectRejected(Int4Checkpoint format, const WeightShape& shape, DType dtype,
@@ -190,13 +193,19 @@ TEST(Int4CheckpointErrors, AsymmetricAwqWithoutZeroPointsNamesGroupAndColumn) {
   ExpectCanonical(*packed, w);
 }
 
-TEST(Int4CheckpointErrors, PackQuantizedHasNoZeroPoints) {
-  const Int4Weight w = RandomInt4Weight(16, 256, 128, DType::kF16, 2);
-  WeightShape shape = w.shape;
-  shape.zero_points = true;
-  ExpectRejected(Int4Checkpoint::kPackQuantized, shape, DType::kF16,
-                 PackQuantizedPayload(w, DType::kF16, false),
-                 "zero_points: a pack-quantized payload carries no weight_zero_point");
+// An asymmetric pack-quantized layer carries weight_zero_point after weight_packed; one
+// without zero_points is read as symmetric, with no such tensor.
+TEST(Int4CheckpointErrors, PackQuantizedZeroPointsHaveTheirTensor) {
+  const Int4Weight w = WithZeroPoints(RandomInt4Weight(16, 256, 128, DType::kF16, 2), -8, 7, 3);
+  const std::vector<uint8_t> payload = PackQuantizedPayload(w, DType::kF16, false);
+  WeightShape symmetric = w.shape;
+  symmetric.zero_points = false;
+  ExpectRejected(Int4Checkpoint::kPackQuantized, symmetric, DType::kF16, payload,
+                 "weight_packed (2048 bytes), weight_scale (64, fp16) and optionally weight_g_idx "
+                 "(1024): 2112 or 3136 bytes, got 2128");
+  ExpectRejected(Int4Checkpoint::kPackQuantized, w.shape, DType::kF16,
+                 std::vector<uint8_t>(payload.begin(), payload.end() - 16),
+                 "weight_packed (2048 bytes), weight_zero_point (16), weight_scale (64, fp16)");
 }
 
 TEST(Int4CheckpointErrors, ActivationOrderGroupIndex) {
@@ -288,6 +297,11 @@ TEST(Int4CheckpointErrors, Shapes) {
                  "n = 12 is not a multiple of 8");
   ExpectRejected(Int4Checkpoint::kAwq, w.shape, DType::kF16, std::vector<uint8_t>(4000),
                  "n = 12 is not a multiple of 8, which AWQ's qzeros need");
+  WeightShape with_zero_points = w.shape;
+  with_zero_points.zero_points = true;
+  ExpectRejected(Int4Checkpoint::kPackQuantized, with_zero_points, DType::kF16,
+                 std::vector<uint8_t>(4000),
+                 "n = 12 is not a multiple of 8, which weight_zero_point needs");
   absl::StatusOr<std::vector<uint8_t>> packed =
       Int4CheckpointToPacked(Int4Checkpoint::kPackQuantized, w.shape, DType::kF16,
                              PackQuantizedPayload(w, DType::kF16, false));

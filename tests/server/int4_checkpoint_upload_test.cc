@@ -124,17 +124,24 @@ TEST_F(Int4CheckpointUploadTest, AwqAndAsymmetricGptqWithZeroPoints) {
   ASSERT_TRUE(status.ok()) << status.error_message();
   ExpectWeightComputes("gptq-asym", gptq);
 
-  // compressed-tensors' asymmetric schemes are not taken: their zero point tensor is not
-  // in the payload, so header.zero_points is refused before any byte is read.
-  Int4Weight pq = RandomInt4Weight(16, 256, 128, DType::kF16, 9);
-  pq.shape.zero_points = true;
-  status = Upload("pq-asym", pq, v1::SOURCE_ENCODING_PACK_QUANTIZED, v1::DTYPE_FP16,
-                  AsString(PackQuantizedTensors(pq, DType::kF16).Payload(false)));
+  // compressed-tensors' asymmetric schemes (W4A16_ASYM) carry weight_zero_point.
+  const Int4Weight pq =
+      testing::WithZeroPoints(RandomInt4Weight(16, 256, 128, DType::kBF16, 9), -8, 7, 10);
+  status = Upload("pq-asym", pq, v1::SOURCE_ENCODING_PACK_QUANTIZED, v1::DTYPE_BF16,
+                  AsString(PackQuantizedTensors(pq, DType::kBF16).Payload(true)));
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ExpectWeightComputes("pq-asym", pq);
+  // The same payload without header.zero_points has a tensor too many.
+  Int4Weight symmetric = pq;
+  symmetric.shape.zero_points = false;
+  status = Upload("pq-sym", symmetric, v1::SOURCE_ENCODING_PACK_QUANTIZED, v1::DTYPE_BF16,
+                  AsString(PackQuantizedTensors(pq, DType::kBF16).Payload(true)));
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_NE(status.error_message().find("a pack-quantized payload carries no weight_zero_point"),
+  EXPECT_NE(status.error_message().find("header.total_bytes = 3152 but a "
+                                        "SOURCE_ENCODING_PACK_QUANTIZED payload"),
             std::string::npos)
       << status.error_message();
-  ExpectAbsent("pq-asym");
+  ExpectAbsent("pq-sym");
 }
 
 // Checkpoints quantized with activation order (GPTQ's desc_act, compressed-tensors'

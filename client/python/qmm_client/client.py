@@ -210,13 +210,14 @@ class Client:
                             _group_size(k, groups), scale_dtype, timeout, True)
 
     def upload_pack_quantized(self, name, weight_packed, weight_scale, weight_g_idx=None,
-                              timeout=None):
+                              weight_zero_point=None, timeout=None):
         """Uploads one linear layer of a compressed-tensors checkpoint in its pack-quantized
-        format (llm-compressor's symmetric W4A16) as it is, as a W4A16 weight: its
-        weight_packed (int32 [N, K/8]), weight_scale ([N, G], float16 or float32) and
-        optionally weight_g_idx (int32 [K]); G = K/128 or 1. A weight_g_idx that is not
-        k / 128 (actorder "group") uploads the weight in activation order. A layer with a
-        weight_zero_point (asymmetric) cannot be held. Returns the WeightInfo."""
+        format (llm-compressor's W4A16 schemes) as it is, as a W4A16 weight: its
+        weight_packed (int32 [N, K/8]), weight_scale ([N, G], float16 or float32),
+        optionally weight_g_idx (int32 [K]) and, for an asymmetric layer (W4A16_ASYM),
+        weight_zero_point (int32 [N/8, G]), which makes a weight with zero points;
+        G = K/128 or 1. A weight_g_idx that is not k / 128 (actorder "group") uploads the
+        weight in activation order. Returns the WeightInfo."""
         packed = _int32_matrix(weight_packed, "weight_packed")
         n, k = packed.shape[0], 8 * packed.shape[1]
         scales, scale_dtype = _scales(weight_scale, "weight_scale")
@@ -224,14 +225,21 @@ class Client:
             raise ValueError(f"weight_scale is {scales.shape}, expected [{n}, G] for "
                              f"weight_packed {packed.shape}")
         tensors = [packed, scales]
+        if weight_zero_point is not None:
+            zeros = _int32_matrix(weight_zero_point, "weight_zero_point")
+            if zeros.shape != (n // 8, scales.shape[1]) or n % 8:
+                raise ValueError(f"weight_zero_point is {zeros.shape}, expected "
+                                 f"{(n // 8, scales.shape[1])} (N = {n} must be a multiple "
+                                 "of 8)")
+            tensors.insert(1, zeros)
         if weight_g_idx is not None:
             weight_g_idx = _group_index(weight_g_idx, "weight_g_idx", k)
             tensors.append(weight_g_idx)
         groups = scales.shape[1]
         return self._upload(name, (n, k), "w4a16", qmm_pb2.SOURCE_ENCODING_PACK_QUANTIZED,
                             b"".join(t.tobytes() for t in tensors), _group_size(k, groups),
-                            scale_dtype, timeout,
-                            act_order=_in_act_order(weight_g_idx, k, groups))
+                            scale_dtype, timeout, weight_zero_point is not None,
+                            _in_act_order(weight_g_idx, k, groups))
 
     def _upload(self, name, shape, scheme, encoding, payload, group_size, source_dtype,
                 timeout, zero_points=False, act_order=False):

@@ -401,6 +401,20 @@ class ServerTest(unittest.TestCase):
         x = RNG.standard_normal((5, k)).astype(np.float32)
         for name in ("py.pq_act", "py.gptq_act"):
             close_to(self, self.client.matmul(name, x), x.astype(np.float64) @ w.T, x, w)
+        # compressed-tensors' asymmetric layers (W4A16_ASYM): zero points [N/8, G] packed
+        # along N, stored z + 8, with the order too.
+        z = RNG.integers(-8, 8, size=(n, 3))
+        zeros = np.bitwise_or.reduce(
+            (z + 8).astype(np.uint32).T.reshape(3, n // 8, 8) << (4 * np.arange(8, dtype=np.uint32)),
+            axis=2).T.astype(np.uint32).view(np.int32)  # [N/8, G]
+        info = self.client.upload_pack_quantized("py.pq_asym", packed, s, g_idx,
+                                                 weight_zero_point=zeros)
+        self.assertEqual((info.zero_points, info.act_order), (True, True))
+        w_asym = (q - z[:, g_idx]) * s.astype(np.float64)[:, g_idx]
+        close_to(self, self.client.matmul("py.pq_asym", x), x.astype(np.float64) @ w_asym.T, x,
+                 w_asym)
+        with self.assertRaisesRegex(ValueError, "weight_zero_point is"):
+            self.client.upload_pack_quantized("py.bad", packed, s, weight_zero_point=zeros.T)
         # A g_idx of k / 128 is no activation order.
         info = self.client.upload_gptq("py.gptq_ordered", packed.T, qzeros, s.T,
                                        np.arange(k) // 128)
