@@ -25,7 +25,9 @@ absl::Status RunDelete(Client& client, const std::string& name);
 absl::StatusOr<bool> RunHealth(Client& client, const std::string& service);
 
 struct UploadOptions {
-  enum class Source { kRandom, kNpy, kSafetensors, kPacked };
+  // kCheckpoint: a Hugging Face checkpoint directory, every int4 layer of it as its
+  // quantization settings say (client/checkpoint_config.h).
+  enum class Source { kRandom, kNpy, kSafetensors, kPacked, kCheckpoint };
 
   std::string name;
   Scheme scheme = Scheme::kFp16;
@@ -40,7 +42,7 @@ struct UploadOptions {
   int64_t n = 0;  // required for kRandom and kPacked; checked against files
   int64_t k = 0;
   uint64_t seed = 1;  // kRandom
-  std::string path;   // kNpy, kSafetensors, kPacked
+  std::string path;   // kNpy, kSafetensors, kPacked, kCheckpoint
   // kSafetensors: the [N, K] float tensor, or with an int4 checkpoint encoding the linear
   // layer whose tensors to read (client/int4_checkpoint.h).
   std::string tensor;

@@ -62,6 +62,12 @@ ABSL_FLAG(uint64_t, seed, 1, "seed of --random values");
 ABSL_FLAG(bool, pack_locally, false,
           "upload: quantize here and upload the packed form instead of float values");
 ABSL_FLAG(std::string, safetensors, "", "upload: a .safetensors file (with --tensor)");
+ABSL_FLAG(std::string, checkpoint, "",
+          "upload: a Hugging Face checkpoint directory quantized with GPTQ, AWQ or "
+          "compressed-tensors (int4): every linear layer of its .safetensors files, as its "
+          "config.json (or quantize_config.json, quant_config.json) says, each named --name "
+          "(a prefix, may be empty) + its layer's name; or with --tensor=LAYER that one, "
+          "named --name");
 ABSL_FLAG(std::string, tensor, "",
           "upload: the tensor of the --safetensors file, [N, K]; with --encoding=gptq, "
           "gptq_v2, awq or pack_quantized the linear layer (its tensors' common prefix), or "
@@ -139,6 +145,8 @@ constexpr char kUsage[] =
     "             [--tensor LAYER] --encoding=gptq|gptq_v2|awq|pack_quantized (no --tensor:\n"
     "             every layer, named --name + its name);\n"
     "             --pack_locally quantizes here\n"
+    "  upload   --checkpoint DIR [--name=PREFIX] [--tensor LAYER]  every int4 layer of a\n"
+    "           GPTQ, AWQ or compressed-tensors checkpoint directory, as its config says\n"
     "  matmul   --weight=N, --random --m [--seed] [--dtype] or --npy FILE, [--out_dtype]\n"
     "           [--repeat R] [--stream] [--output FILE.npy]\n"
     "           [--verify_seed S [--n --k --scheme --group_size] [--tolerance]]\n"
@@ -174,13 +182,29 @@ absl::StatusOr<std::optional<DType>> DTypeFlag(const std::string& name) {
   return *dtype;
 }
 
+// --checkpoint: its settings say what the other upload flags would.
+absl::StatusOr<UploadOptions> CheckpointFlags(std::optional<Scheme> scheme, UploadOptions o) {
+  if (scheme && *scheme != Scheme::kW4A16) {
+    return absl::InvalidArgumentError("--checkpoint uploads int4 layers: --scheme=w4a16 or none");
+  }
+  o.scheme = Scheme::kW4A16;
+  const bool restated = o.group_size || o.zero_points || o.act_order || o.n > 0 || o.k > 0 ||
+                        o.pack_locally || !absl::GetFlag(FLAGS_encoding).empty() ||
+                        !absl::GetFlag(FLAGS_scale_dtype).empty();
+  if (restated) {
+    return absl::InvalidArgumentError(
+        "--checkpoint reads the encoding, group size, zero points, activation order and shapes "
+        "from the checkpoint itself: --encoding, --group_size, --zero_points, --act_order, --n, "
+        "--k, --scale_dtype and --pack_locally do not apply");
+  }
+  return o;
+}
+
 absl::StatusOr<UploadOptions> UploadFlags() {
   UploadOptions o;
   o.name = absl::GetFlag(FLAGS_name);
   absl::StatusOr<std::optional<Scheme>> scheme = SchemeFlag();
   if (!scheme.ok()) return scheme.status();
-  if (!*scheme) return absl::InvalidArgumentError("upload needs --scheme");
-  o.scheme = **scheme;
   o.group_size = NonDefault(absl::GetFlag(FLAGS_group_size), -1);
   o.zero_points = absl::GetFlag(FLAGS_zero_points);
   o.act_order = absl::GetFlag(FLAGS_act_order);
@@ -196,7 +220,8 @@ absl::StatusOr<UploadOptions> UploadFlags() {
   for (const auto& [path, source] :
        {std::pair{absl::GetFlag(FLAGS_npy), UploadOptions::Source::kNpy},
         std::pair{absl::GetFlag(FLAGS_safetensors), UploadOptions::Source::kSafetensors},
-        std::pair{absl::GetFlag(FLAGS_packed), UploadOptions::Source::kPacked}}) {
+        std::pair{absl::GetFlag(FLAGS_packed), UploadOptions::Source::kPacked},
+        std::pair{absl::GetFlag(FLAGS_checkpoint), UploadOptions::Source::kCheckpoint}}) {
     if (path.empty()) continue;
     o.source = source;
     o.path = path;
@@ -204,9 +229,12 @@ absl::StatusOr<UploadOptions> UploadFlags() {
   }
   if (sources != 1) {
     return absl::InvalidArgumentError(
-        "upload needs exactly one of --random, --npy, --safetensors, --packed");
+        "upload needs exactly one of --random, --npy, --safetensors, --packed, --checkpoint");
   }
   o.tensor = absl::GetFlag(FLAGS_tensor);
+  if (o.source == UploadOptions::Source::kCheckpoint) return CheckpointFlags(*scheme, o);
+  if (!*scheme) return absl::InvalidArgumentError("upload needs --scheme");
+  o.scheme = **scheme;
   const std::string encoding = absl::GetFlag(FLAGS_encoding);
   const std::pair<const char*, UploadSpec::Encoding> encodings[] = {
       {"packed", UploadSpec::Encoding::kPacked},

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "client/checkpoint_config.h"
 #include "client/file_io.h"
 #include "client/int4_checkpoint.h"
 #include "client/npy.h"
@@ -47,9 +48,23 @@ Int4Checkpoint CheckpointFormat(UploadSpec::Encoding e) {
   }
 }
 
+UploadSpec::Encoding EncodingOf(Int4Checkpoint format) {
+  switch (format) {
+    case Int4Checkpoint::kGptq:
+      return UploadSpec::Encoding::kGptq;
+    case Int4Checkpoint::kGptqV2:
+      return UploadSpec::Encoding::kGptqV2;
+    case Int4Checkpoint::kAwq:
+      return UploadSpec::Encoding::kAwq;
+    case Int4Checkpoint::kPackQuantized:
+      return UploadSpec::Encoding::kPackQuantized;
+  }
+  return UploadSpec::Encoding::kPackQuantized;
+}
+
 // A checkpoint layer's tensors as a payload.
-Payload FromCheckpoint(const UploadOptions& o, Int4CheckpointPayload layer) {
-  return Payload{o.encoding,
+Payload FromCheckpoint(UploadSpec::Encoding encoding, Int4CheckpointPayload layer) {
+  return Payload{encoding,
                  layer.scale_dtype,
                  layer.shape.n,
                  layer.shape.k,
@@ -120,7 +135,7 @@ absl::StatusOr<Payload> LoadPayload(const UploadOptions& o) {
           return absl::Status(layer.status().code(),
                               absl::StrCat(o.path, ": ", layer.status().message()));
         }
-        return FromCheckpoint(o, *std::move(layer));
+        return FromCheckpoint(o.encoding, *std::move(layer));
       }
       absl::StatusOr<NdArray> array = file->Read(o.tensor);
       if (!array.ok()) return array.status();
@@ -142,6 +157,8 @@ absl::StatusOr<Payload> LoadPayload(const UploadOptions& o) {
                      std::nullopt,
                      false};
     }
+    case UploadOptions::Source::kCheckpoint:
+      break;  // many layers: UploadCheckpoint reads them
   }
   return absl::InvalidArgumentError("unknown upload source");
 }
@@ -223,8 +240,25 @@ absl::Status Send(Client& client, const UploadOptions& o, const std::string& nam
   return absl::OkStatus();
 }
 
-// Without --tensor: every int4 layer of the checkpoint file (each tensor LAYER.qweight or
-// LAYER.weight_packed), in the file's order of names, as weight --name + LAYER.
+// The suffix of the tensor that makes a layer of `format`: its codes.
+std::string CodesSuffix(Int4Checkpoint format) {
+  return format == Int4Checkpoint::kPackQuantized ? ".weight_packed" : ".qweight";
+}
+
+// The int4 layers of `file` (each tensor LAYER.qweight or LAYER.weight_packed), in the
+// file's order of names.
+std::vector<std::string> Int4Layers(const SafetensorsFile& file, Int4Checkpoint format) {
+  const std::string suffix = CodesSuffix(format);
+  std::vector<std::string> layers;
+  for (const SafetensorsEntry& entry : file.header().tensors) {
+    if (entry.name.ends_with(suffix)) {
+      layers.push_back(entry.name.substr(0, entry.name.size() - suffix.size()));
+    }
+  }
+  return layers;
+}
+
+// Without --tensor: every int4 layer of the checkpoint file, as weight --name + LAYER.
 absl::Status UploadEveryLayer(Client& client, const UploadOptions& o) {
   if (o.n > 0 || o.k > 0 || o.group_size) {
     return absl::InvalidArgumentError(
@@ -234,16 +268,9 @@ absl::Status UploadEveryLayer(Client& client, const UploadOptions& o) {
   absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(o.path);
   if (!file.ok()) return file.status();
   const Int4Checkpoint format = CheckpointFormat(o.encoding);
-  const std::string_view suffix =
-      format == Int4Checkpoint::kPackQuantized ? ".weight_packed" : ".qweight";
-  std::vector<std::string> layers;
-  for (const SafetensorsEntry& entry : file->header().tensors) {
-    if (entry.name.ends_with(suffix)) {
-      layers.push_back(entry.name.substr(0, entry.name.size() - suffix.size()));
-    }
-  }
+  const std::vector<std::string> layers = Int4Layers(*file, format);
   if (layers.empty()) {
-    return absl::NotFoundError(absl::StrCat(o.path, ": no tensor named LAYER", std::string(suffix),
+    return absl::NotFoundError(absl::StrCat(o.path, ": no tensor named LAYER", CodesSuffix(format),
                                             ", so no layer of that format"));
   }
   for (const std::string& layer : layers) {
@@ -253,7 +280,7 @@ absl::Status UploadEveryLayer(Client& client, const UploadOptions& o) {
                           absl::StrCat(o.path, ": ", read.status().message()));
     }
     const absl::Status status =
-        Send(client, o, o.name + layer, FromCheckpoint(o, *std::move(read)));
+        Send(client, o, o.name + layer, FromCheckpoint(o.encoding, *std::move(read)));
     if (!status.ok()) {
       return absl::Status(status.code(),
                           absl::StrCat(o.path, ": layer '", layer, "': ", status.message()));
@@ -263,9 +290,61 @@ absl::Status UploadEveryLayer(Client& client, const UploadOptions& o) {
   return absl::OkStatus();
 }
 
+// --checkpoint: every int4 layer of every .safetensors file of the directory (or the one
+// --tensor names), as its quantization settings say, each as weight --name + LAYER (or
+// --name for --tensor's).
+absl::Status UploadCheckpoint(Client& client, const UploadOptions& o) {
+  absl::StatusOr<CheckpointConfig> config = ReadCheckpointConfig(o.path);
+  if (!config.ok()) return config.status();
+  absl::StatusOr<std::vector<std::string>> shards = CheckpointShards(o.path);
+  if (!shards.ok()) return shards.status();
+  std::printf("%s: %s\n", config->file.c_str(), config->description.c_str());
+  int64_t uploaded = 0;
+  for (const std::string& shard : *shards) {
+    absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(shard);
+    if (!file.ok()) return file.status();
+    for (const std::string& layer : Int4Layers(*file, config->format)) {
+      if (!o.tensor.empty() && layer != o.tensor) continue;
+      absl::StatusOr<Int4CheckpointPayload> read = ReadInt4Checkpoint(*file, layer, config->format);
+      if (!read.ok()) {
+        return absl::Status(read.status().code(),
+                            absl::StrCat(shard, ": ", read.status().message()));
+      }
+      if (config->group_size && *config->group_size != read->shape.group_size) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            shard, ": layer '", layer, "' has groups of ",
+            read->shape.group_size == 0 ? read->shape.k : read->shape.group_size, ", not the ",
+            *config->group_size == 0 ? "one a row" : "128", " that ", config->file, " says"));
+      }
+      // GPTQ's tensors do not say whether it is symmetric; the settings do.
+      if (config->format != Int4Checkpoint::kPackQuantized) {
+        read->shape.zero_points = config->zero_points;
+      }
+      const std::string name = o.tensor.empty() ? o.name + layer : o.name;
+      const absl::Status status =
+          Send(client, o, name, FromCheckpoint(EncodingOf(config->format), *std::move(read)));
+      if (!status.ok()) {
+        return absl::Status(status.code(),
+                            absl::StrCat(shard, ": layer '", layer, "': ", status.message()));
+      }
+      ++uploaded;
+    }
+  }
+  if (uploaded == 0) {
+    return absl::NotFoundError(absl::StrCat(
+        o.path, ": ",
+        o.tensor.empty() ? absl::StrCat("no tensor named LAYER", CodesSuffix(config->format))
+                         : absl::StrCat("no layer '", o.tensor, "'"),
+        " in its ", shards->size(), " .safetensors files"));
+  }
+  std::printf("uploaded %lld layers of %s\n", static_cast<long long>(uploaded), o.path.c_str());
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status RunUpload(Client& client, const UploadOptions& o) {
+  if (o.source == UploadOptions::Source::kCheckpoint) return UploadCheckpoint(client, o);
   if (o.pack_locally &&
       (o.source == UploadOptions::Source::kPacked || IsInt4Checkpoint(o.encoding))) {
     return absl::InvalidArgumentError(

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <optional>
 #include <regex>
 #include <string>
@@ -398,6 +399,90 @@ TEST_F(EndToEndTest, ActOrderCheckpointsComputeAsTheirCanonicalForm) {
                               "--packed=" + payload, n, k, "--encoding=gptq"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.output, HasSubstr("unless the weight is uploaded with act_order set")) << r.output;
+}
+
+// A whole checkpoint directory (GPTQ, sym=False, desc_act, in two shards with their index
+// and a float tensor besides): --checkpoint uploads every int4 layer as its config.json
+// says, each computing as its canonical form with zero points in activation order.
+TEST_F(EndToEndTest, CheckpointDirectoryUploadsEveryLayerAsItsConfigSays) {
+  const auto tensor = [](ElementType type, std::vector<int64_t> shape, std::vector<uint8_t> data) {
+    return NdArray{type, std::move(shape), std::move(data)};
+  };
+  const std::string dir = Path("llama-gptq");
+  ASSERT_TRUE(std::filesystem::create_directories(dir));
+  const auto write_text = [&](const std::string& name, const std::string& text) {
+    ASSERT_TRUE(WriteFile(dir + "/" + name, std::vector<uint8_t>(text.begin(), text.end())).ok());
+  };
+  write_text("config.json", R"({"architectures": ["LlamaForCausalLM"], "quantization_config":
+      {"quant_method": "gptq", "bits": 4, "group_size": 128, "sym": false, "desc_act": true}})");
+  const std::vector<std::string> layers = {"model.layers.0.mlp.up_proj",
+                                           "model.layers.0.mlp.down_proj"};
+  std::vector<testing::Int4Weight> weights;
+  std::string index = R"({"weight_map": {)";
+  for (size_t i = 0; i < layers.size(); ++i) {
+    weights.push_back(testing::WithActOrder(
+        testing::WithZeroPoints(
+            testing::RandomInt4Weight(kN, kK, 128, DType::kF16, static_cast<uint32_t>(50 + i)), -7,
+            8, static_cast<uint32_t>(60 + i)),
+        static_cast<uint32_t>(70 + i)));
+    const testing::Int4CheckpointTensors t = testing::GptqTensors(weights[i], DType::kF16, 7);
+    const std::string l = layers[i];
+    const std::string shard = absl::StrCat("model-0000", i + 1, "-of-00002.safetensors");
+    std::vector<std::pair<std::string, NdArray>> tensors = {
+        {l + ".qweight", tensor(ElementType::kI32, {kK / 8, kN}, t.codes)},
+        {l + ".qzeros", tensor(ElementType::kI32, {kK / 128, kN / 8}, t.zeros)},
+        {l + ".scales", tensor(ElementType::kF16, {kK / 128, kN}, t.scales)},
+        {l + ".g_idx", tensor(ElementType::kI32, {kK}, t.g_idx)}};
+    if (i == 0) {
+      tensors.emplace_back("model.embed_tokens.weight",
+                           tensor(ElementType::kF16, {4, kK}, std::vector<uint8_t>(8 * kK, 0x3c)));
+    }
+    ASSERT_TRUE(WriteSafetensors(dir + "/" + shard, tensors).ok());
+    for (const auto& [name, array] : tensors) {
+      absl::StrAppend(&index, index.back() == '{' ? "" : ", ", "\"", name, "\": \"", shard, "\"");
+    }
+    const std::string canonical = Path(absl::StrCat("ck-canonical-", i, ".bin"));
+    ASSERT_TRUE(WriteFile(canonical, testing::CanonicalInt4(weights[i])).ok());
+    Ok({"upload", absl::StrCat("--name=ck-canonical-", i), "--scheme=w4a16",
+        "--packed=" + canonical, absl::StrCat("--n=", kN), absl::StrCat("--k=", kK),
+        "--zero_points", "--act_order"});
+  }
+  write_text("model.safetensors.index.json", index + "}}");
+
+  const std::string out = Ok({"upload", "--name=ck.", "--checkpoint=" + dir});
+  EXPECT_THAT(out, HasSubstr("config.json: GPTQ (gptq, sym=False, group_size 128, desc_act)"));
+  EXPECT_THAT(out, HasSubstr("uploaded ck." + layers[1] +
+                             ": scheme=w4a16 n=192 k=256 "
+                             "group_size=128 zero_points act_order"));
+  EXPECT_THAT(out, HasSubstr("uploaded 2 layers of " + dir)) << out;
+  // One layer by name, named --name.
+  EXPECT_THAT(Ok({"upload", "--name=one", "--checkpoint=" + dir, "--tensor=" + layers[1]}),
+              HasSubstr("uploaded 1 layers of"));
+
+  const std::string x_path = Path("x-ck.npy");
+  ASSERT_TRUE(
+      WriteNpy(x_path, FromFloats(DType::kF16, {2, kK}, RandomActivationValues(2, kK, 11))).ok());
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const std::vector<uint8_t> y = ResultBytes(absl::StrCat("ck-canonical-", i), x_path);
+    ASSERT_EQ(y.size(), 2u * kN * 2);
+    EXPECT_EQ(ResultBytes("ck." + layers[i], x_path), y) << layers[i];
+  }
+  EXPECT_EQ(ResultBytes("one", x_path), ResultBytes("ck-canonical-1", x_path));
+
+  // The settings are the checkpoint's: restating them is refused, and so is what it holds
+  // that qmm cannot (8-bit layers), before anything is sent.
+  RunResult r = Qmmctl({"upload", "--name=x/", "--checkpoint=" + dir, "--zero_points"});
+  EXPECT_EQ(r.exit_code, 2);  // a usage error
+  EXPECT_THAT(r.output, HasSubstr("--checkpoint reads the encoding, group size, zero points"));
+  r = Qmmctl({"upload", "--name=x/", "--checkpoint=" + dir, "--tensor=model.layers.9.mlp"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.output, HasSubstr("no layer 'model.layers.9.mlp' in its 2 .safetensors files"));
+  write_text("config.json", R"({"quantization_config": {"quant_method": "gptq", "bits": 8,
+                                                         "group_size": 128}})");
+  r = Qmmctl({"upload", "--name=x/", "--checkpoint=" + dir});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.output, HasSubstr("bits = 8: only 4-bit GPTQ layers are taken")) << r.output;
+  EXPECT_THAT(Ok({"ls"}), Not(HasSubstr("x/"))) << "a refused upload left a weight";
 }
 
 TEST_F(EndToEndTest, VerificationFailsOnTheWrongWeight) {
