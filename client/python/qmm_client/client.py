@@ -11,6 +11,7 @@ import numpy as np
 
 from qmm.v1 import qmm_pb2
 from qmm.v1 import qmm_pb2_grpc
+from qmm_client import checkpoint
 from qmm_client.tensors import dtype_value, from_tensor, to_tensor
 
 SCHEMES = {
@@ -240,6 +241,48 @@ class Client:
                             b"".join(t.tobytes() for t in tensors), _group_size(k, groups),
                             scale_dtype, timeout, weight_zero_point is not None,
                             _in_act_order(weight_g_idx, k, groups))
+
+    def upload_checkpoint(self, directory, prefix="", layer=None, timeout=None):
+        """Uploads every int4 linear layer of a Hugging Face checkpoint directory quantized
+        with GPTQ, AWQ or compressed-tensors, as its settings say (qmm_client.checkpoint:
+        which are taken), each as weight prefix + its layer's name; with `layer` only that
+        one, as weight `prefix`. Returns the WeightInfos in the order uploaded."""
+        settings = checkpoint.read_settings(directory)
+        method = settings["method"]
+        suffix = ".weight_packed" if method == "compressed-tensors" else ".qweight"
+        paths = checkpoint.shards(directory)
+        infos = []
+        for path in paths:
+            tensors = checkpoint.read_safetensors(path)
+            for codes in sorted(n for n in tensors if n.endswith(suffix)):
+                base = codes[:-len(suffix)]
+                if layer is not None and base != layer:
+                    continue
+
+                def need(s):
+                    if base + s not in tensors:
+                        raise ValueError(f"{path}: layer {base!r} has no {s[1:]}")
+                    return tensors[base + s]
+
+                weight = prefix if layer is not None else prefix + base
+                if method == "gptq":
+                    info = self.upload_gptq(weight, need(".qweight"), need(".qzeros"),
+                                            need(".scales"), tensors.get(base + ".g_idx"),
+                                            settings["checkpoint_format"], settings["sym"],
+                                            timeout)
+                elif method == "awq":
+                    info = self.upload_awq(weight, need(".qweight"), need(".qzeros"),
+                                           need(".scales"), timeout)
+                else:
+                    info = self.upload_pack_quantized(
+                        weight, need(".weight_packed"), need(".weight_scale"),
+                        tensors.get(base + ".weight_g_idx"),
+                        tensors.get(base + ".weight_zero_point"), timeout)
+                infos.append(info)
+        if not infos:
+            what = f"no layer {layer!r}" if layer is not None else f"no tensor LAYER{suffix}"
+            raise ValueError(f"{directory}: {what} in its {len(paths)} .safetensors files")
+        return infos
 
     def _upload(self, name, shape, scheme, encoding, payload, group_size, source_dtype,
                 timeout, zero_points=False, act_order=False):

@@ -15,6 +15,7 @@ import re
 import signal
 import struct
 import subprocess
+import tempfile
 import time
 import unittest
 import urllib.error
@@ -131,6 +132,21 @@ def int4_checkpoint(n, k, groups):
     along_k = np.bitwise_or.reduce(u << (4 * np.arange(8, dtype=np.uint32)), axis=2)
     w = q * np.repeat(s.astype(np.float64), k // groups, axis=1)
     return along_k.astype(np.uint32).view(np.int32), s, w
+
+
+def write_safetensors(path, tensors):
+    """A .safetensors file of {name: (dtype name, array)}: the header, then the data."""
+    header, offset, blobs = {}, 0, []
+    for name, (dtype, array) in tensors.items():
+        blob = np.ascontiguousarray(array).tobytes()
+        header[name] = {"dtype": dtype, "shape": list(array.shape),
+                        "data_offsets": [offset, offset + len(blob)]}
+        offset += len(blob)
+        blobs.append(blob)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(len(text).to_bytes(8, "little") + text + b"".join(blobs))
 
 
 def close_to(test, got, want, x, w, rel=1e-5, out_rel=0.0):
@@ -419,6 +435,71 @@ class ServerTest(unittest.TestCase):
         info = self.client.upload_gptq("py.gptq_ordered", packed.T, qzeros, s.T,
                                        np.arange(k) // 128)
         self.assertFalse(info.act_order)
+
+    def test_checkpoint_directories_upload_as_their_settings_say(self):
+        n, k = 32, 256
+        x = RNG.standard_normal((2, k)).astype(np.float32)
+        with tempfile.TemporaryDirectory() as d:
+            # GPTQ, sym=False, desc_act: two layers in two shards, their index, a float
+            # tensor besides.
+            with open(os.path.join(d, "config.json"), "w") as f:
+                json.dump({"quantization_config": {"quant_method": "gptq", "bits": 4,
+                                                   "group_size": 128, "sym": False,
+                                                   "desc_act": True}}, f)
+            layers, weight_map = {}, {}
+            for i, name in enumerate(["model.layers.0.mlp.up_proj", "model.layers.1.mlp.up_proj"]):
+                packed, s, _ = int4_checkpoint(n, k, 2)
+                qzeros = RNG.integers(0, 2**31 - 1, size=(2, n // 8), dtype=np.int64).astype(np.int32)
+                g_idx = np.empty(k, np.int32)
+                g_idx[RNG.permutation(k)] = np.arange(k) // 128
+                layers[name] = (packed.T.copy(), qzeros, s.T.copy(), g_idx)
+                shard = f"model-0000{i + 1}-of-00002.safetensors"
+                tensors = {name + ".qweight": ("I32", packed.T), name + ".qzeros": ("I32", qzeros),
+                           name + ".scales": ("F16", s.T), name + ".g_idx": ("I32", g_idx),
+                           "model.norm.weight": ("F64", np.ones(k))}
+                write_safetensors(os.path.join(d, shard), tensors)
+                weight_map.update({t: shard for t in tensors})
+            with open(os.path.join(d, "model.safetensors.index.json"), "w") as f:
+                json.dump({"weight_map": weight_map}, f)
+            infos = self.client.upload_checkpoint(d, prefix="py.ck.")
+            self.assertEqual([i.name for i in infos], ["py.ck." + n for n in layers])
+            self.assertTrue(all(i.zero_points and i.act_order for i in infos))
+            for name, (qweight, qzeros, scales, g_idx) in layers.items():
+                self.client.upload_gptq("py.ck.direct", qweight, qzeros, scales, g_idx, sym=False)
+                np.testing.assert_array_equal(self.client.matmul("py.ck." + name, x),
+                                              self.client.matmul("py.ck.direct", x))
+                self.client.delete_weight("py.ck.direct")
+            info, = self.client.upload_checkpoint(d, "py.ck.one", layer="model.layers.1.mlp.up_proj")
+            self.assertEqual(info.name, "py.ck.one")
+            with self.assertRaisesRegex(ValueError, "no layer 'nope' in its 2 .safetensors"):
+                self.client.upload_checkpoint(d, layer="nope")
+            with open(os.path.join(d, "config.json"), "w") as f:
+                json.dump({"quantization_config": {"quant_method": "gptq", "bits": 8,
+                                                   "group_size": 128}}, f)
+            with self.assertRaisesRegex(ValueError, "bits = 8: only 4-bit GPTQ layers"):
+                self.client.upload_checkpoint(d, prefix="py.bad.")
+        with tempfile.TemporaryDirectory() as d:
+            # compressed-tensors W4A16_ASYM with bf16 scales, one file, no index.
+            with open(os.path.join(d, "config.json"), "w") as f:
+                json.dump({"quantization_config": {
+                    "quant_method": "compressed-tensors", "format": "pack-quantized",
+                    "config_groups": {"group_0": {"weights": {
+                        "num_bits": 4, "type": "int", "symmetric": False, "strategy": "group",
+                        "group_size": 128}}}}}, f)
+            packed, s, _ = int4_checkpoint(n, k, 2)
+            # bf16 scales: the fp16 ones rounded to bf16 (any bf16 values would do).
+            bits = (s.astype(np.float32).view(np.uint32) + 0x8000) >> 16
+            s_bf16 = (bits << 16).view(np.float32)
+            zeros = RNG.integers(0, 2**31 - 1, size=(n // 8, 2), dtype=np.int64).astype(np.int32)
+            write_safetensors(os.path.join(d, "model.safetensors"), {
+                "l.weight_packed": ("I32", packed), "l.weight_zero_point": ("I32", zeros),
+                "l.weight_scale": ("BF16", bits.astype(np.uint16))})
+            info, = self.client.upload_checkpoint(d, prefix="py.ct.")
+            self.assertEqual((info.name, info.zero_points, info.act_order), ("py.ct.l", True, False))
+            self.client.upload_pack_quantized("py.ct.direct", packed, s_bf16,
+                                              weight_zero_point=zeros)
+            np.testing.assert_array_equal(self.client.matmul("py.ct.l", x),
+                                          self.client.matmul("py.ct.direct", x))
 
     def test_awq_and_asymmetric_gptq_layers_upload_with_zero_points(self):
         n, k, groups = 32, 256, 2
