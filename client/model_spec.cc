@@ -87,6 +87,15 @@ absl::Status ParseLayer(const Json& j, const std::string& path, v1::Layer* layer
     if (!v.contains("gamma")) return Bad(at, "needs \"gamma\"");
     if (absl::Status s = Vector(v, "gamma", at, dyt->mutable_gamma()); !s.ok()) return s;
     return Vector(v, "beta", at, dyt->mutable_beta());
+  } else if (kind == "rms_norm") {
+    if (!v.is_object()) return Bad(at, "must be an object");
+    if (!v.contains("epsilon") || !v.at("epsilon").is_number()) {
+      return Bad(at, "needs \"epsilon\", a number");
+    }
+    v1::RmsNormLayer* norm = layer->mutable_rms_norm();
+    norm->set_epsilon(v.at("epsilon").get<float>());
+    if (!v.contains("weight")) return Bad(at, "needs \"weight\"");
+    return Vector(v, "weight", at, norm->mutable_weight());
   } else if (kind == "activation") {
     absl::StatusOr<std::string> name = String(v, at);
     if (!name.ok()) return name.status();
@@ -115,7 +124,8 @@ absl::Status ParseLayer(const Json& j, const std::string& path, v1::Layer* layer
     layer->mutable_residual()->set_block_start(start.get<int32_t>());
   } else {
     return Bad(path, absl::StrCat("unknown layer kind \"", kind,
-                                  "\" (embedding, linear, dyt, activation, gated_mlp, residual)"));
+                                  "\" (embedding, linear, dyt, rms_norm, activation, gated_mlp, "
+                                  "residual)"));
   }
   return absl::OkStatus();
 }

@@ -5,6 +5,7 @@
 //     "layers": [
 //       {"embedding": "tok_embeddings"},
 //       {"dyt": {"alpha": 0.5, "gamma": 1.0, "beta": [0.1, ...], "features": 4096}},
+//       {"rms_norm": {"weight": [1.02, ...], "epsilon": 1e-5}},
 //       {"gated_mlp": {"gate": "w1", "up": "w3", "down": "w2"}},
 //       {"residual": 1},
 //       {"activation": "gelu_tanh"},
@@ -15,7 +16,7 @@
 // Each layer is an object with exactly one key, the layer kind (names as in the proto).
 // "embedding" and "linear" take a weight name or an object; "residual" takes block_start
 // or {"block_start": i}; "activation" takes "silu", "gelu_tanh" (or "gelu") or "relu".
-// A parameter vector (bias, gamma, beta) is a list of numbers, or one number repeated
+// A parameter vector (bias, gamma, beta, weight) is a list of numbers, or one number repeated
 // "features" times (then "features" must be given in the same object).
 #ifndef QMM_CLIENT_MODEL_SPEC_H_
 #define QMM_CLIENT_MODEL_SPEC_H_

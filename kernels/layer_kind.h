@@ -7,7 +7,15 @@
 
 namespace qmm {
 
-enum class LayerKind : uint8_t { kEmbedding, kLinear, kDyT, kActivation, kGatedMlp, kResidual };
+enum class LayerKind : uint8_t {
+  kEmbedding,
+  kLinear,
+  kDyT,
+  kActivation,
+  kGatedMlp,
+  kResidual,
+  kRmsNorm
+};
 
 }  // namespace qmm
 

@@ -31,6 +31,18 @@ std::vector<double> ReferenceDyT(std::span<const double> x, int64_t f, double al
   return y;
 }
 
+std::vector<double> ReferenceRmsNorm(std::span<const double> x, int64_t f,
+                                     std::span<const float> weight, double epsilon) {
+  std::vector<double> y(x.size());
+  for (size_t row = 0; row < x.size(); row += f) {
+    double squares = 0.0;
+    for (int64_t j = 0; j < f; ++j) squares += x[row + j] * x[row + j];
+    const double rms = std::sqrt(squares / static_cast<double>(f) + epsilon);
+    for (int64_t j = 0; j < f; ++j) y[row + j] = weight[j] * x[row + j] / rms;
+  }
+  return y;
+}
+
 double ReferenceActivation(Activation act, double x) {
   switch (act) {
     case Activation::kIdentity:
@@ -97,6 +109,10 @@ std::vector<double> ReferenceChain(std::span<const CpuChainLayer> layers,
       case LayerKind::kDyT:
         inputs[i + 1] = ReferenceDyT(in, l.in_features, l.alpha, params(l.gamma, l.in_features),
                                      params(l.beta, l.in_features));
+        break;
+      case LayerKind::kRmsNorm:
+        inputs[i + 1] =
+            ReferenceRmsNorm(in, l.in_features, params(l.gamma, l.in_features), l.epsilon);
         break;
       case LayerKind::kActivation:
         inputs[i + 1] = ReferenceBiasActivation(l.activation, in, l.in_features, {});

@@ -23,6 +23,10 @@ std::vector<double> ReferenceEmbedding(const PackedWeight& table, std::span<cons
 std::vector<double> ReferenceDyT(std::span<const double> x, int64_t f, double alpha,
                                  std::span<const float> gamma, std::span<const float> beta);
 
+// weight[j] * x[i][j] / sqrt(mean_j x[i][j]^2 + epsilon); x has f columns.
+std::vector<double> ReferenceRmsNorm(std::span<const double> x, int64_t f,
+                                     std::span<const float> weight, double epsilon);
+
 // One activation of one value.
 double ReferenceActivation(Activation act, double x);
 

@@ -75,8 +75,9 @@ struct ModelLayer {
   const BackendWeight* weights[3] = {nullptr, nullptr, nullptr};
   std::span<const float> bias = {};               // kLinear: empty or out_features values
   float alpha = 0.0f;                             // kDyT
-  std::span<const float> gamma = {};              // kDyT: in_features values
+  std::span<const float> gamma = {};              // kDyT, kRmsNorm (its weight): in_features
   std::span<const float> beta = {};               // kDyT: empty or in_features values
+  float epsilon = 0.0f;                           // kRmsNorm
   Activation activation = Activation::kIdentity;  // kActivation
   int32_t block_start = -1;                       // kResidual
   int64_t in_features = 0;                        // 0 for an embedding

@@ -58,6 +58,7 @@ class CpuModel : public BackendModel {
       c.alpha = l.alpha;
       c.gamma = keep(l.gamma);
       c.beta = keep(l.beta);
+      c.epsilon = l.epsilon;
       c.activation = l.activation;
       c.block_start = l.block_start;
       c.in_features = l.in_features;

@@ -376,6 +376,14 @@ class CudaBackend : public Backend {
   absl::StatusOr<std::unique_ptr<BackendModel>> LoadModel(
       std::span<const ModelLayer> layers) override {
     if (!healthy()) return LostError();
+    for (size_t i = 0; i < layers.size(); ++i) {
+      if (layers[i].kind == LayerKind::kRmsNorm) {
+        return absl::UnimplementedError(
+            absl::StrCat("layers[", i,
+                         "].rms_norm: RMSNorm has no CUDA kernel in this build; "
+                         "serve the model with --backend=cpu"));
+      }
+    }
     std::vector<cuda::ChainLayer> chain;
     chain.reserve(layers.size());
     for (const ModelLayer& l : layers) {

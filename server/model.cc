@@ -154,6 +154,31 @@ absl::Status CheckLayer(const v1::Layer& proto, int index, int64_t features,
       layer.in_features = layer.out_features = f;
       return absl::OkStatus();
     }
+    case v1::Layer::kRmsNorm: {
+      const v1::RmsNormLayer& norm = proto.rms_norm();
+      const std::span<const float> weight(norm.weight().data(), norm.weight_size());
+      const int64_t f = features != 0 ? features : static_cast<int64_t>(weight.size());
+      if (weight.empty() || static_cast<int64_t>(weight.size()) != f) {
+        return Invalid(at + ".rms_norm.weight",
+                       absl::StrCat("has ", weight.size(),
+                                    " values; must have one per input feature (", f, ")"));
+      }
+      if (f > kMaxDim) {
+        return Invalid(at + ".rms_norm.weight",
+                       absl::StrCat("has ", f, " values, more than the ", kMaxDim, " allowed"));
+      }
+      if (absl::Status s = CheckFinite(weight, at + ".rms_norm.weight"); !s.ok()) return s;
+      // A zero epsilon would divide a row of zeros by zero.
+      if (!std::isfinite(norm.epsilon()) || norm.epsilon() <= 0.0f) {
+        return Invalid(at + ".rms_norm.epsilon",
+                       absl::StrCat(norm.epsilon(), " must be finite and positive"));
+      }
+      layer.kind = LayerKind::kRmsNorm;
+      layer.gamma.assign(weight.begin(), weight.end());
+      layer.epsilon = norm.epsilon();
+      layer.in_features = layer.out_features = f;
+      return absl::OkStatus();
+    }
     case v1::Layer::kActivation: {
       const std::optional<Activation> act = ActivationFromProto(proto.activation().kind());
       if (!act) {
@@ -165,7 +190,7 @@ absl::Status CheckLayer(const v1::Layer& proto, int index, int64_t features,
       if (features == 0) {
         return Invalid(at,
                        "an activation cannot be layer 0: the model's first layer fixes its "
-                       "input features (embedding, linear, dyt or gated_mlp)");
+                       "input features (embedding, linear, dyt, rms_norm or gated_mlp)");
       }
       layer.kind = LayerKind::kActivation;
       layer.activation = *act;
@@ -284,6 +309,7 @@ std::vector<ModelLayer> BackendLayers(const ModelSpec& spec) {
     }
     b.bias = l.bias;
     b.alpha = l.alpha;
+    b.epsilon = l.epsilon;
     b.gamma = l.gamma;
     b.beta = l.beta;
     b.activation = l.activation;
@@ -306,6 +332,7 @@ void FillModelInfo(const ModelSpec& spec, bool with_params, v1::ModelInfo* info)
         out->mutable_dyt()->clear_gamma();
         out->mutable_dyt()->clear_beta();
       }
+      if (out->has_rms_norm()) out->mutable_rms_norm()->clear_weight();
     }
   }
   info->set_token_input(spec.token_input);

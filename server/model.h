@@ -35,10 +35,11 @@ struct LayerSpec {
   // kEmbedding: {table}; kLinear: {weight}; kGatedMlp: {gate, up, down}; else empty.
   std::vector<std::shared_ptr<const StoredWeight>> weights;
   std::vector<float> bias;  // kLinear: empty or N values
-  // kDyT.
+  // kDyT; kRmsNorm's weight is gamma.
   float alpha = 0.0f;
   std::vector<float> gamma;                       // in_features values
   std::vector<float> beta;                        // empty or in_features values
+  float epsilon = 0.0f;                           // kRmsNorm
   Activation activation = Activation::kIdentity;  // kActivation
   int32_t block_start = -1;                       // kResidual
   int64_t in_features = 0;                        // 0 for an embedding's token input
@@ -57,7 +58,7 @@ struct ModelSpec {
   std::vector<v1::Layer> layer_protos;
   // Names of the weights used, sorted, each once.
   std::vector<std::string> weight_names;
-  // Bytes of fp32 parameters held by the model itself (bias, gamma, beta).
+  // Bytes of fp32 parameters held by the model itself (bias, gamma, beta, RMSNorm weight).
   int64_t param_bytes = 0;
 };
 

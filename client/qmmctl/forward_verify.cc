@@ -82,6 +82,12 @@ absl::StatusOr<std::vector<double>> ReferenceForRandomModel(
         c.beta = params(l.dyt().beta());
         c.in_features = c.out_features = l.dyt().gamma_size();
         break;
+      case v1::Layer::kRmsNorm:
+        c.kind = LayerKind::kRmsNorm;
+        c.gamma = params(l.rms_norm().weight());
+        c.epsilon = l.rms_norm().epsilon();
+        c.in_features = c.out_features = l.rms_norm().weight_size();
+        break;
       case v1::Layer::kActivation:
         c.kind = LayerKind::kActivation;
         c.activation = l.activation().kind() == v1::ACTIVATION_SILU   ? Activation::kSilu

@@ -45,6 +45,9 @@ void CpuRunChain(std::span<const CpuChainLayer> layers, const int32_t* ids, cons
       case LayerKind::kDyT:
         CpuDyT(in.data(), m, layer.in_features, layer.alpha, layer.gamma, layer.beta, out.data());
         break;
+      case LayerKind::kRmsNorm:
+        CpuRmsNorm(in.data(), m, layer.in_features, layer.gamma, layer.epsilon, out.data());
+        break;
       case LayerKind::kActivation:
         CpuBiasActivation(layer.activation, in.data(), nullptr, m, layer.in_features, out.data());
         break;

@@ -21,8 +21,9 @@ struct CpuChainLayer {
   const PackedWeight* weights[3] = {nullptr, nullptr, nullptr};
   const float* bias = nullptr;                    // kLinear: [out_features] or nullptr
   float alpha = 0.0f;                             // kDyT
-  const float* gamma = nullptr;                   // kDyT: [in_features]
+  const float* gamma = nullptr;                   // kDyT, kRmsNorm (its weight): [in_features]
   const float* beta = nullptr;                    // kDyT: [in_features] or nullptr
+  float epsilon = 0.0f;                           // kRmsNorm
   Activation activation = Activation::kIdentity;  // kActivation
   int32_t block_start = -1;                       // kResidual
   int64_t in_features = 0;

@@ -50,6 +50,18 @@ void CpuDyT(const float* x, int64_t m, int64_t f, float alpha, const float* gamm
   }
 }
 
+void CpuRmsNorm(const float* x, int64_t m, int64_t f, const float* weight, float epsilon,
+                float* y) {
+  for (int64_t i = 0; i < m; ++i) {
+    const float* xr = x + i * f;
+    float* yr = y + i * f;
+    double squares = 0.0;
+    for (int64_t j = 0; j < f; ++j) squares += double{xr[j]} * xr[j];
+    const float scale = static_cast<float>(1.0 / std::sqrt(squares / f + epsilon));
+    for (int64_t j = 0; j < f; ++j) yr[j] = weight[j] * (xr[j] * scale);
+  }
+}
+
 void CpuBiasActivation(Activation act, const float* x, const float* bias, int64_t m, int64_t n,
                        float* y) {
   for (int64_t i = 0; i < m; ++i) {

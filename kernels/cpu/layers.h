@@ -1,4 +1,5 @@
-// The CPU backend's non-matmul layer kernels: embedding gather, DyT, activations with an
+// The CPU backend's non-matmul layer kernels: embedding gather, DyT, RMSNorm, activations
+// with an
 // optional bias, SwiGLU's gate * up, and the residual add. fp32 in, fp32 math, fp32 out;
 // every output element is written. Unless noted, y may alias x (the kernels are
 // element-wise), and the calls are safe to run concurrently on different buffers.
@@ -21,6 +22,10 @@ void CpuEmbedding(const PackedWeight& table, const int32_t* ids, int64_t m, floa
 // (zero).
 void CpuDyT(const float* x, int64_t m, int64_t f, float alpha, const float* gamma,
             const float* beta, float* y);
+
+// y[i][j] = weight[j] * x[i][j] / sqrt(mean_j x[i][j]^2 + epsilon) over [m, f], the mean
+// of squares summed in double (epsilon > 0).
+void CpuRmsNorm(const float* x, int64_t m, int64_t f, const float* weight, float epsilon, float* y);
 
 // y[i][j] = act(x[i][j] + bias[j]) over [m, n]; bias may be nullptr (zero).
 void CpuBiasActivation(Activation act, const float* x, const float* bias, int64_t m, int64_t n,

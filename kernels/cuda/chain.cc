@@ -149,6 +149,11 @@ void ChainPlan::Build() {
         steps_.push_back(
             {.op = Step::Op::kDyT, .layer = &l, .in = in, .out = out, .n = l.out_features});
         break;
+      case LayerKind::kRmsNorm:
+        // No kernel yet (the CUDA backend refuses such models): the plan fails to enqueue.
+        runnable_ = false;
+        out = dest(end);
+        break;
       case LayerKind::kActivation:
       case LayerKind::kResidual:
         if (l.kind == LayerKind::kActivation) {
@@ -323,6 +328,7 @@ cudaError_t ChainPlan::Enqueue(const ChainRun& run) const {
       run.arena == nullptr || run.y == nullptr) {
     return cudaErrorInvalidValue;
   }
+  if (!runnable_) return cudaErrorNotSupported;
   for (const Step& step : steps_) {
     if (cudaError_t err = EnqueueStep(run, step); err != cudaSuccess) return err;
   }

@@ -88,7 +88,8 @@ class ChainPlan {
   // many kernels its launcher enqueues, and a dtype conversion of its input is not
   // counted).
   int launches(int64_t m) const;
-  // Enqueues the chain; returns the first launch error. Never synchronizes.
+  // Enqueues the chain; returns the first launch error, or cudaErrorNotSupported for a
+  // chain with a layer that has no kernel here (LayerKind::kRmsNorm). Never synchronizes.
   cudaError_t Enqueue(const ChainRun& run) const;
 
  private:
@@ -135,6 +136,7 @@ class ChainPlan {
   std::vector<Step> unfused_;  // kSwiGlu steps' fallbacks
   int slots_ = 0;
   int convert_slot_ = 0;  // scratch for a matmul input in another dtype
+  bool runnable_ = true;  // every layer has its kernel
   int64_t max_features_ = 1;
 };
 

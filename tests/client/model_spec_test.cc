@@ -23,12 +23,19 @@ TEST(ModelSpecTest, ParsesEveryLayerKind) {
       {"activation": "silu"},
       {"activation": "relu"},
       {"linear": {"weight": "head", "bias": [0.5, 1.5]}},
-      {"linear": "plain"}
+      {"linear": "plain"},
+      {"rms_norm": {"weight": [1, 0.5], "epsilon": 1e-6}},
+      {"rms_norm": {"weight": 1.25, "features": 4, "epsilon": 1e-5}}
     ]
   })");
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->name(), "llama-block");
-  ASSERT_EQ(r->layers_size(), 10);
+  ASSERT_EQ(r->layers_size(), 12);
+  ASSERT_EQ(r->layers(10).rms_norm().weight_size(), 2);
+  EXPECT_FLOAT_EQ(r->layers(10).rms_norm().weight(1), 0.5f);
+  EXPECT_FLOAT_EQ(r->layers(10).rms_norm().epsilon(), 1e-6f);
+  ASSERT_EQ(r->layers(11).rms_norm().weight_size(), 4);
+  EXPECT_FLOAT_EQ(r->layers(11).rms_norm().weight(3), 1.25f);
   EXPECT_EQ(r->layers(0).embedding().weight(), "tok");
   EXPECT_FLOAT_EQ(r->layers(1).dyt().alpha(), 0.5f);
   ASSERT_EQ(r->layers(1).dyt().gamma_size(), 3);
@@ -56,6 +63,12 @@ void ExpectBad(std::string_view json, absl::string_view needle) {
 }
 
 TEST(ModelSpecTest, NamesTheBadPart) {
+  ExpectBad(R"({"name": "m", "layers": [{"rms_norm": {"weight": [1]}}]})",
+            "layers[0].rms_norm: needs \"epsilon\", a number");
+  ExpectBad(R"({"name": "m", "layers": [{"rms_norm": {"epsilon": 1e-5}}]})",
+            "layers[0].rms_norm: needs \"weight\"");
+  ExpectBad(R"({"name": "m", "layers": [{"rms_norm": 1}]})",
+            "layers[0].rms_norm: must be an object");
   ExpectBad("{", "not valid JSON");
   ExpectBad("[]", "must be a JSON object");
   ExpectBad(R"({"layers": []})", "spec: needs \"name\"");

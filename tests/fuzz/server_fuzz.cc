@@ -147,7 +147,7 @@ E PickEnum(FuzzedDataProvider& in, int valid_max) {
 // A dimension: `typical` (the value validation expects) mostly, else near it, tiny or
 // negative, or anything.
 int64_t PickDim(FuzzedDataProvider& in, int64_t typical) {
-  switch (in.ConsumeIntegralInRange<int>(0, 5)) {
+  switch (in.ConsumeIntegralInRange<int>(0, 6)) {
     case 3:
       return typical + in.ConsumeIntegralInRange<int64_t>(-2, 2);
     case 4:
@@ -331,7 +331,7 @@ void AddLayer(FuzzedDataProvider& in, int64_t features, v1::CreateModelRequest* 
                                 : in.ConsumeFloatingPoint<float>());
     }
   };
-  switch (in.ConsumeIntegralInRange<int>(0, 5)) {
+  switch (in.ConsumeIntegralInRange<int>(0, 6)) {
     case 0:
       layer->mutable_linear()->set_weight(PickName(in));
       if (in.ConsumeBool()) floats(layer->mutable_linear()->mutable_bias());
@@ -351,6 +351,11 @@ void AddLayer(FuzzedDataProvider& in, int64_t features, v1::CreateModelRequest* 
       layer->mutable_gated_mlp()->set_gate(PickName(in));
       layer->mutable_gated_mlp()->set_up(PickName(in));
       layer->mutable_gated_mlp()->set_down(PickName(in));
+      break;
+    case 5:
+      layer->mutable_rms_norm()->set_epsilon(in.ConsumeBool() ? 1e-5f
+                                                              : in.ConsumeFloatingPoint<float>());
+      floats(layer->mutable_rms_norm()->mutable_weight());
       break;
     default:
       layer->mutable_residual()->set_block_start(in.ConsumeIntegralInRange<int32_t>(-1, 5));

@@ -39,6 +39,19 @@ TEST(ReferenceDyTTest, AppliesGammaTanhBeta) {
   EXPECT_DOUBLE_EQ(ReferenceDyT(x, 2, 0.5, gamma, {})[2], 2.0 * std::tanh(-1.0));
 }
 
+TEST(ReferenceRmsNormTest, ScalesEachRowByItsRootMeanSquare) {
+  // Row 0: mean square 4, + epsilon 5 = 9, rms 3. Row 1: mean square 25 / 4, + 5 = 11.25.
+  const std::vector<double> x = {2.0, 2.0, -2.0, 2.0, 0.0, 5.0, 0.0, 0.0};
+  const std::vector<float> weight = {1.0f, 2.0f, 3.0f, -1.0f};
+  const std::vector<double> y = ReferenceRmsNorm(x, 4, weight, 5.0);
+  EXPECT_DOUBLE_EQ(y[0], 2.0 / 3.0);
+  EXPECT_DOUBLE_EQ(y[1], 4.0 / 3.0);
+  EXPECT_DOUBLE_EQ(y[2], -2.0);
+  EXPECT_DOUBLE_EQ(y[3], -2.0 / 3.0);
+  EXPECT_DOUBLE_EQ(y[4], 0.0);
+  EXPECT_DOUBLE_EQ(y[5], 10.0 / std::sqrt(11.25));
+}
+
 TEST(ReferenceActivationTest, KnownValues) {
   EXPECT_DOUBLE_EQ(ReferenceActivation(Activation::kIdentity, -3.5), -3.5);
   EXPECT_DOUBLE_EQ(ReferenceActivation(Activation::kRelu, -3.5), 0.0);

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "kernels/dtype.h"
 
@@ -63,6 +64,12 @@ class ModelTest : public ::testing::Test {
     l.mutable_dyt()->set_alpha(alpha);
     for (int i = 0; i < features; ++i) l.mutable_dyt()->add_gamma(1.0f + i);
     for (int i = 0; i < beta; ++i) l.mutable_dyt()->add_beta(-0.25f * i);
+    return l;
+  }
+  static v1::Layer RmsNorm(int features, float epsilon = 1e-5f) {
+    v1::Layer l;
+    l.mutable_rms_norm()->set_epsilon(epsilon);
+    for (int i = 0; i < features; ++i) l.mutable_rms_norm()->add_weight(1.0f + 0.01f * i);
     return l;
   }
   static v1::Layer Act(v1::Activation a) {
@@ -216,6 +223,43 @@ TEST_F(ModelTest, ParametersMustHaveTheRightLengthAndBeFinite) {
               absl::StatusCode::kInvalidArgument, "layers[1].activation.kind: 42");
   ExpectError(Request({Act(v1::ACTIVATION_SILU)}), absl::StatusCode::kInvalidArgument,
               "layers[0]: an activation cannot be layer 0");
+}
+
+// A Llama MLP block as Llama has it: RMSNorm, the gated MLP, the residual.
+TEST_F(ModelTest, RmsNormBlock) {
+  absl::StatusOr<ModelSpec> spec =
+      CheckModel(Request({RmsNorm(64, 1e-6f), Mlp("gate", "up", "down"), Residual(0)}), store_);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->in_features, 64);
+  EXPECT_EQ(spec->layers[0].kind, LayerKind::kRmsNorm);
+  EXPECT_EQ(spec->layers[0].gamma.size(), 64u);
+  EXPECT_FLOAT_EQ(spec->layers[0].gamma[10], 1.1f);
+  EXPECT_FLOAT_EQ(spec->layers[0].epsilon, 1e-6f);
+  EXPECT_EQ(spec->param_bytes, 64 * 4);
+  const std::vector<ModelLayer> layers = BackendLayers(*spec);
+  EXPECT_EQ(layers[0].kind, LayerKind::kRmsNorm);
+  EXPECT_EQ(layers[0].gamma.size(), 64u);
+  EXPECT_FLOAT_EQ(layers[0].epsilon, 1e-6f);
+  v1::ModelInfo full, brief;
+  FillModelInfo(*spec, true, &full);
+  FillModelInfo(*spec, false, &brief);
+  EXPECT_EQ(full.layers(0).rms_norm().weight_size(), 64);
+  EXPECT_EQ(brief.layers(0).rms_norm().weight_size(), 0);
+  EXPECT_FLOAT_EQ(brief.layers(0).rms_norm().epsilon(), 1e-6f);
+
+  ExpectError(Request({Linear("proj"), RmsNorm(33)}), absl::StatusCode::kInvalidArgument,
+              "layers[1].rms_norm.weight: has 33 values; must have one per input feature (32)");
+  ExpectError(Request({RmsNorm(0)}), absl::StatusCode::kInvalidArgument,
+              "layers[0].rms_norm.weight: has 0 values");
+  for (float epsilon : {0.0f, -1e-5f, std::nanf(""), std::numeric_limits<float>::infinity()}) {
+    ExpectError(
+        Request({RmsNorm(8, epsilon)}), absl::StatusCode::kInvalidArgument,
+        absl::StrCat("layers[0].rms_norm.epsilon: ", epsilon, " must be finite and positive"));
+  }
+  v1::CreateModelRequest r = Request({RmsNorm(8)});
+  r.mutable_layers(0)->mutable_rms_norm()->set_weight(5, -std::numeric_limits<float>::infinity());
+  ExpectError(r, absl::StatusCode::kInvalidArgument,
+              "layers[0].rms_norm.weight[5] = -inf is not finite");
 }
 
 TEST_F(ModelTest, ResidualBlocks) {

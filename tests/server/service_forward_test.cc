@@ -128,6 +128,14 @@ class ServiceForwardTest : public ::testing::Test {
                    .block_start = start,
                    .in_features = 128,
                    .out_features = 128});
+    v1::RmsNormLayer* norm = r.add_layers()->mutable_rms_norm();
+    norm->set_epsilon(1e-5f);
+    for (int i = 0; i < 128; ++i) norm->add_weight(gamma[i]);
+    ref.push_back({.kind = LayerKind::kRmsNorm,
+                   .gamma = gamma,
+                   .epsilon = 1e-5f,
+                   .in_features = 128,
+                   .out_features = 128});
     r.add_layers()->mutable_activation()->set_kind(v1::ACTIVATION_GELU_TANH);
     ref.push_back({.kind = LayerKind::kActivation,
                    .activation = Activation::kGeluTanh,
@@ -227,13 +235,13 @@ TEST_F(ServiceForwardTest, GetListDeleteAndTheWeightInUseRule) {
   v1::ModelInfo info;
   ASSERT_TRUE(server_.stub->GetModel(&get_context, get, &info).ok());
   EXPECT_EQ(info.name(), "b");
-  EXPECT_EQ(info.layers_size(), 5);
+  EXPECT_EQ(info.layers_size(), 6);
   EXPECT_EQ(info.layers(0).dyt().gamma_size(), 128);
   EXPECT_FALSE(info.token_input());
   EXPECT_EQ(info.in_features(), 128);
   EXPECT_EQ(info.out_features(), 24);
   EXPECT_EQ(info.weights_size(), 4);
-  EXPECT_EQ(info.param_bytes(), (128 + 24) * 4);
+  EXPECT_EQ(info.param_bytes(), (128 + 128 + 24) * 4);
 
   CreateBlock("a", false);
   grpc::ClientContext list_context;
@@ -243,6 +251,8 @@ TEST_F(ServiceForwardTest, GetListDeleteAndTheWeightInUseRule) {
   EXPECT_EQ(list.models(0).name(), "a");
   EXPECT_EQ(list.models(1).name(), "b");
   EXPECT_EQ(list.models(1).layers(0).dyt().gamma_size(), 0);  // no parameter values
+  EXPECT_EQ(list.models(1).layers(3).rms_norm().weight_size(), 0);
+  EXPECT_FLOAT_EQ(list.models(1).layers(3).rms_norm().epsilon(), 1e-5f);
 
   // A weight a model uses cannot be deleted; the error names the model.
   {

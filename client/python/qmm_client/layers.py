@@ -30,6 +30,12 @@ def dyt(alpha, gamma, beta=None):
                                                beta=_floats(beta)))
 
 
+def rms_norm(weight, epsilon):
+    """y = weight * x / sqrt(mean(x^2) + epsilon), each row over its features (Llama's
+    RMSNorm; epsilon is a config.json's rms_norm_eps)."""
+    return qmm_pb2.Layer(rms_norm=qmm_pb2.RmsNormLayer(weight=_floats(weight), epsilon=epsilon))
+
+
 def activation(kind):
     """Element-wise "silu", "gelu_tanh" or "relu"."""
     if kind not in ACTIVATIONS:

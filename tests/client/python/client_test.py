@@ -262,14 +262,17 @@ class ServerTest(unittest.TestCase):
         self.client.upload_packed("py.l1", 64, 128, "w8a16", p1)
         self.client.upload_packed("py.l2", 32, 64, "w8a16", p2)
         bias = RNG.standard_normal(64).astype(np.float32)
+        norm = RNG.uniform(0.5, 1.5, 128).astype(np.float32)
         info = self.client.create_model(
-            "py.mlp", [layers.linear("py.l1", bias), layers.activation("relu"),
-                       layers.linear("py.l2")])
+            "py.mlp", [layers.rms_norm(norm, 1e-5), layers.linear("py.l1", bias),
+                       layers.activation("relu"), layers.linear("py.l2")])
         self.assertEqual((info.in_features, info.out_features), (128, 32))
         self.assertEqual(list(info.weights), ["py.l1", "py.l2"])
         self.assertIn("py.mlp", [m.name for m in self.client.list_models()])
         x = RNG.standard_normal((4, 128)).astype(np.float32)
-        h = np.maximum(x.astype(np.float64) @ w1.T + bias, 0)
+        xd = x.astype(np.float64)
+        normed = norm * xd / np.sqrt(np.mean(xd * xd, axis=1, keepdims=True) + 1e-5)
+        h = np.maximum(normed @ w1.T + bias, 0)
         y = self.client.forward("py.mlp", x)
         self.assertEqual(y.shape, (4, 32))
         np.testing.assert_allclose(y, h @ w2.T, rtol=1e-4, atol=1e-4)

@@ -60,6 +60,13 @@ class ChainTest : public ::testing::Test {
             .in_features = f,
             .out_features = f};
   }
+  CpuChainLayer RmsNorm(int64_t f) {
+    return {.kind = LayerKind::kRmsNorm,
+            .gamma = Params(f, 1.0f, 0.3f),
+            .epsilon = 1e-5f,
+            .in_features = f,
+            .out_features = f};
+  }
   static CpuChainLayer Act(Activation a, int64_t f) {
     return {.kind = LayerKind::kActivation, .activation = a, .in_features = f, .out_features = f};
   }
@@ -144,6 +151,7 @@ TEST_F(ChainTest, EachOtherLayerKind) {
                      Weight(Scheme::kW8A16, 72, 192))},
                 m, 1e-4, "gated mlp");
     ExpectChain({DyT(64, false), Residual(0, 64)}, m, 1e-4, "residual");
+    ExpectChain({RmsNorm(96)}, m, 1e-4, "rms_norm");
     ExpectChain({Embedding(Weight(Scheme::kBf16, 50, 48))}, m, 1e-4, "embedding");
     ExpectChain({Embedding(Weight(Scheme::kFp16, 50, 48))}, m, 1e-4, "embedding fp16");
   }
@@ -156,10 +164,10 @@ TEST_F(ChainTest, MixedChains) {
   const PackedWeight* down = Weight(Scheme::kW2A8, 128, 384);
   const PackedWeight* head = Weight(Scheme::kW8A16, 50, 128);
   for (int64_t m : kRows) {
-    // Llama-style: embedding, then a DyT + SwiGLU block with its residual, twice, then
-    // an activation and a projection with a bias.
+    // Llama-style: embedding, then a DyT + SwiGLU block with its residual, an RMSNorm
+    // one, then an activation and a projection with a bias.
     ExpectChain({Embedding(table), DyT(128, true), Mlp(gate, up, down), Residual(1, 128),
-                 DyT(128, false), Mlp(gate, up, down), Residual(4, 128),
+                 RmsNorm(128), Mlp(gate, up, down), Residual(4, 128),
                  Act(Activation::kGeluTanh, 128), Linear(head, true)},
                 m, 3e-3, "llama-style m" + std::to_string(m));
     // Nested residuals without quantized activations, blocks sharing a start.

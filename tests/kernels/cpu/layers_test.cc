@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -94,6 +95,35 @@ TEST(CpuDyTTest, RunsInPlace) {
   const std::vector<float> x_copy = x;
   CpuDyT(x.data(), 4, 64, 1.5f, gamma.data(), nullptr, x.data());
   ExpectClose(x, want, x_copy, "in-place DyT", 4.0);
+}
+
+// Rows of every scale (a row's mean square summed in double: 1e30 squares overflow fp32),
+// a zero row (epsilon keeps it finite: zeros out), in place too.
+TEST(CpuRmsNormTest, MatchesReference) {
+  std::mt19937 rng(4);
+  for (int64_t m : {1, 3, 8}) {
+    for (int64_t f : {1, 7, 4096}) {
+      std::vector<float> x = Random(m * f, rng, 3.0f);
+      for (int64_t j = 0; j < f; ++j) x[j] *= 1e30f;                 // row 0
+      if (m > 2) std::fill(x.begin() + f, x.begin() + 2 * f, 0.0f);  // row 1
+      const std::vector<float> weight = Random(f, rng, 1.0f);
+      const float epsilon = 1e-5f;
+      std::vector<float> y(m * f, kNaN);
+      CpuRmsNorm(x.data(), m, f, weight.data(), epsilon, y.data());
+      const std::vector<double> want = ReferenceRmsNorm(ToDouble(x), f, weight, epsilon);
+      // Each y is weight * x * (one rounded scale): a few ulp of it, against |want|.
+      for (size_t i = 0; i < y.size(); ++i) {
+        ASSERT_TRUE(std::isfinite(y[i])) << "m" << m << " f" << f << " element " << i;
+        ASSERT_NEAR(y[i], want[i], 4e-7 * std::fabs(want[i]) + 1e-30)
+            << "m" << m << " f" << f << " element " << i;
+      }
+      if (m > 2) {
+        EXPECT_EQ(y[f], 0.0f);
+      }
+      CpuRmsNorm(x.data(), m, f, weight.data(), epsilon, x.data());
+      ASSERT_EQ(std::memcmp(x.data(), y.data(), y.size() * 4), 0) << "in place";
+    }
+  }
 }
 
 TEST(CpuBiasActivationTest, EveryActivationWithAndWithoutBias) {
