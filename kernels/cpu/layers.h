@@ -1,8 +1,8 @@
 // The CPU backend's non-matmul layer kernels: embedding gather, DyT, RMSNorm, activations
-// with an
-// optional bias, SwiGLU's gate * up, and the residual add. fp32 in, fp32 math, fp32 out;
-// every output element is written. Unless noted, y may alias x (the kernels are
-// element-wise), and the calls are safe to run concurrently on different buffers.
+// with an optional bias, SwiGLU's gate * up, and the residual add. fp32 in, fp32 math, fp32
+// out; every output element is written. Unless noted, y may alias x (the kernels are
+// element-wise, RMSNorm row by row), and the calls are safe to run concurrently on
+// different buffers.
 #ifndef QMM_KERNELS_CPU_LAYERS_H_
 #define QMM_KERNELS_CPU_LAYERS_H_
 
