@@ -4,6 +4,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -35,31 +36,25 @@ struct Payload {
   bool act_order = false;             // likewise (a group index that is not k / 128)
 };
 
+// The upload encodings of the int4 checkpoint formats, each way.
+constexpr std::pair<UploadSpec::Encoding, Int4Checkpoint> kCheckpointEncodings[] = {
+    {UploadSpec::Encoding::kGptq, Int4Checkpoint::kGptq},
+    {UploadSpec::Encoding::kGptqV2, Int4Checkpoint::kGptqV2},
+    {UploadSpec::Encoding::kAwq, Int4Checkpoint::kAwq},
+    {UploadSpec::Encoding::kPackQuantized, Int4Checkpoint::kPackQuantized}};
+
 Int4Checkpoint CheckpointFormat(UploadSpec::Encoding e) {
-  switch (e) {
-    case UploadSpec::Encoding::kGptq:
-      return Int4Checkpoint::kGptq;
-    case UploadSpec::Encoding::kGptqV2:
-      return Int4Checkpoint::kGptqV2;
-    case UploadSpec::Encoding::kAwq:
-      return Int4Checkpoint::kAwq;
-    default:
-      return Int4Checkpoint::kPackQuantized;
+  for (const auto& [encoding, format] : kCheckpointEncodings) {
+    if (encoding == e) return format;
   }
+  return Int4Checkpoint::kPackQuantized;  // callers pass checkpoint encodings only
 }
 
-UploadSpec::Encoding EncodingOf(Int4Checkpoint format) {
-  switch (format) {
-    case Int4Checkpoint::kGptq:
-      return UploadSpec::Encoding::kGptq;
-    case Int4Checkpoint::kGptqV2:
-      return UploadSpec::Encoding::kGptqV2;
-    case Int4Checkpoint::kAwq:
-      return UploadSpec::Encoding::kAwq;
-    case Int4Checkpoint::kPackQuantized:
-      return UploadSpec::Encoding::kPackQuantized;
+UploadSpec::Encoding EncodingOf(Int4Checkpoint f) {
+  for (const auto& [encoding, format] : kCheckpointEncodings) {
+    if (format == f) return encoding;
   }
-  return UploadSpec::Encoding::kPackQuantized;
+  return UploadSpec::Encoding::kPackQuantized;  // every format is in the table
 }
 
 // A checkpoint layer's tensors as a payload.
