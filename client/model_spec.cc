@@ -1,10 +1,15 @@
 #include "client/model_spec.h"
 
 #include <cstdint>
+#include <filesystem>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "client/nd_array.h"
+#include "client/npy.h"
+#include "client/safetensors.h"
 #include "kernels/format.h"
 #include "nlohmann/json.hpp"
 
@@ -34,12 +39,61 @@ absl::StatusOr<std::string> WeightName(const Json& j, const std::string& path) {
   return String(j, path);
 }
 
-// Appends the vector j[key] (a list, or a number repeated `features` times) to `out`.
+// The one-dimensional float tensor that `v` names: {"npy": FILE} or {"safetensors": FILE,
+// "tensor": NAME}, a relative FILE taken from `dir`.
+absl::StatusOr<std::vector<float>> FileVector(const Json& v, const std::string& at,
+                                              const std::string& dir) {
+  const bool npy = v.contains("npy");
+  if (npy == v.contains("safetensors")) {
+    return Bad(at,
+               "a vector read from a file is {\"npy\": FILE} or {\"safetensors\": FILE, "
+               "\"tensor\": NAME}");
+  }
+  absl::StatusOr<std::string> file = Field(v, npy ? "npy" : "safetensors", at);
+  if (!file.ok()) return file.status();
+  std::filesystem::path path(*file);
+  if (path.is_relative() && !dir.empty()) path = std::filesystem::path(dir) / path;
+  std::string what = path.string();
+  absl::StatusOr<NdArray> array;
+  if (npy) {
+    array = ReadNpy(path.string());
+  } else {
+    absl::StatusOr<std::string> tensor = Field(v, "tensor", at);
+    if (!tensor.ok()) return tensor.status();
+    absl::StatusOr<SafetensorsFile> opened = SafetensorsFile::Open(path.string());
+    array = opened.ok() ? opened->Read(*tensor) : absl::StatusOr<NdArray>(opened.status());
+    absl::StrAppend(&what, " tensor ", *tensor);
+  }
+  if (!array.ok()) {
+    return absl::Status(array.status().code(), absl::StrCat(at, ": ", array.status().message()));
+  }
+  const ElementType t = array->type;
+  if (t != ElementType::kF16 && t != ElementType::kBF16 && t != ElementType::kF32 &&
+      t != ElementType::kF64) {
+    return Bad(at, absl::StrCat(what, " holds ", std::string(ElementTypeName(t)),
+                                "; a vector must be f16, bf16, f32 or f64"));
+  }
+  if (array->shape.size() != 1) {
+    return Bad(at,
+               absl::StrCat(what, " has ", array->shape.size(), " dimensions; a vector has one"));
+  }
+  return ToFloats(*array);
+}
+
+// Appends the vector j[key] (a list, a number repeated `features` times, or a file's
+// tensor) to `out`.
 template <typename Repeated>
-absl::Status Vector(const Json& layer, const char* key, const std::string& path, Repeated* out) {
+absl::Status Vector(const Json& layer, const char* key, const std::string& path,
+                    const std::string& dir, Repeated* out) {
   if (!layer.contains(key)) return absl::OkStatus();
   const Json& v = layer.at(key);
   const std::string at = absl::StrCat(path, ".", key);
+  if (v.is_object()) {
+    absl::StatusOr<std::vector<float>> values = FileVector(v, at, dir);
+    if (!values.ok()) return values.status();
+    out->Add(values->begin(), values->end());
+    return absl::OkStatus();
+  }
   if (v.is_number()) {
     if (!layer.contains("features") || !layer.at("features").is_number_integer() ||
         layer.at("features").get<int64_t>() < 1) {
@@ -54,7 +108,7 @@ absl::Status Vector(const Json& layer, const char* key, const std::string& path,
     for (int64_t i = 0; i < n; ++i) out->Add(v.get<float>());
     return absl::OkStatus();
   }
-  if (!v.is_array()) return Bad(at, "must be a number or a list of numbers");
+  if (!v.is_array()) return Bad(at, "must be a number, a list of numbers or a file's tensor");
   for (size_t i = 0; i < v.size(); ++i) {
     if (!v[i].is_number()) return Bad(absl::StrCat(at, "[", i, "]"), "must be a number");
     out->Add(v[i].get<float>());
@@ -62,7 +116,8 @@ absl::Status Vector(const Json& layer, const char* key, const std::string& path,
   return absl::OkStatus();
 }
 
-absl::Status ParseLayer(const Json& j, const std::string& path, v1::Layer* layer) {
+absl::Status ParseLayer(const Json& j, const std::string& path, const std::string& dir,
+                        v1::Layer* layer) {
   if (!j.is_object() || j.size() != 1) {
     return Bad(path, "must be an object with exactly one key, the layer kind");
   }
@@ -77,7 +132,7 @@ absl::Status ParseLayer(const Json& j, const std::string& path, v1::Layer* layer
     absl::StatusOr<std::string> w = WeightName(v, at);
     if (!w.ok()) return w.status();
     layer->mutable_linear()->set_weight(*w);
-    if (v.is_object()) return Vector(v, "bias", at, layer->mutable_linear()->mutable_bias());
+    if (v.is_object()) return Vector(v, "bias", at, dir, layer->mutable_linear()->mutable_bias());
   } else if (kind == "dyt") {
     if (!v.is_object()) return Bad(at, "must be an object");
     if (!v.contains("alpha") || !v.at("alpha").is_number())
@@ -85,8 +140,8 @@ absl::Status ParseLayer(const Json& j, const std::string& path, v1::Layer* layer
     v1::DyTLayer* dyt = layer->mutable_dyt();
     dyt->set_alpha(v.at("alpha").get<float>());
     if (!v.contains("gamma")) return Bad(at, "needs \"gamma\"");
-    if (absl::Status s = Vector(v, "gamma", at, dyt->mutable_gamma()); !s.ok()) return s;
-    return Vector(v, "beta", at, dyt->mutable_beta());
+    if (absl::Status s = Vector(v, "gamma", at, dir, dyt->mutable_gamma()); !s.ok()) return s;
+    return Vector(v, "beta", at, dir, dyt->mutable_beta());
   } else if (kind == "rms_norm") {
     if (!v.is_object()) return Bad(at, "must be an object");
     if (!v.contains("epsilon") || !v.at("epsilon").is_number()) {
@@ -95,7 +150,7 @@ absl::Status ParseLayer(const Json& j, const std::string& path, v1::Layer* layer
     v1::RmsNormLayer* norm = layer->mutable_rms_norm();
     norm->set_epsilon(v.at("epsilon").get<float>());
     if (!v.contains("weight")) return Bad(at, "needs \"weight\"");
-    return Vector(v, "weight", at, norm->mutable_weight());
+    return Vector(v, "weight", at, dir, norm->mutable_weight());
   } else if (kind == "activation") {
     absl::StatusOr<std::string> name = String(v, at);
     if (!name.ok()) return name.status();
@@ -132,7 +187,8 @@ absl::Status ParseLayer(const Json& j, const std::string& path, v1::Layer* layer
 
 }  // namespace
 
-absl::StatusOr<v1::CreateModelRequest> ParseModelSpec(std::string_view json_text) {
+absl::StatusOr<v1::CreateModelRequest> ParseModelSpec(std::string_view json_text,
+                                                      const std::string& spec_dir) {
   const Json j = Json::parse(json_text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return absl::InvalidArgumentError("the model spec is not valid JSON");
   if (!j.is_object()) return absl::InvalidArgumentError("the model spec must be a JSON object");
@@ -146,7 +202,7 @@ absl::StatusOr<v1::CreateModelRequest> ParseModelSpec(std::string_view json_text
   const Json& layers = j.at("layers");
   for (size_t i = 0; i < layers.size(); ++i) {
     if (absl::Status s =
-            ParseLayer(layers[i], absl::StrCat("layers[", i, "]"), request.add_layers());
+            ParseLayer(layers[i], absl::StrCat("layers[", i, "]"), spec_dir, request.add_layers());
         !s.ok()) {
       return s;
     }

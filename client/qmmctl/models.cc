@@ -1,5 +1,6 @@
 // qmmctl create-model SPEC.json, ls-models, rm-model NAME.
 #include <cstdio>
+#include <filesystem>
 #include <string>
 
 #include "absl/strings/str_join.h"
@@ -27,8 +28,10 @@ void PrintHeader() {
 absl::Status RunCreateModel(Client& client, const std::string& spec_path) {
   absl::StatusOr<std::vector<uint8_t>> text = ReadFile(spec_path);
   if (!text.ok()) return text.status();
+  // A vector read from a file names it relative to the spec's folder.
   absl::StatusOr<v1::CreateModelRequest> request =
-      ParseModelSpec(std::string_view(reinterpret_cast<const char*>(text->data()), text->size()));
+      ParseModelSpec(std::string_view(reinterpret_cast<const char*>(text->data()), text->size()),
+                     std::filesystem::path(spec_path).parent_path().string());
   if (!request.ok()) {
     return absl::Status(request.status().code(),
                         spec_path + ": " + std::string(request.status().message()));
