@@ -210,6 +210,38 @@ absl::StatusOr<CheckpointConfig> CompressedTensors(const Settings& s) {
   return c;
 }
 
+// transformers' BitNet (BitNetQuantConfig): the BitLinear layers stored packed ("offline").
+absl::StatusOr<CheckpointConfig> Bitnet(const Settings& s) {
+  CheckpointConfig c;
+  absl::StatusOr<std::optional<std::string>> linear = s.String({"linear_class"});
+  if (!linear.ok()) return linear.status();
+  const std::string linear_class = linear->value_or("bitlinear");
+  if (linear_class == "bitlinear") {
+    c.bitnet = BitnetScale::kDivides;
+  } else if (linear_class == "autobitlinear") {
+    c.bitnet = BitnetScale::kMultiplies;
+  } else {
+    return s.Refuse("linear_class", "transformers' BitNet layers are bitlinear or autobitlinear");
+  }
+  absl::StatusOr<std::optional<std::string>> mode = s.String({"quantization_mode"});
+  if (!mode.ok()) return mode.status();
+  if (mode->value_or("offline") != "offline") {
+    return s.Refuse("quantization_mode",
+                    "only offline checkpoints are taken (online ones hold float weights that "
+                    "the model quantizes as it runs)");
+  }
+  absl::StatusOr<std::optional<bool>> norm = s.Bool("use_rms_norm");
+  if (!norm.ok()) return norm.status();
+  if (norm->value_or(false)) {
+    return s.Refuse("use_rms_norm",
+                    "each layer normalizes its input by an RMSNorm of its own first, which "
+                    "its weight alone leaves out");
+  }
+  c.description = absl::StrCat("BitNet b1.58 (", linear_class, ": the weight scale ",
+                               linear_class == "bitlinear" ? "divides" : "multiplies", ")");
+  return c;
+}
+
 absl::StatusOr<Json> ParseJson(std::string_view text, const std::string& file) {
   Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return Bad(file, "is not JSON");
@@ -227,10 +259,11 @@ absl::StatusOr<CheckpointConfig> ParseSettings(const Json& object, const std::st
       name == "gptq"                 ? Gptq(s)
       : name == "awq"                ? Awq(s)
       : name == "compressed-tensors" ? CompressedTensors(s)
+      : name == "bitnet"             ? Bitnet(s)
                                      : absl::StatusOr<CheckpointConfig>(
-                                           s.Refuse("quant_method",
-                                                    "the int4 checkpoints taken are gptq, awq and "
-                                                    "compressed-tensors"));
+                               s.Refuse("quant_method",
+                                                    "the checkpoints taken are gptq, awq and "
+                                                                "compressed-tensors (int4) and bitnet (ternary)"));
   if (config.ok()) config->file = file;
   return config;
 }

@@ -1,14 +1,17 @@
-// What a Hugging Face checkpoint directory says about its int4 linear layers, so that
-// `qmmctl upload --checkpoint=DIR` uploads every one of them with the right encoding and
-// zero points, as the quantizer wrote them, without the user restating its settings.
+// What a Hugging Face checkpoint directory says about its quantized linear layers (int4,
+// or BitNet's ternary), so that `qmmctl upload --checkpoint=DIR` uploads every one of them
+// with the right encoding, zero points and scales, as the quantizer wrote them, without
+// the user restating its settings.
 //
 // The settings come from config.json's "quantization_config" (transformers' GPTQ, AWQ and
 // compressed-tensors configs), else quantize_config.json (AutoGPTQ, GPTQModel), else
 // quant_config.json (AutoAWQ). Taken: 4-bit GPTQ ("gptq" or "gptq_v2" checkpoint format,
 // sym either way, desc_act either way: the layers' g_idx says where the groups are), 4-bit
 // AWQ of the "gemm" version with zero points, and compressed-tensors' "pack-quantized"
-// 4-bit integer weight-only schemes; groups of 128 or one a row. Anything else is refused
-// with the key and the value that rule it out.
+// 4-bit integer weight-only schemes; groups of 128 or one a row; and transformers'
+// BitNet ("bitnet": BitLinear layers stored packed, "offline", whose weight_scale divides,
+// or with linear_class "autobitlinear" multiplies, as microsoft/bitnet-b1.58-2B-4T's).
+// Anything else is refused with the key and the value that rule it out.
 #ifndef QMM_CLIENT_CHECKPOINT_CONFIG_H_
 #define QMM_CLIENT_CHECKPOINT_CONFIG_H_
 
@@ -19,11 +22,15 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/bitnet_packing.h"
 #include "kernels/int4_checkpoint.h"
 
 namespace qmm {
 
 struct CheckpointConfig {
+  // Set for a BitNet checkpoint (W2A8 layers in Hugging Face's packing): what its weight
+  // scales do. The int4 fields below are then unused.
+  std::optional<BitnetScale> bitnet;
   Int4Checkpoint format = Int4Checkpoint::kGptq;
   // Whether the layers have zero points: GPTQ's sym = false, AWQ always; for
   // compressed-tensors each layer's weight_zero_point tensor says it, and this is whether

@@ -14,34 +14,6 @@ namespace {
 // The formats of qweight, qzeros and scales (GPTQ's and AWQ's).
 bool IsGptq(Int4Checkpoint format) { return format != Int4Checkpoint::kPackQuantized; }
 
-bool HasTensor(const SafetensorsFile& file, const std::string& name) {
-  for (const SafetensorsEntry& entry : file.header().tensors) {
-    if (entry.name == name) return true;
-  }
-  return false;
-}
-
-std::string ShapeText(const std::vector<int64_t>& shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
-}
-
-// Reads `name`, which must have `rank` dimensions and one of `types`.
-absl::StatusOr<NdArray> ReadTensor(const SafetensorsFile& file, const std::string& name,
-                                   size_t rank, std::initializer_list<ElementType> types) {
-  absl::StatusOr<NdArray> a = file.Read(name);
-  if (!a.ok()) return a.status();
-  bool type_ok = false;
-  for (ElementType t : types) type_ok = type_ok || a->type == t;
-  if (!type_ok || a->shape.size() != rank) {
-    std::vector<std::string> names;
-    for (ElementType t : types) names.emplace_back(ElementTypeName(t));
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tensor '", name, "' is ", std::string(ElementTypeName(a->type)), " ", ShapeText(a->shape),
-        "; expected a ", rank, "-D tensor of ", absl::StrJoin(names, " or ")));
-  }
-  return a;
-}
-
 absl::Status ShapeMismatch(const std::string& name, const NdArray& a,
                            const std::vector<int64_t>& expected) {
   return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' is ", ShapeText(a.shape),
@@ -70,7 +42,7 @@ absl::StatusOr<Int4CheckpointPayload> ReadInt4Checkpoint(const SafetensorsFile& 
   const std::string codes_name = layer + (gptq ? ".qweight" : ".weight_packed");
   const std::string scales_name = layer + (gptq ? ".scales" : ".weight_scale");
   const std::string g_idx_name = layer + (gptq ? ".g_idx" : ".weight_g_idx");
-  absl::StatusOr<NdArray> codes = ReadTensor(file, codes_name, 2, {ElementType::kI32});
+  absl::StatusOr<NdArray> codes = file.Read(codes_name, 2, {ElementType::kI32});
   if (!codes.ok()) return codes.status();
   // qweight is [K/8, N] (GPTQ) or [K, N/8] (AWQ), weight_packed [N, K/8].
   Int4CheckpointPayload out;
@@ -78,7 +50,7 @@ absl::StatusOr<Int4CheckpointPayload> ReadInt4Checkpoint(const SafetensorsFile& 
   out.shape.k = awq ? codes->shape[0] : 8 * (gptq ? codes->shape[0] : codes->shape[1]);
 
   absl::StatusOr<NdArray> scales =
-      ReadTensor(file, scales_name, 2, {ElementType::kF16, ElementType::kBF16, ElementType::kF32});
+      file.Read(scales_name, 2, {ElementType::kF16, ElementType::kBF16, ElementType::kF32});
   if (!scales.ok()) return scales.status();
   const int64_t groups = gptq ? scales->shape[0] : scales->shape[1];
   const int64_t scale_n = gptq ? scales->shape[1] : scales->shape[0];
@@ -101,9 +73,9 @@ absl::StatusOr<Int4CheckpointPayload> ReadInt4Checkpoint(const SafetensorsFile& 
   }
   out.scale_dtype = *ToWireDType(scales->type);
 
-  if (!gptq && HasTensor(file, layer + ".weight_shape")) {
+  if (!gptq && file.Has(layer + ".weight_shape")) {
     absl::StatusOr<NdArray> shape =
-        ReadTensor(file, layer + ".weight_shape", 1, {ElementType::kI32, ElementType::kI64});
+        file.Read(layer + ".weight_shape", 1, {ElementType::kI32, ElementType::kI64});
     if (!shape.ok()) return shape.status();
     const std::vector<float> dims = ToFloats(*shape);
     if (dims.size() != 2 || dims[0] != out.shape.n || dims[1] != out.shape.k) {
@@ -117,8 +89,8 @@ absl::StatusOr<Int4CheckpointPayload> ReadInt4Checkpoint(const SafetensorsFile& 
   // GPTQ's and AWQ's qzeros [G, N/8]; compressed-tensors' weight_zero_point [N/8, G], there
   // only when the layer is asymmetric.
   const std::string zeros_name = layer + (gptq ? ".qzeros" : ".weight_zero_point");
-  if (gptq || HasTensor(file, zeros_name)) {
-    absl::StatusOr<NdArray> zeros = ReadTensor(file, zeros_name, 2, {ElementType::kI32});
+  if (gptq || file.Has(zeros_name)) {
+    absl::StatusOr<NdArray> zeros = file.Read(zeros_name, 2, {ElementType::kI32});
     if (!zeros.ok()) return zeros.status();
     const std::vector<int64_t> expected = gptq ? std::vector<int64_t>{groups, out.shape.n / 8}
                                                : std::vector<int64_t>{out.shape.n / 8, groups};
@@ -129,8 +101,8 @@ absl::StatusOr<Int4CheckpointPayload> ReadInt4Checkpoint(const SafetensorsFile& 
     out.bytes.insert(out.bytes.end(), zeros->data.begin(), zeros->data.end());
   }
   out.bytes.insert(out.bytes.end(), scales->data.begin(), scales->data.end());
-  if (!awq && HasTensor(file, g_idx_name)) {
-    absl::StatusOr<NdArray> g_idx = ReadTensor(file, g_idx_name, 1, {ElementType::kI32});
+  if (!awq && file.Has(g_idx_name)) {
+    absl::StatusOr<NdArray> g_idx = file.Read(g_idx_name, 1, {ElementType::kI32});
     if (!g_idx.ok()) return g_idx.status();
     if (g_idx->shape[0] != out.shape.k) return ShapeMismatch(g_idx_name, *g_idx, {out.shape.k});
     // Groups that are not consecutive k are an activation order (desc_act, actorder).

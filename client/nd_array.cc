@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace qmm {
 namespace {
@@ -121,6 +122,10 @@ absl::StatusOr<int64_t> CheckedElementCount(const std::vector<int64_t>& shape,
     return absl::InvalidArgumentError("the shape's byte count overflows int64");
   }
   return count;
+}
+
+std::string ShapeText(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
 
 std::vector<float> ToFloats(const NdArray& a) {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -51,6 +52,9 @@ struct NdArray {
 // The number of elements of `shape`, or INVALID_ARGUMENT when a dimension is negative or
 // the product (times `element_size`, the byte count) overflows int64.
 absl::StatusOr<int64_t> CheckedElementCount(const std::vector<int64_t>& shape, size_t element_size);
+
+// "[2, 3]", for messages.
+std::string ShapeText(const std::vector<int64_t>& shape);
 
 // Every element converted to float (integers exactly where they fit, f64 rounded).
 std::vector<float> ToFloats(const NdArray& a);

@@ -217,6 +217,29 @@ absl::StatusOr<NdArray> SafetensorsFile::Read(std::string_view name) const {
                                           "'; the file has: ", absl::StrJoin(names, ", ")));
 }
 
+bool SafetensorsFile::Has(std::string_view name) const {
+  for (const SafetensorsEntry& entry : header_.tensors) {
+    if (entry.name == name) return true;
+  }
+  return false;
+}
+
+absl::StatusOr<NdArray> SafetensorsFile::Read(std::string_view name, size_t rank,
+                                              std::initializer_list<ElementType> types) const {
+  absl::StatusOr<NdArray> a = Read(name);
+  if (!a.ok()) return a.status();
+  bool type_ok = false;
+  for (ElementType t : types) type_ok = type_ok || a->type == t;
+  if (!type_ok || a->shape.size() != rank) {
+    std::vector<std::string> names;
+    for (ElementType t : types) names.emplace_back(ElementTypeName(t));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor '", std::string(name), "' is ", std::string(ElementTypeName(a->type)), " ",
+        ShapeText(a->shape), "; expected a ", rank, "-D tensor of ", absl::StrJoin(names, " or ")));
+  }
+  return a;
+}
+
 absl::StatusOr<std::vector<uint8_t>> SerializeSafetensors(
     const std::vector<std::pair<std::string, NdArray>>& tensors) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();

@@ -10,6 +10,7 @@
 #define QMM_CLIENT_SAFETENSORS_H_
 
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <string>
 #include <string_view>
@@ -47,8 +48,14 @@ class SafetensorsFile {
 
   const SafetensorsHeader& header() const { return header_; }
 
+  bool Has(std::string_view name) const;
+
   // NOT_FOUND (listing the names there are) when the file has no tensor `name`.
   absl::StatusOr<NdArray> Read(std::string_view name) const;
+  // Read(), then INVALID_ARGUMENT naming the tensor, its type and shape unless it has
+  // `rank` dimensions and one of `types`.
+  absl::StatusOr<NdArray> Read(std::string_view name, size_t rank,
+                               std::initializer_list<ElementType> types) const;
 
  private:
   SafetensorsFile(InputFile file, int64_t data_start, SafetensorsHeader header)

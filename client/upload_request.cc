@@ -48,6 +48,7 @@ v1::WeightHeader BuildUploadHeader(const UploadSpec& spec, std::span<const uint8
   header.set_group_size(spec.shape.group_size);
   header.set_zero_points(spec.shape.zero_points);
   header.set_act_order(spec.shape.act_order);
+  header.set_scale_multiplies(spec.scale_multiplies);
   header.set_encoding(EncodingToProto(spec.encoding));
   // Every encoding but the packed form names a dtype: the values' or the scales'.
   if (spec.encoding != UploadSpec::Encoding::kPacked) {

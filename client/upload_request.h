@@ -39,6 +39,8 @@ struct UploadSpec {
   Encoding encoding = Encoding::kFloat;
   // kFloat: the values' dtype; kPacked: unused; the other encodings: the scales'.
   DType source_dtype = DType::kF32;
+  // The BitNet encodings: the scales multiply (AutoBitLinear) rather than divide.
+  bool scale_multiplies = false;
 };
 
 // Whether `e` is one of the int4 checkpoints' encodings (GPTQ, GPTQ v2, AWQ,

@@ -40,7 +40,8 @@ int64_t BitnetPlanarCodeBytes(BitnetPackedAxis axis, const WeightShape& shape) {
 absl::StatusOr<std::vector<uint8_t>> BitnetPlanarToPacked(BitnetPackedAxis axis,
                                                           const WeightShape& shape,
                                                           DType scale_dtype,
-                                                          std::span<const uint8_t> payload) {
+                                                          std::span<const uint8_t> payload,
+                                                          BitnetScale scale_use) {
   if (absl::Status status = ValidateShape(Scheme::kW2A8, shape); !status.ok()) return status;
   const int64_t n_rows = shape.n;
   const int64_t k = shape.k;
@@ -91,7 +92,7 @@ absl::StatusOr<std::vector<uint8_t>> BitnetPlanarToPacked(BitnetPackedAxis axis,
         return absl::InvalidArgumentError(absl::StrCat("BitNet weight scale ", index, " is ", scale,
                                                        ", must be finite and positive"));
       }
-      s = 1.0f / scale;
+      s = scale_use == BitnetScale::kMultiplies ? scale : 1.0f / scale;
       if (!std::isfinite(s)) {
         return absl::InvalidArgumentError(absl::StrCat("BitNet weight scale ", index, " is ", scale,
                                                        ", its inverse overflows fp32"));

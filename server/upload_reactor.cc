@@ -104,7 +104,8 @@ absl::Status UploadReactor::LoadAndPublish(std::vector<uint8_t> payload) {
     payload = {};  // the float values are no longer needed; free them before loading
   } else if (spec_->bitnet) {
     absl::StatusOr<std::vector<uint8_t>> converted =
-        BitnetPlanarToPacked(spec_->bitnet->axis, desc.shape, spec_->bitnet->scale_dtype, payload);
+        BitnetPlanarToPacked(spec_->bitnet->axis, desc.shape, spec_->bitnet->scale_dtype, payload,
+                             spec_->bitnet->scale_use);
     if (!converted.ok()) return converted.status();
     packed_bytes = *std::move(converted);
     payload = {};

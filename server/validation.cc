@@ -84,7 +84,9 @@ absl::StatusOr<int64_t> CheckBitnetPayload(const v1::WeightHeader& header, Uploa
   const BitnetPackedAxis axis = header.encoding() == v1::SOURCE_ENCODING_BITNET_HF
                                     ? BitnetPackedAxis::kOutFeatures
                                     : BitnetPackedAxis::kInFeatures;
-  spec.bitnet = UploadSpec::Bitnet{axis, scale_dtype};
+  spec.bitnet = UploadSpec::Bitnet{
+      axis, scale_dtype,
+      header.scale_multiplies() ? BitnetScale::kMultiplies : BitnetScale::kDivides};
   const int64_t codes = BitnetPlanarCodeBytes(axis, spec.desc.shape);
   const int64_t scale = static_cast<int64_t>(DTypeSize(scale_dtype));
   for (int64_t count : {int64_t{0}, int64_t{1}, header.n()}) {
@@ -172,6 +174,13 @@ absl::StatusOr<UploadSpec> CheckWeightHeader(const v1::WeightHeader& header, con
   }
   spec.desc.packed_bytes = PackedBytes(*scheme, spec.desc.shape);
 
+  if (header.scale_multiplies() && header.encoding() != v1::SOURCE_ENCODING_BITNET_HF &&
+      header.encoding() != v1::SOURCE_ENCODING_BITNET_LIGER) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "header.scale_multiplies applies to the BitNet encodings (SOURCE_ENCODING_BITNET_HF, "
+        "SOURCE_ENCODING_BITNET_LIGER) only, not ",
+        EnumLabel(header.encoding(), v1::SourceEncoding_Name(header.encoding()))));
+  }
   int64_t expected_bytes = 0;
   switch (header.encoding()) {
     case v1::SOURCE_ENCODING_FLOAT: {

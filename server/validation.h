@@ -37,6 +37,7 @@ struct UploadSpec {
   struct Bitnet {
     BitnetPackedAxis axis;
     DType scale_dtype;
+    BitnetScale scale_use;
   };
   std::optional<Bitnet> bitnet;
   // Set for the GPTQ and pack-quantized encodings (W4A16 only): converted likewise.

@@ -25,7 +25,7 @@ absl::Status RunDelete(Client& client, const std::string& name);
 absl::StatusOr<bool> RunHealth(Client& client, const std::string& service);
 
 struct UploadOptions {
-  // kCheckpoint: a Hugging Face checkpoint directory, every int4 layer of it as its
+  // kCheckpoint: a Hugging Face checkpoint directory, every quantized layer of it as its
   // quantization settings say (client/checkpoint_config.h).
   enum class Source { kRandom, kNpy, kSafetensors, kPacked, kCheckpoint };
 
@@ -43,16 +43,21 @@ struct UploadOptions {
   int64_t k = 0;
   uint64_t seed = 1;  // kRandom
   std::string path;   // kNpy, kSafetensors, kPacked, kCheckpoint
-  // kSafetensors: the [N, K] float tensor, or with an int4 checkpoint encoding the linear
-  // layer whose tensors to read (client/int4_checkpoint.h).
+  // kSafetensors: the [N, K] float tensor, or with an int4 checkpoint encoding or
+  // kBitnetHf the linear layer whose tensors to read (client/int4_checkpoint.h,
+  // client/bitnet_checkpoint.h).
   std::string tensor;
   bool pack_locally = false;  // quantize here and upload the packed form
   // kPacked: what the file holds (kPacked: the canonical form; a BitNet planar packing or
   // an int4 checkpoint's tensors, whose scales are `scale_dtype` values). kSafetensors:
-  // kFloat (a float tensor) or an int4 checkpoint encoding.
+  // kFloat (a float tensor), an int4 checkpoint encoding or kBitnetHf.
   UploadSpec::Encoding encoding = UploadSpec::Encoding::kPacked;
   // nullopt: fp32 for the BitNet encodings, fp16 for the int4 checkpoints'.
   std::optional<DType> scale_dtype;
+  // The BitNet encodings: the scales multiply (UploadSpec::scale_multiplies).
+  bool scale_multiplies = false;
+  // kCheckpoint: --scheme, if given, which the checkpoint's layers must be.
+  std::optional<Scheme> checkpoint_scheme;
 };
 
 absl::Status RunUpload(Client& client, const UploadOptions& options);

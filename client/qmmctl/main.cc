@@ -64,15 +64,15 @@ ABSL_FLAG(bool, pack_locally, false,
 ABSL_FLAG(std::string, safetensors, "", "upload: a .safetensors file (with --tensor)");
 ABSL_FLAG(std::string, checkpoint, "",
           "upload: a Hugging Face checkpoint directory quantized with GPTQ, AWQ or "
-          "compressed-tensors (int4): every linear layer of its .safetensors files, as its "
-          "config.json (or quantize_config.json, quant_config.json) says, each named --name "
-          "(a prefix, may be empty) + its layer's name; or with --tensor=LAYER that one, "
-          "named --name");
+          "compressed-tensors (int4, W4A16) or BitNet b1.58 (ternary, W2A8): every "
+          "quantized linear layer of its .safetensors files, as its config.json (or "
+          "quantize_config.json, quant_config.json) says, each named --name (a prefix, may "
+          "be empty) + its layer's name; or with --tensor=LAYER that one, named --name");
 ABSL_FLAG(std::string, tensor, "",
           "upload: the tensor of the --safetensors file, [N, K]; with --encoding=gptq, "
-          "gptq_v2, awq or pack_quantized the linear layer (its tensors' common prefix), or "
-          "none for every layer in the file, each named --name (a prefix, may be empty) + "
-          "its layer's name");
+          "gptq_v2, awq, pack_quantized or bitnet_hf the linear layer (its tensors' common "
+          "prefix), or none for every layer in the file, each named --name (a prefix, may "
+          "be empty) + its layer's name");
 ABSL_FLAG(std::string, npy, "", "upload: a 2-D float .npy weight; matmul: .npy activations [M, K]");
 ABSL_FLAG(std::string, packed, "",
           "upload: a file of the scheme's canonical packed bytes (with --n, --k)");
@@ -82,7 +82,12 @@ ABSL_FLAG(std::string, encoding, "",
           "(Liger-Kernel, [K/4, N]), both W2A8 and ending with 0, 1 or N scales, or gptq, "
           "gptq_v2, awq or pack_quantized (W4A16: a GPTQ, AWQ or compressed-tensors layer's "
           "tensors one after the other, as qmm.proto lists them); with --safetensors, gptq, "
-          "gptq_v2, awq or pack_quantized read the layer that --tensor names");
+          "gptq_v2, awq, pack_quantized or bitnet_hf (LAYER.weight and LAYER.weight_scale) "
+          "read the layer that --tensor names");
+ABSL_FLAG(bool, scale_multiplies, false,
+          "upload with --encoding=bitnet_hf or bitnet_liger: the weight scale multiplies (w = "
+          "t * scale, transformers' AutoBitLinear, linear_class autobitlinear) instead of "
+          "dividing (BitLinear)");
 ABSL_FLAG(std::string, scale_dtype, "",
           "upload --packed with a BitNet or checkpoint --encoding: dtype of the scales "
           "(default fp32 for BitNet, fp16 for the int4 checkpoints)");
@@ -142,11 +147,12 @@ constexpr char kUsage[] =
     "             --random --n --k [--seed] | --npy FILE | --safetensors FILE --tensor T |\n"
     "             --packed FILE --n --k [--encoding=packed|bitnet_hf|bitnet_liger|gptq|\n"
     "             gptq_v2|awq|pack_quantized [--scale_dtype]] | --safetensors FILE\n"
-    "             [--tensor LAYER] --encoding=gptq|gptq_v2|awq|pack_quantized (no --tensor:\n"
-    "             every layer, named --name + its name);\n"
-    "             --pack_locally quantizes here\n"
-    "  upload   --checkpoint DIR [--name=PREFIX] [--tensor LAYER]  every int4 layer of a\n"
-    "           GPTQ, AWQ or compressed-tensors checkpoint directory, as its config says\n"
+    "             [--tensor LAYER] --encoding=gptq|gptq_v2|awq|pack_quantized|bitnet_hf\n"
+    "             (no --tensor: every layer, named --name + its name); the BitNet encodings\n"
+    "             take [--scale_multiplies]; --pack_locally quantizes here\n"
+    "  upload   --checkpoint DIR [--name=PREFIX] [--tensor LAYER]  every quantized layer of\n"
+    "           a GPTQ, AWQ, compressed-tensors or BitNet checkpoint directory, as its\n"
+    "           config says\n"
     "  matmul   --weight=N, --random --m [--seed] [--dtype] or --npy FILE, [--out_dtype]\n"
     "           [--repeat R] [--stream] [--output FILE.npy]\n"
     "           [--verify_seed S [--n --k --scheme --group_size] [--tolerance]]\n"
@@ -184,18 +190,22 @@ absl::StatusOr<std::optional<DType>> DTypeFlag(const std::string& name) {
 
 // --checkpoint: its settings say what the other upload flags would.
 absl::StatusOr<UploadOptions> CheckpointFlags(std::optional<Scheme> scheme, UploadOptions o) {
-  if (scheme && *scheme != Scheme::kW4A16) {
-    return absl::InvalidArgumentError("--checkpoint uploads int4 layers: --scheme=w4a16 or none");
+  if (scheme && *scheme != Scheme::kW4A16 && *scheme != Scheme::kW2A8) {
+    return absl::InvalidArgumentError(
+        "--checkpoint uploads int4 (w4a16) or BitNet (w2a8) layers: --scheme=w4a16, w2a8 or "
+        "none");
   }
-  o.scheme = Scheme::kW4A16;
-  const bool restated = o.group_size || o.zero_points || o.act_order || o.n > 0 || o.k > 0 ||
-                        o.pack_locally || !absl::GetFlag(FLAGS_encoding).empty() ||
+  o.checkpoint_scheme = scheme;
+  const bool restated = o.group_size || o.zero_points || o.act_order || o.scale_multiplies ||
+                        o.n > 0 || o.k > 0 || o.pack_locally ||
+                        !absl::GetFlag(FLAGS_encoding).empty() ||
                         !absl::GetFlag(FLAGS_scale_dtype).empty();
   if (restated) {
     return absl::InvalidArgumentError(
-        "--checkpoint reads the encoding, group size, zero points, activation order and shapes "
-        "from the checkpoint itself: --encoding, --group_size, --zero_points, --act_order, --n, "
-        "--k, --scale_dtype and --pack_locally do not apply");
+        "--checkpoint reads the encoding, group size, zero points, activation order, scales "
+        "and shapes from the checkpoint itself: --encoding, --group_size, --zero_points, "
+        "--act_order, --scale_multiplies, --n, --k, --scale_dtype and --pack_locally do not "
+        "apply");
   }
   return o;
 }
@@ -208,6 +218,7 @@ absl::StatusOr<UploadOptions> UploadFlags() {
   o.group_size = NonDefault(absl::GetFlag(FLAGS_group_size), -1);
   o.zero_points = absl::GetFlag(FLAGS_zero_points);
   o.act_order = absl::GetFlag(FLAGS_act_order);
+  o.scale_multiplies = absl::GetFlag(FLAGS_scale_multiplies);
   o.n = absl::GetFlag(FLAGS_n);
   o.k = absl::GetFlag(FLAGS_k);
   o.seed = absl::GetFlag(FLAGS_seed);
@@ -256,12 +267,13 @@ absl::StatusOr<UploadOptions> UploadFlags() {
         "--encoding = '", encoding,
         "' is not one of packed, bitnet_hf, bitnet_liger, gptq, gptq_v2, awq, pack_quantized"));
   }
-  const bool checkpoint = IsInt4Checkpoint(o.encoding);
+  const bool checkpoint =
+      IsInt4Checkpoint(o.encoding) || o.encoding == UploadSpec::Encoding::kBitnetHf;
   if (o.source == UploadOptions::Source::kSafetensors) {
     if (!encoding.empty() && !checkpoint) {
       return absl::InvalidArgumentError(
-          "--safetensors takes --encoding=gptq, gptq_v2, awq or pack_quantized, or none (a "
-          "float tensor)");
+          "--safetensors takes --encoding=gptq, gptq_v2, awq, pack_quantized or bitnet_hf, or "
+          "none (a float tensor)");
     }
     if (!checkpoint) o.encoding = UploadSpec::Encoding::kFloat;
     if (!checkpoint && o.tensor.empty()) {
@@ -270,6 +282,11 @@ absl::StatusOr<UploadOptions> UploadFlags() {
     }
   } else if (!encoding.empty() && o.source != UploadOptions::Source::kPacked) {
     return absl::InvalidArgumentError("--encoding applies to --packed and --safetensors sources");
+  }
+  if (o.scale_multiplies && o.encoding != UploadSpec::Encoding::kBitnetHf &&
+      o.encoding != UploadSpec::Encoding::kBitnetLiger) {
+    return absl::InvalidArgumentError(
+        "--scale_multiplies applies to --encoding=bitnet_hf and bitnet_liger");
   }
   absl::StatusOr<std::optional<DType>> scale_dtype = DTypeFlag(absl::GetFlag(FLAGS_scale_dtype));
   if (!scale_dtype.ok()) return scale_dtype.status();

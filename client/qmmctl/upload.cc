@@ -1,5 +1,6 @@
-// qmmctl upload: a weight from random values, a .npy or .safetensors tensor, or a file of
-// canonical packed bytes; quantized by the server, or here with --pack_locally.
+// qmmctl upload: a weight from random values, a .npy or .safetensors tensor, a file of
+// canonical packed bytes, or the quantized layers of a checkpoint; float values quantized
+// by the server, or here with --pack_locally.
 #include <cstdio>
 #include <span>
 #include <string>
@@ -7,8 +8,10 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "client/bitnet_checkpoint.h"
 #include "client/checkpoint_config.h"
 #include "client/file_io.h"
 #include "client/int4_checkpoint.h"
@@ -34,6 +37,7 @@ struct Payload {
   std::optional<int32_t> group_size;  // what a checkpoint's tensors say
   bool zero_points = false;           // likewise
   bool act_order = false;             // likewise (a group index that is not k / 128)
+  bool scale_multiplies = false;      // a BitNet checkpoint's settings say it
 };
 
 // The upload encodings of the int4 checkpoint formats, each way.
@@ -57,16 +61,58 @@ UploadSpec::Encoding EncodingOf(Int4Checkpoint f) {
   return UploadSpec::Encoding::kPackQuantized;  // every format is in the table
 }
 
-// A checkpoint layer's tensors as a payload.
-Payload FromCheckpoint(UploadSpec::Encoding encoding, Int4CheckpointPayload layer) {
+// Whether `e` reads a checkpoint's layers from .safetensors files: the int4 encodings and
+// Hugging Face's BitNet packing.
+bool IsCheckpointLayer(UploadSpec::Encoding e) {
+  return IsInt4Checkpoint(e) || e == UploadSpec::Encoding::kBitnetHf;
+}
+
+// The tensor that makes a layer of `encoding` (a checkpoint layer's): its codes.
+std::string CodesSuffix(UploadSpec::Encoding encoding) {
+  if (encoding == UploadSpec::Encoding::kBitnetHf) return ".weight (uint8)";
+  return encoding == UploadSpec::Encoding::kPackQuantized ? ".weight_packed" : ".qweight";
+}
+
+// The layers of `file` that `encoding` (a checkpoint layer's) reads, in the file's order of
+// names: each LAYER with a tensor LAYER.qweight, LAYER.weight_packed, or (BitNet) a uint8
+// LAYER.weight.
+std::vector<std::string> LayersOf(const SafetensorsFile& file, UploadSpec::Encoding encoding) {
+  if (encoding == UploadSpec::Encoding::kBitnetHf) return BitnetLayers(file);
+  const std::string suffix = CodesSuffix(encoding);
+  std::vector<std::string> layers;
+  for (const SafetensorsEntry& entry : file.header().tensors) {
+    if (entry.name.ends_with(suffix)) {
+      layers.push_back(entry.name.substr(0, entry.name.size() - suffix.size()));
+    }
+  }
+  return layers;
+}
+
+// A checkpoint layer's tensors as a payload of `encoding`; messages name the tensor.
+absl::StatusOr<Payload> ReadLayer(const SafetensorsFile& file, std::string_view layer,
+                                  UploadSpec::Encoding encoding) {
+  if (encoding == UploadSpec::Encoding::kBitnetHf) {
+    absl::StatusOr<BitnetLayerPayload> read = ReadBitnetLayer(file, layer);
+    if (!read.ok()) return read.status();
+    Payload p;
+    p.encoding = encoding;
+    p.dtype = read->scale_dtype;
+    p.n = read->n;
+    p.k = read->k;
+    p.bytes = std::move(read->bytes);
+    return p;
+  }
+  absl::StatusOr<Int4CheckpointPayload> read =
+      ReadInt4Checkpoint(file, layer, CheckpointFormat(encoding));
+  if (!read.ok()) return read.status();
   return Payload{encoding,
-                 layer.scale_dtype,
-                 layer.shape.n,
-                 layer.shape.k,
-                 std::move(layer.bytes),
-                 layer.shape.group_size,
-                 layer.shape.zero_points,
-                 layer.shape.act_order};
+                 read->scale_dtype,
+                 read->shape.n,
+                 read->shape.k,
+                 std::move(read->bytes),
+                 read->shape.group_size,
+                 read->shape.zero_points,
+                 read->shape.act_order};
 }
 
 std::vector<uint8_t> FloatBytes(const std::vector<float>& values) {
@@ -123,14 +169,13 @@ absl::StatusOr<Payload> LoadPayload(const UploadOptions& o) {
     case UploadOptions::Source::kSafetensors: {
       absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(o.path);
       if (!file.ok()) return file.status();
-      if (IsInt4Checkpoint(o.encoding)) {
-        absl::StatusOr<Int4CheckpointPayload> layer =
-            ReadInt4Checkpoint(*file, o.tensor, CheckpointFormat(o.encoding));
+      if (IsCheckpointLayer(o.encoding)) {
+        absl::StatusOr<Payload> layer = ReadLayer(*file, o.tensor, o.encoding);
         if (!layer.ok()) {
           return absl::Status(layer.status().code(),
                               absl::StrCat(o.path, ": ", layer.status().message()));
         }
-        return FromCheckpoint(o.encoding, *std::move(layer));
+        return layer;
       }
       absl::StatusOr<NdArray> array = file->Read(o.tensor);
       if (!array.ok()) return array.status();
@@ -206,6 +251,7 @@ absl::Status Send(Client& client, const UploadOptions& o, const std::string& nam
                 o.zero_points || payload.zero_points, o.act_order || payload.act_order};
   spec.encoding = payload.encoding;
   spec.source_dtype = payload.dtype;
+  spec.scale_multiplies = o.scale_multiplies || payload.scale_multiplies;
   std::vector<uint8_t> bytes = std::move(payload.bytes);
   if (o.pack_locally) {
     absl::StatusOr<std::vector<uint8_t>> packed =
@@ -226,34 +272,17 @@ absl::Status Send(Client& client, const UploadOptions& o, const std::string& nam
   const double mib = static_cast<double>(bytes.size()) / (1 << 20);
   std::printf(
       "uploaded %s: scheme=%s n=%lld k=%lld group_size=%d%s%s packed_bytes=%lld "
-      "device_bytes=%lld (%.1f MiB %s payload in %.2f s, %.0f MiB/s)\n",
+      "device_bytes=%lld (%.1f MiB %s%s payload in %.2f s, %.0f MiB/s)\n",
       info->name().c_str(), ProtoSchemeName(info->scheme()).c_str(),
       static_cast<long long>(info->n()), static_cast<long long>(info->k()), info->group_size(),
       info->zero_points() ? " zero_points" : "", info->act_order() ? " act_order" : "",
       static_cast<long long>(info->packed_bytes()), static_cast<long long>(info->device_bytes()),
-      mib, PayloadLabel(spec).c_str(), seconds, seconds > 0 ? mib / seconds : 0.0);
+      mib, PayloadLabel(spec).c_str(), spec.scale_multiplies ? ", scales multiplying" : "", seconds,
+      seconds > 0 ? mib / seconds : 0.0);
   return absl::OkStatus();
 }
 
-// The suffix of the tensor that makes a layer of `format`: its codes.
-std::string CodesSuffix(Int4Checkpoint format) {
-  return format == Int4Checkpoint::kPackQuantized ? ".weight_packed" : ".qweight";
-}
-
-// The int4 layers of `file` (each tensor LAYER.qweight or LAYER.weight_packed), in the
-// file's order of names.
-std::vector<std::string> Int4Layers(const SafetensorsFile& file, Int4Checkpoint format) {
-  const std::string suffix = CodesSuffix(format);
-  std::vector<std::string> layers;
-  for (const SafetensorsEntry& entry : file.header().tensors) {
-    if (entry.name.ends_with(suffix)) {
-      layers.push_back(entry.name.substr(0, entry.name.size() - suffix.size()));
-    }
-  }
-  return layers;
-}
-
-// Without --tensor: every int4 layer of the checkpoint file, as weight --name + LAYER.
+// Without --tensor: every layer of the checkpoint file, as weight --name + LAYER.
 absl::Status UploadEveryLayer(Client& client, const UploadOptions& o) {
   if (o.n > 0 || o.k > 0 || o.group_size) {
     return absl::InvalidArgumentError(
@@ -262,20 +291,19 @@ absl::Status UploadEveryLayer(Client& client, const UploadOptions& o) {
   }
   absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(o.path);
   if (!file.ok()) return file.status();
-  const Int4Checkpoint format = CheckpointFormat(o.encoding);
-  const std::vector<std::string> layers = Int4Layers(*file, format);
+  const std::vector<std::string> layers = LayersOf(*file, o.encoding);
   if (layers.empty()) {
-    return absl::NotFoundError(absl::StrCat(o.path, ": no tensor named LAYER", CodesSuffix(format),
+    return absl::NotFoundError(absl::StrCat(o.path, ": no tensor named LAYER",
+                                            CodesSuffix(o.encoding),
                                             ", so no layer of that format"));
   }
   for (const std::string& layer : layers) {
-    absl::StatusOr<Int4CheckpointPayload> read = ReadInt4Checkpoint(*file, layer, format);
+    absl::StatusOr<Payload> read = ReadLayer(*file, layer, o.encoding);
     if (!read.ok()) {  // its message names the layer's tensor
       return absl::Status(read.status().code(),
                           absl::StrCat(o.path, ": ", read.status().message()));
     }
-    const absl::Status status =
-        Send(client, o, o.name + layer, FromCheckpoint(o.encoding, *std::move(read)));
+    const absl::Status status = Send(client, o, o.name + layer, *std::move(read));
     if (!status.ok()) {
       return absl::Status(status.code(),
                           absl::StrCat(o.path, ": layer '", layer, "': ", status.message()));
@@ -285,12 +313,22 @@ absl::Status UploadEveryLayer(Client& client, const UploadOptions& o) {
   return absl::OkStatus();
 }
 
-// --checkpoint: every int4 layer of every .safetensors file of the directory (or the one
-// --tensor names), as its quantization settings say, each as weight --name + LAYER (or
+// --checkpoint: every quantized layer of every .safetensors file of the directory (or the
+// one --tensor names), as its quantization settings say, each as weight --name + LAYER (or
 // --name for --tensor's).
-absl::Status UploadCheckpoint(Client& client, const UploadOptions& o) {
-  absl::StatusOr<CheckpointConfig> config = ReadCheckpointConfig(o.path);
+absl::Status UploadCheckpoint(Client& client, const UploadOptions& flags) {
+  absl::StatusOr<CheckpointConfig> config = ReadCheckpointConfig(flags.path);
   if (!config.ok()) return config.status();
+  UploadOptions o = flags;
+  o.scheme = config->bitnet ? Scheme::kW2A8 : Scheme::kW4A16;
+  if (flags.checkpoint_scheme && *flags.checkpoint_scheme != o.scheme) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(config->file, " makes the layers ",
+                     absl::AsciiStrToLower(std::string(SchemeName(o.scheme))), ", not --scheme=",
+                     absl::AsciiStrToLower(std::string(SchemeName(*flags.checkpoint_scheme)))));
+  }
+  const UploadSpec::Encoding encoding =
+      config->bitnet ? UploadSpec::Encoding::kBitnetHf : EncodingOf(config->format);
   absl::StatusOr<std::vector<std::string>> shards = CheckpointShards(o.path);
   if (!shards.ok()) return shards.status();
   std::printf("%s: %s\n", config->file.c_str(), config->description.c_str());
@@ -298,26 +336,28 @@ absl::Status UploadCheckpoint(Client& client, const UploadOptions& o) {
   for (const std::string& shard : *shards) {
     absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(shard);
     if (!file.ok()) return file.status();
-    for (const std::string& layer : Int4Layers(*file, config->format)) {
+    for (const std::string& layer : LayersOf(*file, encoding)) {
       if (!o.tensor.empty() && layer != o.tensor) continue;
-      absl::StatusOr<Int4CheckpointPayload> read = ReadInt4Checkpoint(*file, layer, config->format);
+      absl::StatusOr<Payload> read = ReadLayer(*file, layer, encoding);
       if (!read.ok()) {
         return absl::Status(read.status().code(),
                             absl::StrCat(shard, ": ", read.status().message()));
       }
-      if (config->group_size && *config->group_size != read->shape.group_size) {
+      if (config->group_size && *config->group_size != read->group_size) {
         return absl::InvalidArgumentError(absl::StrCat(
             shard, ": layer '", layer, "' has groups of ",
-            read->shape.group_size == 0 ? read->shape.k : read->shape.group_size, ", not the ",
+            read->group_size == 0 ? read->k : *read->group_size, ", not the ",
             *config->group_size == 0 ? "one a row" : "128", " that ", config->file, " says"));
       }
-      // GPTQ's tensors do not say whether it is symmetric; the settings do.
-      if (config->format != Int4Checkpoint::kPackQuantized) {
-        read->shape.zero_points = config->zero_points;
+      // GPTQ's tensors do not say whether it is symmetric, nor BitNet's what their scales
+      // do; the settings do.
+      if (config->bitnet) {
+        read->scale_multiplies = *config->bitnet == BitnetScale::kMultiplies;
+      } else if (config->format != Int4Checkpoint::kPackQuantized) {
+        read->zero_points = config->zero_points;
       }
       const std::string name = o.tensor.empty() ? o.name + layer : o.name;
-      const absl::Status status =
-          Send(client, o, name, FromCheckpoint(EncodingOf(config->format), *std::move(read)));
+      const absl::Status status = Send(client, o, name, *std::move(read));
       if (!status.ok()) {
         return absl::Status(status.code(),
                             absl::StrCat(shard, ": layer '", layer, "': ", status.message()));
@@ -326,11 +366,11 @@ absl::Status UploadCheckpoint(Client& client, const UploadOptions& o) {
     }
   }
   if (uploaded == 0) {
-    return absl::NotFoundError(absl::StrCat(
-        o.path, ": ",
-        o.tensor.empty() ? absl::StrCat("no tensor named LAYER", CodesSuffix(config->format))
-                         : absl::StrCat("no layer '", o.tensor, "'"),
-        " in its ", shards->size(), " .safetensors files"));
+    return absl::NotFoundError(
+        absl::StrCat(o.path, ": ",
+                     o.tensor.empty() ? absl::StrCat("no tensor named LAYER", CodesSuffix(encoding))
+                                      : absl::StrCat("no layer '", o.tensor, "'"),
+                     " in its ", shards->size(), " .safetensors files"));
   }
   std::printf("uploaded %lld layers of %s\n", static_cast<long long>(uploaded), o.path.c_str());
   return absl::OkStatus();
@@ -341,11 +381,12 @@ absl::Status UploadCheckpoint(Client& client, const UploadOptions& o) {
 absl::Status RunUpload(Client& client, const UploadOptions& o) {
   if (o.source == UploadOptions::Source::kCheckpoint) return UploadCheckpoint(client, o);
   if (o.pack_locally &&
-      (o.source == UploadOptions::Source::kPacked || IsInt4Checkpoint(o.encoding))) {
+      (o.source == UploadOptions::Source::kPacked || IsCheckpointLayer(o.encoding))) {
     return absl::InvalidArgumentError(
-        "--pack_locally takes float values, not --packed bytes or a checkpoint's int4 tensors");
+        "--pack_locally takes float values, not --packed bytes or a checkpoint's quantized "
+        "tensors");
   }
-  if (o.source == UploadOptions::Source::kSafetensors && IsInt4Checkpoint(o.encoding) &&
+  if (o.source == UploadOptions::Source::kSafetensors && IsCheckpointLayer(o.encoding) &&
       o.tensor.empty()) {
     return UploadEveryLayer(client, o);  // --name, if any, prefixes each layer's name
   }

@@ -91,6 +91,25 @@ TEST(CheckpointConfigTest, CompressedTensors) {
             "compressed-tensors pack-quantized (group_0: sym, group 128; group_1: asym, channel)");
 }
 
+// transformers' BitNetQuantConfig: BitLinear's scale divides, AutoBitLinear's multiplies
+// (microsoft/bitnet-b1.58-2B-4T's config.json holds the second).
+TEST(CheckpointConfigTest, Bitnet) {
+  absl::StatusOr<CheckpointConfig> c = FromConfigJson(
+      R"({"quant_method": "bitnet", "linear_class": "autobitlinear",
+          "quantization_mode": "offline"})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->bitnet, BitnetScale::kMultiplies);
+  EXPECT_EQ(c->description, "BitNet b1.58 (autobitlinear: the weight scale multiplies)");
+  c = FromConfigJson(R"({"quant_method": "BitNet", "modules_to_not_convert": ["lm_head"]})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->bitnet, BitnetScale::kDivides);
+  EXPECT_EQ(c->description, "BitNet b1.58 (bitlinear: the weight scale divides)");
+  // The int4 formats leave it unset.
+  c = FromConfigJson(R"({"quant_method": "awq", "bits": 4, "group_size": 128})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->bitnet.has_value());
+}
+
 TEST(CheckpointConfigTest, WhatCannotBeHeldIsNamed) {
   ExpectRefused(FromConfigJson(R"({"quant_method": "gptq", "bits": 8, "group_size": 128})"),
                 "config.json: bits = 8: only 4-bit GPTQ layers are taken");
@@ -108,7 +127,18 @@ TEST(CheckpointConfigTest, WhatCannotBeHeldIsNamed) {
                                    "zero_point": false})"),
                 "zero_point = false: AWQ layers without zero points are not taken");
   ExpectRefused(FromConfigJson(R"({"quant_method": "bitsandbytes", "load_in_4bit": true})"),
-                "quant_method = \"bitsandbytes\": the int4 checkpoints taken are gptq, awq");
+                "quant_method = \"bitsandbytes\": the checkpoints taken are gptq, awq and "
+                "compressed-tensors (int4) and bitnet (ternary)");
+  ExpectRefused(FromConfigJson(R"({"quant_method": "bitnet", "linear_class": "ternarylinear"})"),
+                "linear_class = \"ternarylinear\": transformers' BitNet layers are bitlinear or "
+                "autobitlinear");
+  ExpectRefused(FromConfigJson(R"({"quant_method": "bitnet", "linear_class": "autobitlinear",
+                                   "quantization_mode": "online"})"),
+                "quantization_mode = \"online\": only offline checkpoints are taken");
+  ExpectRefused(FromConfigJson(R"({"quant_method": "bitnet", "use_rms_norm": true})"),
+                "use_rms_norm = true: each layer normalizes its input by an RMSNorm of its own");
+  ExpectRefused(FromConfigJson(R"({"quant_method": "bitnet", "use_rms_norm": 1})"),
+                "use_rms_norm must be true or false");
   const std::string group =
       R"({"num_bits": 4, "type": "int", "symmetric": true, "strategy": "group", "group_size": 128})";
   ExpectRefused(FromConfigJson(R"({"quant_method": "compressed-tensors", "format": "int-quantized",

@@ -100,7 +100,24 @@ TEST(BuildUploadHeaderTest, Int4CheckpointsCarryTheirScalesDtype) {
     EXPECT_EQ(header.scheme(), v1::SCHEME_W4A16);
     EXPECT_EQ(header.group_size(), 0);
     EXPECT_EQ(header.total_bytes(), 100);
+    EXPECT_FALSE(header.scale_multiplies());
   }
+}
+
+TEST(BuildUploadHeaderTest, BitnetScalesThatMultiply) {
+  const std::vector<uint8_t> payload = RandomBytes(66, 5);
+  UploadSpec spec;
+  spec.name = "b";
+  spec.scheme = Scheme::kW2A8;
+  spec.shape = {4, 128, 0};
+  spec.encoding = UploadSpec::Encoding::kBitnetHf;
+  spec.source_dtype = DType::kBF16;
+  EXPECT_FALSE(BuildUploadHeader(spec, payload).scale_multiplies());
+  spec.scale_multiplies = true;
+  const v1::WeightHeader header = BuildUploadHeader(spec, payload);
+  EXPECT_TRUE(header.scale_multiplies());
+  EXPECT_EQ(header.encoding(), v1::SOURCE_ENCODING_BITNET_HF);
+  EXPECT_EQ(header.source_dtype(), v1::DTYPE_BF16);
 }
 
 }  // namespace

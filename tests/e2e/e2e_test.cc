@@ -3,8 +3,10 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <optional>
+#include <random>
 #include <regex>
 #include <string>
 #include <vector>
@@ -494,6 +496,95 @@ TEST_F(CpuEndToEndTest, CheckpointDirectoryUploadsEveryLayerAsItsConfigSays) {
   EXPECT_THAT(Ok({"ls"}), Not(HasSubstr("x/"))) << "a refused upload left a weight";
 }
 
+// A BitNet b1.58 checkpoint directory as transformers stores AutoBitLinear layers
+// (microsoft/bitnet-b1.58-2B-4T: uint8 [N/4, K] planar along N, a bf16 weight_scale of
+// one value that multiplies): --checkpoint and --safetensors --scale_multiplies upload
+// layers that compute exactly as their canonical W2A8 form with s = scale; without
+// --scale_multiplies the scale divides (BitLinear), and computes otherwise.
+TEST_F(EndToEndTest, BitnetCheckpointUploadsAsItsConfigSays) {
+  const std::string dir = Path("bitnet");
+  ASSERT_TRUE(std::filesystem::create_directories(dir));
+  const std::string config = R"({"architectures": ["BitNetForCausalLM"], "quantization_config":
+      {"quant_method": "bitnet", "linear_class": "autobitlinear", "quantization_mode": "offline"}})";
+  ASSERT_TRUE(
+      WriteFile(dir + "/config.json", std::vector<uint8_t>(config.begin(), config.end())).ok());
+  const std::vector<std::string> layers = {"model.layers.0.mlp.down_proj",
+                                           "model.layers.0.mlp.up_proj"};
+  const float scales[] = {0.0390625f, 1.625f};  // exact in bf16
+  std::vector<std::pair<std::string, NdArray>> tensors = {
+      {"model.norm.weight", FromFloats(DType::kBF16, {kK}, std::vector<float>(kK, 1.0f))}};
+  std::mt19937 rng(77);
+  for (size_t i = 0; i < layers.size(); ++i) {
+    std::vector<int> t(kN * kK);
+    for (int& v : t) v = static_cast<int>(rng() % 3) - 1;
+    // Hugging Face's packing: byte [r][k] holds rows r, r + N/4, r + N/2, r + 3N/4.
+    std::vector<uint8_t> planar(kN / 4 * kK, 0);
+    for (int64_t n = 0; n < kN; ++n) {
+      for (int64_t k = 0; k < kK; ++k) {
+        planar[(n % (kN / 4)) * kK + k] |=
+            static_cast<uint8_t>((t[n * kK + k] + 1) << (2 * (n / (kN / 4))));
+      }
+    }
+    tensors.emplace_back(layers[i] + ".weight", NdArray{ElementType::kU8, {kN / 4, kK}, planar});
+    tensors.emplace_back(layers[i] + ".weight_scale",
+                         FromFloats(DType::kBF16, {1}, {&scales[i], 1}));
+    // The canonical W2A8 form (qmm.proto): codes t + 1 row-major, k = 4b + j in bits 2j.., then
+    // N fp32 scales, here the multiplying scale itself.
+    std::vector<uint8_t> canonical(kN * kK / 4 + 4 * kN, 0);
+    for (int64_t n = 0; n < kN; ++n) {
+      for (int64_t k = 0; k < kK; ++k) {
+        canonical[n * kK / 4 + k / 4] |= static_cast<uint8_t>((t[n * kK + k] + 1) << (2 * (k % 4)));
+      }
+      std::memcpy(canonical.data() + kN * kK / 4 + 4 * n, &scales[i], 4);
+    }
+    const std::string path = Path(absl::StrCat("bitnet-canonical-", i, ".bin"));
+    ASSERT_TRUE(WriteFile(path, canonical).ok());
+    Ok({"upload", absl::StrCat("--name=bitnet-canonical-", i), "--scheme=w2a8", "--packed=" + path,
+        absl::StrCat("--n=", kN), absl::StrCat("--k=", kK)});
+  }
+  const std::string checkpoint = dir + "/model.safetensors";
+  ASSERT_TRUE(WriteSafetensors(checkpoint, tensors).ok());
+
+  const std::string out = Ok({"upload", "--name=bn.", "--checkpoint=" + dir});
+  EXPECT_THAT(out, HasSubstr("config.json: BitNet b1.58 (autobitlinear: the weight scale "
+                             "multiplies)"));
+  EXPECT_THAT(out, HasSubstr(absl::StrCat("uploaded bn.", layers[0], ": scheme=w2a8 n=192 k=256")));
+  EXPECT_THAT(out, HasSubstr("BitNet (Hugging Face), scales multiplying payload"));
+  EXPECT_THAT(out, HasSubstr("uploaded 2 layers of " + dir)) << out;
+  // One file's layer, its scale's use given by the flag.
+  Ok({"upload", "--name=one-multiplied", "--scheme=w2a8", "--safetensors=" + checkpoint,
+      "--tensor=" + layers[1], "--encoding=bitnet_hf", "--scale_multiplies"});
+  Ok({"upload", "--name=one-divided", "--scheme=w2a8", "--safetensors=" + checkpoint,
+      "--tensor=" + layers[1] + ".weight", "--encoding=bitnet_hf"});
+
+  const std::string x_path = Path("x-bitnet.npy");
+  ASSERT_TRUE(
+      WriteNpy(x_path, FromFloats(DType::kF32, {3, kK}, RandomActivationValues(3, kK, 12))).ok());
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const std::vector<uint8_t> y = ResultBytes(absl::StrCat("bitnet-canonical-", i), x_path);
+    ASSERT_EQ(y.size(), 3u * kN * 4);
+    EXPECT_EQ(ResultBytes("bn." + layers[i], x_path), y) << layers[i];
+  }
+  EXPECT_EQ(ResultBytes("one-multiplied", x_path), ResultBytes("bitnet-canonical-1", x_path));
+  EXPECT_NE(ResultBytes("one-divided", x_path), ResultBytes("bitnet-canonical-1", x_path));
+
+  // The settings are the checkpoint's; it holds w2a8 layers; online ones are refused.
+  RunResult r = Qmmctl({"upload", "--name=x/", "--checkpoint=" + dir, "--scale_multiplies"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("--scale_multiplies"));
+  r = Qmmctl({"upload", "--name=x/", "--checkpoint=" + dir, "--scheme=w4a16"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.output, HasSubstr("config.json makes the layers w2a8, not --scheme=w4a16"));
+  const std::string online = R"({"quantization_config": {"quant_method": "bitnet",
+      "linear_class": "autobitlinear", "quantization_mode": "online"}})";
+  ASSERT_TRUE(
+      WriteFile(dir + "/config.json", std::vector<uint8_t>(online.begin(), online.end())).ok());
+  r = Qmmctl({"upload", "--name=x/", "--checkpoint=" + dir});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.output, HasSubstr("quantization_mode = \"online\": only offline checkpoints"));
+  EXPECT_THAT(Ok({"ls"}), Not(HasSubstr("x/"))) << "a refused upload left a weight";
+}
+
 TEST_F(EndToEndTest, VerificationFailsOnTheWrongWeight) {
   Ok({"upload", "--name=w", "--scheme=w8a16", "--random", "--n=64", "--k=128", "--seed=1"});
   const RunResult r = Qmmctl({"matmul", "--weight=w", "--random", "--verify_seed=2"});
@@ -551,9 +642,15 @@ TEST_F(EndToEndTest, ErrorsCarryTheirCodeAndMessage) {
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.output, HasSubstr("--safetensors needs --tensor (or a checkpoint --encoding)"));
   r = Qmmctl({"upload", "--name=x", "--scheme=w4a16", "--safetensors=" + junk, "--tensor=t",
-              "--encoding=bitnet_hf"});
+              "--encoding=bitnet_liger"});
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_THAT(r.output, HasSubstr("--safetensors takes --encoding=gptq, gptq_v2, awq or"));
+  EXPECT_THAT(r.output,
+              HasSubstr("--safetensors takes --encoding=gptq, gptq_v2, awq, pack_quantized or "
+                        "bitnet_hf"));
+  r = Qmmctl({"upload", "--name=x", "--scheme=w4a16", "--safetensors=" + junk, "--encoding=gptq",
+              "--scale_multiplies"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("--scale_multiplies applies to --encoding=bitnet_hf"));
   r = Qmmctl({"upload", "--name=x", "--scheme=w4a16", "--safetensors=" + junk, "--encoding=gptq",
               "--scale_dtype=bf16"});
   EXPECT_EQ(r.exit_code, 2);

@@ -127,6 +127,38 @@ TEST(BitnetPackingTest, PerRowScalesInEachDtype) {
   }
 }
 
+// AutoBitLinear's scale multiplies: row n keeps it as it is (bf16 values exact in fp32),
+// one per tensor or one a row, in either packing.
+TEST(BitnetPackingTest, MultiplyingScalesAreKept) {
+  const WeightShape shape{12, 256, 0};
+  const std::vector<int> t = RandomTernary(shape.n, shape.k, 13);
+  std::vector<uint8_t> per_tensor = PackPlanar(t, shape.n, shape.k);
+  AppendBits16(&per_tensor, FloatToBf16(0.0234375f));
+  auto packed = BitnetPlanarToPacked(BitnetPackedAxis::kOutFeatures, shape, DType::kBF16,
+                                     per_tensor, BitnetScale::kMultiplies);
+  ASSERT_TRUE(packed.ok()) << packed.status();
+  ExpectPacked(*packed, shape, t, std::vector<float>(shape.n, 0.0234375f));
+
+  std::vector<uint8_t> per_row = PackPlanar(Transpose(t, shape.n, shape.k), shape.k, shape.n);
+  std::vector<float> expected;
+  for (int64_t n = 0; n < shape.n; ++n) {
+    expected.push_back(1.5f + 0.125f * static_cast<float>(n));
+    AppendF32(&per_row, expected.back());
+  }
+  packed = BitnetPlanarToPacked(BitnetPackedAxis::kInFeatures, shape, DType::kF32, per_row,
+                                BitnetScale::kMultiplies);
+  ASSERT_TRUE(packed.ok()) << packed.status();
+  ExpectPacked(*packed, shape, t, expected);
+  // Still finite and positive.
+  std::vector<uint8_t> negative = PackPlanar(t, shape.n, shape.k);
+  AppendF32(&negative, -1.0f);
+  EXPECT_EQ(BitnetPlanarToPacked(BitnetPackedAxis::kOutFeatures, shape, DType::kF32, negative,
+                                 BitnetScale::kMultiplies)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(BitnetPackingTest, RejectsWrongPayloadSize) {
   const WeightShape shape{8, 128, 0};
   std::vector<uint8_t> payload(BitnetPlanarCodeBytes(BitnetPackedAxis::kInFeatures, shape) + 3,

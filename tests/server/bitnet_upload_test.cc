@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/dtype.h"
 #include "kernels/format.h"
 #include "tests/server/server_test_util.h"
 
@@ -60,14 +61,16 @@ std::string Fp32Bytes(const std::vector<float>& v) {
   return out;
 }
 
-// The canonical packed form of the same weight: codes row-major, then s = 1 / scale.
-std::vector<uint8_t> Canonical(const Ternary& w, const std::vector<float>& row_scales) {
+// The canonical packed form of the same weight: codes row-major, then s = 1 / scale, or
+// s = scale where the scales multiply.
+std::vector<uint8_t> Canonical(const Ternary& w, const std::vector<float>& row_scales,
+                               bool multiplies = false) {
   std::vector<uint8_t> packed(kN * kK / 4 + 4 * kN, 0);
   for (int64_t n = 0; n < kN; ++n) {
     for (int64_t k = 0; k < kK; ++k) {
       packed[n * kK / 4 + k / 4] |= static_cast<uint8_t>((w.t[n * kK + k] + 1) << (2 * (k % 4)));
     }
-    const float s = 1.0f / row_scales[n];
+    const float s = multiplies ? row_scales[n] : 1.0f / row_scales[n];
     std::memcpy(packed.data() + kN * kK / 4 + 4 * n, &s, 4);
   }
   return packed;
@@ -107,6 +110,21 @@ TEST_F(BitnetUploadTest, HuggingFaceLayoutWithPerRowScales) {
                       payload);
   ASSERT_TRUE(status.ok()) << status.error_message();
   ExpectWeightComputes("hf", Canonical(w, w.scales));
+}
+
+// transformers' AutoBitLinear (microsoft/bitnet-b1.58-2B-4T): the same codes, one bf16
+// scale that multiplies.
+TEST_F(BitnetUploadTest, AutoBitLinearScaleMultiplies) {
+  const Ternary w = RandomTernary(4);
+  const uint16_t bf16_scale = FloatToBf16(0.0390625f);
+  const std::string payload =
+      Planar(w, /*along_n=*/true) + std::string(reinterpret_cast<const char*>(&bf16_scale), 2);
+  v1::WeightHeader header = MakeHeader("auto", v1::SCHEME_W2A8, kN, kK, 0,
+                                       v1::SOURCE_ENCODING_BITNET_HF, v1::DTYPE_BF16, payload);
+  header.set_scale_multiplies(true);
+  const grpc::Status status = testing::Upload(*server_.stub, header, payload);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ExpectWeightComputes("auto", Canonical(w, std::vector<float>(kN, 0.0390625f), true));
 }
 
 TEST_F(BitnetUploadTest, LigerLayoutWithOneScaleOrNone) {

@@ -113,9 +113,16 @@ TEST(CheckWeightHeaderTest, BitnetPayloadsCarryZeroOneOrNScales) {
                                         ? BitnetPackedAxis::kOutFeatures
                                         : BitnetPackedAxis::kInFeatures);
       EXPECT_EQ(spec->bitnet->scale_dtype, DType::kF16);
+      EXPECT_EQ(spec->bitnet->scale_use, BitnetScale::kDivides);
       EXPECT_FALSE(spec->source_dtype.has_value());
       EXPECT_EQ(spec->total_bytes, 256 + 2 * scales);
     }
+    v1::WeightHeader multiplies = BitnetHeader(encoding, 1);
+    multiplies.set_scale_multiplies(true);
+    absl::StatusOr<UploadSpec> multiplied =
+        CheckWeightHeader(multiplies, *backend, ServiceLimits{});
+    ASSERT_TRUE(multiplied.ok()) << multiplied.status();
+    EXPECT_EQ(multiplied->bitnet->scale_use, BitnetScale::kMultiplies);
     v1::WeightHeader odd = BitnetHeader(encoding, 3);
     absl::StatusOr<UploadSpec> spec = CheckWeightHeader(odd, *backend, ServiceLimits{});
     ASSERT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
@@ -292,6 +299,12 @@ TEST(CheckWeightHeaderTest, EachBadFieldIsNamed) {
   h = GoodHeader();
   h.set_act_order(true);
   ExpectInvalid(h, "header.act_order must be false for SOURCE_ENCODING_FLOAT");
+  h = GoodHeader();
+  h.set_scale_multiplies(true);
+  ExpectInvalid(h,
+                "header.scale_multiplies applies to the BitNet encodings "
+                "(SOURCE_ENCODING_BITNET_HF, SOURCE_ENCODING_BITNET_LIGER) only, not "
+                "SOURCE_ENCODING_FLOAT");
 
   h = GoodHeader();
   h.set_source_dtype(v1::DTYPE_UNSPECIFIED);

@@ -1,11 +1,17 @@
-"""A Hugging Face int4 checkpoint directory's layers, for Client.upload_checkpoint.
+"""A Hugging Face int4 or BitNet checkpoint directory's layers, for
+Client.upload_checkpoint.
 
 The same rules as qmmctl upload --checkpoint (client/checkpoint_config.h): the settings
 from config.json's "quantization_config", else quantize_config.json (AutoGPTQ,
 GPTQModel), else quant_config.json (AutoAWQ); 4-bit GPTQ in the "gptq" or "gptq_v2"
 format, AWQ's "gemm" version with zero points, compressed-tensors' "pack-quantized" 4-bit
-integer weight-only schemes, groups of 128 or one a row; anything else raises ValueError
-naming the file, the key and the value. The .safetensors files are those
+integer weight-only schemes, groups of 128 or one a row; and BitNet b1.58 ("quant_method":
+"bitnet", transformers' BitNetQuantConfig) stored offline ("quantization_mode" absent or
+"offline"; "online" layers are float weights quantized as the model runs), without
+"use_rms_norm" (which would normalize each layer's input by an RMSNorm of its own that an
+uploaded weight leaves out), whose scales divide ("linear_class" absent or "bitlinear":
+w = t / scale) or multiply ("autobitlinear": w = t * scale). Anything else raises
+ValueError naming the file, the key and the value. The .safetensors files are those
 model.safetensors.index.json names, else all of them in the directory, read through a
 memory map so that a shard is never loaded whole.
 """
@@ -14,14 +20,15 @@ import os
 
 import numpy as np
 
-# safetensors' dtypes that int4 layers hold (BF16 scales come back as float32, exactly).
-_DTYPES = {"I32": "<i4", "F16": "<f2", "F32": "<f4", "BF16": "<u2"}
+# safetensors' dtypes that int4 and BitNet layers hold (BF16 scales come back as float32,
+# exactly; U8: BitNet's packed ternary codes).
+_DTYPES = {"I32": "<i4", "F16": "<f2", "F32": "<f4", "BF16": "<u2", "U8": "u1"}
 
 
 def read_safetensors(path):
-    """{name: array} of the tensors of a .safetensors file whose dtype is I32, F16, BF16
-    (as float32) or F32; others (I64, F64, U8...) are left out. Arrays view a read-only
-    memory map of the file."""
+    """{name: array} of the tensors of a .safetensors file whose dtype is I32, U8, F16,
+    BF16 (as float32) or F32; others (I64, F64, I8...) are left out. Arrays view a
+    read-only memory map of the file (BF16 ones excepted: they are converted)."""
     with open(path, "rb") as f:
         size = int.from_bytes(f.read(8), "little")
         header = json.loads(f.read(size))
@@ -67,9 +74,31 @@ def _four_bits(settings, file, method):
         _refuse(file, key, bits, f"only 4-bit {method} layers are taken (W4A16)")
 
 
+def _bitnet(settings, file):
+    """{"method": "bitnet", "scale_multiplies"} of BitNet settings, or ValueError."""
+    linear_class = settings.get("linear_class")
+    classes = {None: False, "bitlinear": False, "autobitlinear": True}
+    key = None if linear_class is None else str(linear_class).lower()
+    if key not in classes:
+        _refuse(file, "linear_class", linear_class,
+                'BitNet layers are taken as "bitlinear" (scales divide) or "autobitlinear" '
+                "(scales multiply)")
+    mode = settings.get("quantization_mode")
+    if mode is not None and str(mode).lower() != "offline":
+        _refuse(file, "quantization_mode", mode,
+                'only "offline" BitNet checkpoints are taken: "online" layers are float '
+                "weights quantized as the model runs")
+    rms_norm = settings.get("use_rms_norm")
+    if rms_norm is not None and rms_norm is not False:
+        _refuse(file, "use_rms_norm", rms_norm,
+                "each layer would normalize its input by an RMSNorm of its own first, which "
+                "an uploaded weight leaves out")
+    return {"method": "bitnet", "scale_multiplies": classes[key]}
+
+
 def _settings(settings, file):
-    """{"method": "gptq" | "awq" | "compressed-tensors", "checkpoint_format", "sym"} of
-    a quantization settings object."""
+    """{"method": "gptq" | "awq" | "compressed-tensors" | "bitnet", "checkpoint_format",
+    "sym", "scale_multiplies"} of a quantization settings object."""
     method = settings.get("quant_method")
     if method is None:  # AutoGPTQ's quantize_config.json may lack it; AutoAWQ's does
         method = "awq" if _first(settings, "w_bit", "zero_point")[0] else "gptq"
@@ -115,8 +144,10 @@ def _settings(settings, file):
                 raise ValueError(f"{file}: {prefix}weights.strategy = {strategy}: W4A16 takes "
                                  "the group (of 128) and channel strategies")
         return {"method": method}
+    if method == "bitnet":
+        return _bitnet(settings, file)
     _refuse(file, "quant_method", settings.get("quant_method"),
-            "the int4 checkpoints taken are gptq, awq and compressed-tensors")
+            "the checkpoints taken are gptq, awq and compressed-tensors (int4) and bitnet")
 
 
 def read_settings(directory):

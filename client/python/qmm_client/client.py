@@ -151,11 +151,13 @@ class Client:
                             payload.tobytes(), group_size, source_dtype, timeout, zero_points)
 
     def upload_packed(self, name, n, k, scheme, payload, group_size=None, encoding="packed",
-                      zero_points=False, act_order=False, timeout=None):
+                      zero_points=False, act_order=False, scale_multiplies=False, timeout=None):
         """Uploads bytes already in the scheme's canonical packed form (qmm.proto, at each
         Scheme value; zero_points: W4A16's form with zero points after the scales;
         act_order: W4A16's form in activation order, ending with the order), or for W2A8 in
-        a BitNet checkpoint's packing (encoding "bitnet_hf" or "bitnet_liger"). Returns the
+        a BitNet checkpoint's packing (encoding "bitnet_hf" or "bitnet_liger", followed by
+        0, 1 or N fp32 scales that divide, w = t / scale, as BitLinear's do, or with
+        scale_multiplies multiply, w = t * scale, as AutoBitLinear's do). Returns the
         WeightInfo."""
         encodings = {
             "packed": qmm_pb2.SOURCE_ENCODING_PACKED,
@@ -166,7 +168,37 @@ class Client:
             raise ValueError(f"encoding {encoding!r} is not one of {sorted(encodings)}")
         return self._upload(name, (n, k), scheme, encodings[encoding], bytes(payload),
                             group_size, qmm_pb2.DTYPE_UNSPECIFIED, timeout, zero_points,
-                            act_order)
+                            act_order, scale_multiplies)
+
+    def upload_bitnet(self, name, weight, weight_scale=None, scale_multiplies=False,
+                      timeout=None):
+        """Uploads one linear layer of a Hugging Face BitNet b1.58 checkpoint as it is, as a
+        W2A8 weight: its weight (uint8 [R, K], N = 4R out_features: ternary codes t + 1,
+        four per byte, planar along N, bits 2i..2i+1 of byte [r][k] holding row r + i*R)
+        and weight_scale (None for scale 1, or 1 (per tensor) or N float16 or float32
+        values; bf16 ones, which read_safetensors returns as float32, are exact in float32).
+        The scales divide, w = t / scale, as BitLinear's (linear_class "bitlinear") do; with
+        scale_multiplies they multiply, w = t * scale, as AutoBitLinear's
+        ("autobitlinear", microsoft/bitnet-b1.58-2B-4T) do. Returns the WeightInfo."""
+        weight = np.asarray(weight)
+        if weight.ndim != 2 or weight.dtype != np.uint8:
+            raise ValueError(f"weight must be a 2-D uint8 array [N/4, K], got {weight.dtype} "
+                             f"{weight.shape}")
+        n, k = 4 * weight.shape[0], weight.shape[1]
+        tensors = [np.ascontiguousarray(weight)]
+        scale_dtype = qmm_pb2.DTYPE_UNSPECIFIED
+        if weight_scale is not None:
+            scale = np.asarray(weight_scale)
+            if (scale.ndim > 1 or scale.size not in (1, n)
+                    or scale.dtype not in (np.float16, np.float32)):
+                raise ValueError(f"weight_scale must be 1 or {n} float16 or float32 values "
+                                 f"(a 0-D or 1-D array) for weight {weight.shape}, got "
+                                 f"{scale.dtype} {scale.shape}")
+            scale, scale_dtype = _scales(scale.reshape(1, -1), "weight_scale")
+            tensors.append(scale)
+        return self._upload(name, (n, k), "w2a8", qmm_pb2.SOURCE_ENCODING_BITNET_HF,
+                            b"".join(t.tobytes() for t in tensors), 0, scale_dtype, timeout,
+                            scale_multiplies=scale_multiplies)
 
     def upload_gptq(self, name, qweight, qzeros, scales, g_idx=None, checkpoint_format="gptq",
                     sym=True, timeout=None):
@@ -243,13 +275,17 @@ class Client:
                             _in_act_order(weight_g_idx, k, groups))
 
     def upload_checkpoint(self, directory, prefix="", layer=None, timeout=None):
-        """Uploads every int4 linear layer of a Hugging Face checkpoint directory quantized
-        with GPTQ, AWQ or compressed-tensors, as its settings say (qmm_client.checkpoint:
-        which are taken), each as weight prefix + its layer's name; with `layer` only that
-        one, as weight `prefix`. Returns the WeightInfos in the order uploaded."""
+        """Uploads every linear layer of a Hugging Face checkpoint directory quantized with
+        GPTQ, AWQ or compressed-tensors (int4, W4A16) or BitNet (ternary, W2A8), as its
+        settings say (qmm_client.checkpoint: which are taken), each as weight prefix + its
+        layer's name; with `layer` only that one, as weight `prefix`. A BitNet checkpoint's
+        layers are its 2-D uint8 tensors LAYER.weight, each with its LAYER.weight_scale if
+        it has one, whose scales divide or (linear_class "autobitlinear") multiply. Returns
+        the WeightInfos in the order uploaded."""
         settings = checkpoint.read_settings(directory)
         method = settings["method"]
-        suffix = ".weight_packed" if method == "compressed-tensors" else ".qweight"
+        suffix = {"compressed-tensors": ".weight_packed",
+                  "bitnet": ".weight"}.get(method, ".qweight")
         paths = checkpoint.shards(directory)
         infos = []
         for path in paths:
@@ -258,6 +294,9 @@ class Client:
                 base = codes[:-len(suffix)]
                 if layer is not None and base != layer:
                     continue
+                if method == "bitnet" and (tensors[codes].dtype != np.uint8
+                                           or tensors[codes].ndim != 2):
+                    continue  # a float tensor: an embedding, a norm, an unquantized layer
 
                 def need(s):
                     if base + s not in tensors:
@@ -273,6 +312,10 @@ class Client:
                 elif method == "awq":
                     info = self.upload_awq(weight, need(".qweight"), need(".qzeros"),
                                            need(".scales"), timeout)
+                elif method == "bitnet":
+                    info = self.upload_bitnet(weight, need(".weight"),
+                                              tensors.get(base + ".weight_scale"),
+                                              settings["scale_multiplies"], timeout)
                 else:
                     info = self.upload_pack_quantized(
                         weight, need(".weight_packed"), need(".weight_scale"),
@@ -280,12 +323,13 @@ class Client:
                         tensors.get(base + ".weight_zero_point"), timeout)
                 infos.append(info)
         if not infos:
-            what = f"no layer {layer!r}" if layer is not None else f"no tensor LAYER{suffix}"
+            tensor = "2-D U8 tensor LAYER.weight" if method == "bitnet" else f"tensor LAYER{suffix}"
+            what = f"no layer {layer!r}" if layer is not None else f"no {tensor}"
             raise ValueError(f"{directory}: {what} in its {len(paths)} .safetensors files")
         return infos
 
     def _upload(self, name, shape, scheme, encoding, payload, group_size, source_dtype,
-                timeout, zero_points=False, act_order=False):
+                timeout, zero_points=False, act_order=False, scale_multiplies=False):
         scheme = _scheme_value(scheme)
         if group_size is None:
             group_size = 128 if scheme == qmm_pb2.SCHEME_W4A16 else 0
@@ -293,7 +337,7 @@ class Client:
             name=name, n=shape[0], k=shape[1], scheme=scheme, group_size=group_size,
             encoding=encoding, source_dtype=source_dtype, total_bytes=len(payload),
             sha256=hashlib.sha256(payload).digest(), zero_points=zero_points,
-            act_order=act_order)
+            act_order=act_order, scale_multiplies=scale_multiplies)
 
         def requests():
             yield qmm_pb2.UploadWeightRequest(header=header)

@@ -134,6 +134,49 @@ def int4_checkpoint(n, k, groups):
     return along_k.astype(np.uint32).view(np.int32), s, w
 
 
+def bitnet_hf(n, k):
+    """Random ternary values t [N, K] (never all zeros), and Hugging Face's BitLinear.weight
+    of them written from the packing's description: uint8 [R, K], R = N/4, bits 2i..2i+1
+    of byte [r][k] holding t[r + i*R][k] + 1."""
+    t = RNG.integers(-1, 2, size=(n, k))
+    t[0, 0] = 1
+    planes = (t + 1).astype(np.uint8).reshape(4, n // 4, k)  # plane i: rows i*R .. i*R+R-1
+    shifts = (2 * np.arange(4, dtype=np.uint8))[:, None, None]
+    return t, np.bitwise_or.reduce(planes << shifts, axis=0).astype(np.uint8)
+
+
+def bf16_like(values):
+    """Values rounded to bf16: (their bits, as uint16; the values, exact in float32)."""
+    bits = ((np.asarray(values, np.float32).view(np.uint32) + 0x8000) >> 16).astype(np.uint16)
+    return bits, (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def ternary_close_to(test, got, x, w):
+    """A W2A8 result against the float64 product x w^T of its weight's values w [N, K],
+    within what the server's int8 activations allow: each row's inputs are rounded to
+    steps of a = max|x[m]| / 127, so each is off by at most a / 2 and y[m][n] by
+    a / 2 * sum_k |w[n][k]| (plus fp32 accumulation). And, closer, against the product of
+    the activations quantized by the proto's rule (xq = round(x / a), half away from
+    zero), within fp32 accumulation and one step either way at a rounding tie."""
+    x = np.asarray(x, np.float64)
+    got = got.astype(np.float64)
+    a = np.abs(x).max(axis=1, keepdims=True) / 127
+    accumulation = 1e-5 * (np.abs(x) @ np.abs(w).T) + 1e-30
+    want = x @ w.T
+    bound = a / 2 * np.abs(w).sum(axis=1)[None, :] * (1 + 1e-5) + accumulation
+    err = np.abs(got - want)
+    worst = np.unravel_index(np.argmax(err / bound), err.shape)
+    test.assertTrue(np.all(err <= bound), f"at {worst}: got {got[worst]}, want "
+                    f"{want[worst]}, bound {bound[worst]}")
+    xq = np.sign(x) * np.floor(np.abs(x) / a + 0.5)
+    want_q = a * (xq @ w.T)
+    bound_q = 1e-4 * (np.abs(want_q) + np.abs(want_q).mean()) + 2 * a * np.abs(w).max(axis=1)
+    err_q = np.abs(got - want_q)
+    worst = np.unravel_index(np.argmax(err_q / bound_q), err_q.shape)
+    test.assertTrue(np.all(err_q <= bound_q), f"at {worst}: got {got[worst]}, want "
+                    f"{want_q[worst]} (quantized activations), bound {bound_q[worst]}")
+
+
 def write_safetensors(path, tensors):
     """A .safetensors file of {name: (dtype name, array)}: the header, then the data."""
     header, offset, blobs = {}, 0, []
@@ -545,6 +588,116 @@ class ServerTest(unittest.TestCase):
         bound = np.abs(x) @ np.repeat(step, 128, axis=1).T * 0.51 + 1e-4
         err = np.abs(self.client.matmul("py.float_zp", x) - x.astype(np.float64) @ v.T)
         self.assertTrue(np.all(err <= bound), f"worst {np.max(err / bound)}")
+
+    def test_bitnet_layers_upload_as_their_checkpoints_store_them(self):
+        n, k = 64, 256
+        t, packed = bitnet_hf(n, k)
+        _, scale = bf16_like([RNG.uniform(1.5, 4.0)])  # per tensor, bf16 as read back
+        x = RNG.standard_normal((3, k)).astype(np.float32)
+        # BitLinear's scales divide, AutoBitLinear's multiply.
+        info = self.client.upload_bitnet("py.bitnet_div", packed, scale)
+        self.assertEqual((info.n, info.k, info.scheme, info.packed_bytes),
+                         (n, k, qmm_pb2.SCHEME_W2A8, n * k // 4 + 4 * n))
+        self.client.upload_bitnet("py.bitnet_mul", packed, scale, scale_multiplies=True)
+        w_div = t / np.float64(scale[0])
+        w_mul = t * np.float64(scale[0])
+        ternary_close_to(self, self.client.matmul("py.bitnet_div", x), x, w_div)
+        ternary_close_to(self, self.client.matmul("py.bitnet_mul", x), x, w_mul)
+        # The same bytes through upload_packed, scale_multiplies in its header.
+        self.client.upload_packed("py.bitnet_packed", n, k, "w2a8",
+                                  packed.tobytes() + scale.astype("<f4").tobytes(),
+                                  encoding="bitnet_hf", scale_multiplies=True)
+        np.testing.assert_array_equal(self.client.matmul("py.bitnet_packed", x),
+                                      self.client.matmul("py.bitnet_mul", x))
+        # N fp16 scales, multiplying; none (scale 1).
+        rows = RNG.uniform(0.01, 0.1, size=n).astype(np.float16)
+        self.client.upload_bitnet("py.bitnet_rows", packed, rows, scale_multiplies=True)
+        ternary_close_to(self, self.client.matmul("py.bitnet_rows", x), x,
+                         t * rows.astype(np.float64)[:, None])
+        self.client.upload_bitnet("py.bitnet_none", packed)
+        ternary_close_to(self, self.client.matmul("py.bitnet_none", x), x, t.astype(np.float64))
+
+        with self.assertRaisesRegex(ValueError, "weight must be a 2-D uint8"):
+            self.client.upload_bitnet("py.bad", packed.view(np.int8), scale)
+        with self.assertRaisesRegex(ValueError, "weight must be a 2-D uint8"):
+            self.client.upload_bitnet("py.bad", packed.ravel(), scale)
+        for bad in (np.ones(3, np.float32), scale.astype(np.float64),
+                    np.ones((n, 1), np.float32)):
+            with self.assertRaisesRegex(ValueError, "weight_scale must be 1 or 64"):
+                self.client.upload_bitnet("py.bad", packed, bad)
+        self.assert_status(grpc.StatusCode.INVALID_ARGUMENT, "scale_multiplies",
+                           self.client.upload_packed, "py.bad", 16, 64, "w8a16",
+                           w8a16_packed(16, 64)[0], scale_multiplies=True)
+        self.assert_status(grpc.StatusCode.NOT_FOUND, None, self.client.get_weight, "py.bad")
+
+    def test_bitnet_checkpoint_directories_upload_as_their_settings_say(self):
+        n, k = 32, 256
+        x = RNG.standard_normal((2, k)).astype(np.float32)
+        config = {"quant_method": "bitnet", "linear_class": "autobitlinear",
+                  "quantization_mode": "offline"}
+
+        def write_config(d, settings):
+            with open(os.path.join(d, "config.json"), "w") as f:
+                json.dump({"model_type": "bitnet", "quantization_config": settings}, f)
+
+        with tempfile.TemporaryDirectory() as d:
+            write_config(d, config)
+            # Two layers, a bf16 scale of shape [1] and an fp32 one of shape []; a norm and
+            # an embedding (bf16, not uint8) besides.
+            t_up, up = bitnet_hf(n, k)
+            t_q, q = bitnet_hf(n, k)
+            up_bits, up_scale = bf16_like([RNG.uniform(1.5, 4.0)])
+            q_scale = np.array(RNG.uniform(1.5, 4.0), np.float32)
+            write_safetensors(os.path.join(d, "model.safetensors"), {
+                "model.embed_tokens.weight": ("BF16", bf16_like(RNG.standard_normal((8, k)))[0]),
+                "model.layers.0.mlp.up_proj.weight": ("U8", up),
+                "model.layers.0.mlp.up_proj.weight_scale": ("BF16", up_bits),
+                "model.layers.0.self_attn.q_proj.weight": ("U8", q),
+                "model.layers.0.self_attn.q_proj.weight_scale": ("F32", q_scale),
+                "model.norm.weight": ("BF16", bf16_like(np.ones(k))[0])})
+            infos = self.client.upload_checkpoint(d, prefix="py.bn.")
+            self.assertEqual([(i.name, i.n, i.k, i.scheme) for i in infos],
+                             [("py.bn.model.layers.0.mlp.up_proj", n, k, qmm_pb2.SCHEME_W2A8),
+                              ("py.bn.model.layers.0.self_attn.q_proj", n, k,
+                               qmm_pb2.SCHEME_W2A8)])
+            # autobitlinear: the scales multiply.
+            w_up = t_up * np.float64(up_scale[0])
+            w_q = t_q * np.float64(q_scale)
+            ternary_close_to(self, self.client.matmul("py.bn.model.layers.0.mlp.up_proj", x),
+                             x, w_up)
+            ternary_close_to(self, self.client.matmul("py.bn.model.layers.0.self_attn.q_proj",
+                                                      x), x, w_q)
+            info, = self.client.upload_checkpoint(d, "py.bn.one",
+                                                  layer="model.layers.0.self_attn.q_proj")
+            self.assertEqual(info.name, "py.bn.one")
+            ternary_close_to(self, self.client.matmul("py.bn.one", x), x, w_q)
+            with self.assertRaisesRegex(ValueError, "no layer 'model.norm' in its 1 .safetensors"):
+                self.client.upload_checkpoint(d, layer="model.norm")
+            # bitlinear (and no linear_class, no quantization_mode): the scales divide.
+            write_config(d, {"quant_method": "BitNet", "linear_class": "bitlinear"})
+            self.client.upload_checkpoint(d, "py.bn.div", layer="model.layers.0.mlp.up_proj")
+            write_config(d, {"quant_method": "bitnet", "use_rms_norm": False})
+            self.client.upload_checkpoint(d, "py.bn.plain", layer="model.layers.0.mlp.up_proj")
+            for name in ("py.bn.div", "py.bn.plain"):
+                ternary_close_to(self, self.client.matmul(name, x), x,
+                                 t_up / np.float64(up_scale[0]))
+            before = [w.name for w in self.client.list_weights()]
+            for key, value, why in (
+                    ("linear_class", "foo", r'linear_class = "foo": BitNet layers are taken'),
+                    ("quantization_mode", "online",
+                     r'quantization_mode = "online": only "offline" BitNet'),
+                    ("use_rms_norm", True, r"use_rms_norm = true: each layer would normalize")):
+                write_config(d, dict(config, **{key: value}))
+                with self.assertRaisesRegex(ValueError, "config.json: " + why):
+                    self.client.upload_checkpoint(d, prefix="py.bad.")
+            self.assertEqual([w.name for w in self.client.list_weights()], before)
+        with tempfile.TemporaryDirectory() as d:
+            # No uint8 weight: nothing to upload.
+            write_config(d, config)
+            write_safetensors(os.path.join(d, "model.safetensors"),
+                              {"l.weight": ("F32", np.ones((4, 128), np.float32))})
+            with self.assertRaisesRegex(ValueError, "no 2-D U8 tensor LAYER.weight in its 1"):
+                self.client.upload_checkpoint(d, prefix="py.bad.")
 
     def test_statistics_count_each_weights_requests(self):
         n, k = 32, 128
