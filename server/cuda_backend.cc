@@ -306,18 +306,13 @@ class CudaBackend : public Backend {
   int64_t memory_total_bytes() const override { return MemInfo().second; }
   int64_t memory_free_bytes() const override { return MemInfo().first; }
 
-  absl::Status CheckShape(Scheme scheme, const WeightShape& shape) const override {
+  absl::Status CheckShape(Scheme scheme, const WeightShape&) const override {
     if (cuda::FindKernel(scheme) == nullptr) {
       return absl::UnimplementedError(absl::StrCat("scheme ", std::string(SchemeName(scheme)),
                                                    " has no CUDA kernel in this build; "
                                                    "serve it with --backend=cpu"));
     }
-    if (shape.act_order) {
-      return absl::UnimplementedError(
-          "act_order: W4A16 weights in activation order have no CUDA kernel in this build; "
-          "serve them with --backend=cpu");
-    }
-    // Every kernel takes every other shape ValidateShape() accepts (kernels/cuda/gemm_args.h).
+    // Every kernel takes every shape ValidateShape() accepts (kernels/cuda/gemm_args.h).
     return absl::OkStatus();
   }
 

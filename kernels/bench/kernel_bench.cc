@@ -238,8 +238,9 @@ absl::Status RunKernelBench(const BenchOptions& o) {
         return absl::InvalidArgumentError(
             absl::StrCat(std::string(SchemeName(scheme)), " has no CUDA kernel"));
       }
-      const WeightShape shape{bs.n, bs.k, group_size,
-                              scheme == Scheme::kW4A16 && o.w4a16_zero_points};
+      const WeightShape shape{
+          bs.n, bs.k, group_size, scheme == Scheme::kW4A16 && o.w4a16_zero_points,
+          scheme == Scheme::kW4A16 && group_size == kW4GroupSize && o.w4a16_act_order};
       QMM_RETURN_IF_ERROR(ValidateShape(scheme, shape));
       const std::vector<uint8_t> packed = RandomPacked(scheme, shape, 7 + bs.n * 31 + bs.k);
       absl::StatusOr<Copies> copies =
@@ -318,7 +319,8 @@ absl::Status RunKernelBench(const BenchOptions& o) {
         if (!serial_us.ok()) return serial_us.status();
         t->graph_serial_us = *serial_us;
         Row row;
-        row.scheme = std::string(SchemeName(scheme)) + (shape.zero_points ? "-ZP" : "");
+        row.scheme = std::string(SchemeName(scheme)) + (shape.zero_points ? "-ZP" : "") +
+                     (shape.act_order ? "-ACT" : "");
         row.shape = bs;
         row.group_size = group_size;
         row.m = m;

@@ -55,6 +55,7 @@ struct BenchOptions {
   int w4a16_decode_strips = 0;
   int w4a16_decode_warps = 0;
   bool w4a16_zero_points = false;  // W4A16 weights with zero points (rows "W4A16-ZP")
+  bool w4a16_act_order = false;    // W4A16 g128 weights in activation order (rows "...-ACT")
   int w2a8_wgmma_groups = 0;
   int w2a8_wgmma_splits = 0;
   int w2a8_decode_units = 0;

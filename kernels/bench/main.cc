@@ -56,6 +56,9 @@ ABSL_FLAG(int, w4a16_decode_warps, 0,
 ABSL_FLAG(bool, w4a16_zero_points, false,
           "W4A16 with a zero point per group (AWQ's asymmetric int4: their term's two small "
           "kernels ahead of the matmul, w4a16_zero_points.h), labelled W4A16-ZP");
+ABSL_FLAG(bool, w4a16_act_order, false,
+          "W4A16 with group size 128 in activation order (GPTQ's desc_act: the inputs gathered "
+          "ahead of the matmul, w4a16_act_order.h), labelled -ACT");
 ABSL_FLAG(int, w2a8_decode_units, 0,
           "W2A8 tuning: weight units per slot of the decode kernel at M <= 8 (1 or 2; 0 = auto)");
 ABSL_FLAG(int, w2a8_decode_groups, 0,
@@ -160,6 +163,7 @@ int main(int argc, char** argv) {
   o.w4a16_decode_strips = absl::GetFlag(FLAGS_w4a16_decode_strips);
   o.w4a16_decode_warps = absl::GetFlag(FLAGS_w4a16_decode_warps);
   o.w4a16_zero_points = absl::GetFlag(FLAGS_w4a16_zero_points);
+  o.w4a16_act_order = absl::GetFlag(FLAGS_w4a16_act_order);
   o.w2a8_wgmma_groups = absl::GetFlag(FLAGS_w2a8_wgmma_groups);
   o.w2a8_wgmma_splits = absl::GetFlag(FLAGS_w2a8_wgmma_splits);
   o.w2a8_decode_units = absl::GetFlag(FLAGS_w2a8_decode_units);

@@ -1,6 +1,8 @@
 #include "kernels/bench/random_packed.h"
 
 #include <cstring>
+#include <utility>
+#include <vector>
 
 #include "kernels/dtype.h"
 
@@ -87,6 +89,15 @@ std::vector<uint8_t> RandomPacked(Scheme scheme, const WeightShape& shape, uint6
       for (int64_t i = 0; shape.zero_points && i < scales; ++i) {
         v[value_bytes + 2 * scales + i] = static_cast<uint8_t>(
             static_cast<int8_t>(kW4MinZeroPoint + static_cast<int>(rng.Next() % 17)));
+      }
+      // An activation order, if any: a random permutation (Fisher-Yates).
+      if (shape.act_order) {
+        std::vector<int32_t> order(shape.k);
+        for (int64_t j = 0; j < shape.k; ++j) order[j] = static_cast<int32_t>(j);
+        for (int64_t j = shape.k - 1; j > 0; --j) {
+          std::swap(order[j], order[rng.Next() % static_cast<uint64_t>(j + 1)]);
+        }
+        std::memcpy(out.data() + out.size() - 4 * shape.k, order.data(), 4 * shape.k);
       }
       break;
     }

@@ -11,6 +11,7 @@
 #include "kernels/cuda/dependent_launch.h"
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/w4a16.h"
+#include "kernels/cuda/w4a16_act_order.h"
 #include "kernels/cuda/w4a16_decode.cuh"
 #include "kernels/cuda/w4a16_direct.cuh"
 #include "kernels/cuda/w4a16_layout.h"
@@ -434,12 +435,23 @@ cudaError_t LaunchW4A16(const GemmArgs& args, const W4A16Options& options) {
     return cudaErrorInvalidValue;
   }
   GemmArgs run = args;
+  if ((args.shape.zero_points || args.shape.act_order) && args.workspace == nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  if (args.shape.act_order) {
+    // The inputs gathered into the stored columns' order (w4a16_act_order.h) are the x of
+    // everything that follows.
+    void* gathered = static_cast<char*>(args.workspace) + W4A16GatherOffset(args.shape, args.m);
+    if (const cudaError_t err = LaunchGatherInputs(args, gathered); err != cudaSuccess) {
+      return err;
+    }
+    run.x = gathered;
+  }
   if (args.shape.zero_points) {
     // Their term (w4a16_zero_points.h), with the caller's residual, becomes the residual.
-    if (args.workspace == nullptr) return cudaErrorInvalidValue;
     void* scratch =
         static_cast<char*>(args.workspace) + W4A16ZeroPointScratchOffset(args.shape, args.m);
-    if (const cudaError_t err = LaunchZeroPointTerm(args, scratch); err != cudaSuccess) {
+    if (const cudaError_t err = LaunchZeroPointTerm(run, scratch); err != cudaSuccess) {
       return err;
     }
     run.residual = ZeroPointTermOf(scratch);
@@ -453,7 +465,7 @@ cudaError_t LaunchW4A16(const GemmArgs& args) { return LaunchW4A16(args, W4A16Op
 
 cudaError_t LaunchW4A16SwiGlu(const GemmArgs& args, const void* up) {
   if (args.m > kW4A16SwiGluMaxM || up == nullptr || reinterpret_cast<uintptr_t>(up) % 16 != 0 ||
-      args.shape.zero_points || !ArgsOk(args)) {
+      args.shape.zero_points || args.shape.act_order || !ArgsOk(args)) {
     return cudaErrorInvalidValue;
   }
   DeviceInfo device;

@@ -33,14 +33,17 @@ std::vector<uint8_t> RepackW4A16(const PackedWeight& packed);
 
 // The wgmma kernel's permuted activations (m rounded up to 64, times K, 2 bytes each);
 // the split-K reduction stays in shared memory. With zero points, the scratch of their
-// term (w4a16_zero_points.h) follows, at W4A16ZeroPointScratchOffset.
+// term (w4a16_zero_points.h) follows, at W4A16ZeroPointScratchOffset; in activation
+// order, the gathered inputs (w4a16_act_order.h), at W4A16GatherOffset.
 size_t W4A16WorkspaceBytes(const WeightShape& shape, int64_t m);
 size_t W4A16ZeroPointScratchOffset(const WeightShape& shape, int64_t m);
+size_t W4A16GatherOffset(const WeightShape& shape, int64_t m);
 
 // Enqueues y = x * W^T (+ args.residual, kF32, kF16 or kBF16, when set). args.x must be
 // 16-byte aligned (cudaMalloc'd buffers are), x_dtype kF16 or kBF16, y_dtype kF32, kF16 or
 // kBF16, m >= 1. A weight with zero points needs args.workspace: their term
-// (w4a16_zero_points.h) is computed there first and added as the kernel's residual.
+// (w4a16_zero_points.h) is computed there first and added as the kernel's residual. So
+// does one in activation order: its inputs are gathered there first (w4a16_act_order.h).
 // Never synchronizes.
 cudaError_t LaunchW4A16(const GemmArgs& args);
 
@@ -82,8 +85,8 @@ cudaError_t LaunchW4A16(const GemmArgs& args, const W4A16Options& options);
 // y = silu(x * W_gate^T) * (x * W_up^T), elementwise, with args.weight = W_gate and `up`
 // the device layout of W_up (same shape and group size). Both weights stream once, the
 // two products stay in fp32 until y is stored. For m <= kW4A16SwiGluMaxM (decode sizes;
-// cudaErrorInvalidValue beyond, for weights with zero points, and for what LaunchW4A16
-// rejects).
+// cudaErrorInvalidValue beyond, for weights with zero points or in activation order, and
+// for what LaunchW4A16 rejects).
 inline constexpr int64_t kW4A16SwiGluMaxM = 16;
 cudaError_t LaunchW4A16SwiGlu(const GemmArgs& args, const void* up);
 

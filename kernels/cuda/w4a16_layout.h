@@ -38,6 +38,10 @@
 //   same codes and scales:
 //   zero terms: [scale group][row] fp32 -z[row][scale group] * s[row][scale group] (exact:
 //     a 5-bit integer times an fp16 value), ScaleGroups * N * 4 bytes, rows not padded.
+//   In activation order (WeightShape::act_order) the canonical form's order last, which
+//   only the gather of the inputs reads (w4a16_act_order.h); the regions above hold the
+//   stored columns as any weight's:
+//   order: K int32, stored column j multiplying input feature perm[j], 256-byte aligned.
 #ifndef QMM_KERNELS_CUDA_W4A16_LAYOUT_H_
 #define QMM_KERNELS_CUDA_W4A16_LAYOUT_H_
 
@@ -96,8 +100,11 @@ constexpr int64_t RowFactorsOffset(const WeightShape& s) {
 constexpr int64_t ZeroTermsOffset(const WeightShape& s) {
   return RowFactorsOffset(s) + (HasGemmScales(s) ? NumGroups(s) * kGroupRowFactorBytes : 0);
 }
+constexpr int64_t OrderOffset(const WeightShape& s) {
+  return (ZeroTermsOffset(s) + (s.zero_points ? ScaleGroups(s) * s.n * 4 : 0) + 255) / 256 * 256;
+}
 constexpr int64_t DeviceBytes(const WeightShape& s) {
-  return ZeroTermsOffset(s) + (s.zero_points ? ScaleGroups(s) * s.n * 4 : 0);
+  return OrderOffset(s) + (s.act_order ? s.k * 4 : 0);
 }
 
 // The exponent e of a row whose largest |scale| is `max_abs` (finite): the one that puts

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "kernels/cuda/w4a16.h"
+#include "kernels/cuda/w4a16_act_order.h"
 #include "kernels/cuda/w4a16_layout.h"
 #include "kernels/cuda/w4a16_zero_points.h"
 #include "kernels/cuda/wgmma_layout.h"
@@ -140,17 +141,27 @@ std::vector<uint8_t> RepackW4A16(const PackedWeight& packed) {
   }
   if (w4a16::HasGemmScales(shape)) PackGemmScales(shape, out.data());
   if (shape.zero_points) PackZeroTerms(packed, out.data() + w4a16::ZeroTermsOffset(shape));
+  if (shape.act_order) {
+    std::memcpy(out.data() + w4a16::OrderOffset(shape), packed.permutation(), 4 * shape.k);
+  }
   return out;
 }
 
-size_t W4A16WorkspaceBytes(const WeightShape& shape, int64_t m) {
-  const size_t permuted = static_cast<size_t>(PermutedXBytes(m, shape.k));
-  if (!shape.zero_points) return permuted;
-  return W4A16ZeroPointScratchOffset(shape, m) + ZeroPointScratchBytes(shape, m);
-}
-
+// The workspace: the wgmma kernel's permuted activations, then (256-byte aligned) the
+// zero-point term's scratch and the gathered inputs, each where the weight has them.
 size_t W4A16ZeroPointScratchOffset(const WeightShape& shape, int64_t m) {
   return (static_cast<size_t>(PermutedXBytes(m, shape.k)) + 255) / 256 * 256;
+}
+
+size_t W4A16GatherOffset(const WeightShape& shape, int64_t m) {
+  const size_t term = shape.zero_points ? ZeroPointScratchBytes(shape, m) : 0;
+  return W4A16ZeroPointScratchOffset(shape, m) + (term + 255) / 256 * 256;
+}
+
+size_t W4A16WorkspaceBytes(const WeightShape& shape, int64_t m) {
+  if (!shape.zero_points && !shape.act_order)
+    return static_cast<size_t>(PermutedXBytes(m, shape.k));
+  return W4A16GatherOffset(shape, m) + (shape.act_order ? ActOrderScratchBytes(shape, m) : 0);
 }
 
 }  // namespace qmm::cuda

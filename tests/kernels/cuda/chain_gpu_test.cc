@@ -15,6 +15,7 @@
 #include <cstring>
 #include <deque>
 #include <limits>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -76,19 +77,31 @@ class ChainGpuTest : public ::testing::Test {
   }
 
   // A random weight on both sides; W4A16 with zero points has each row shifted off zero
-  // by its own amount, so that they spread over their range.
+  // by its own amount, so that they spread over their range; one in activation order takes
+  // its quantized columns as stored ones, in a random order.
   std::pair<const PackedWeight*, ChainWeight> Weight(Scheme scheme, int64_t n, int64_t k,
-                                                     int32_t group = 0, bool zero_points = false) {
-    const WeightShape shape{.n = n, .k = k, .group_size = group, .zero_points = zero_points};
+                                                     int32_t group = 0, bool zero_points = false,
+                                                     bool act_order = false) {
+    const WeightShape shape{
+        .n = n, .k = k, .group_size = group, .zero_points = zero_points, .act_order = act_order};
     const float sigma = 1.0f / std::sqrt(static_cast<float>(k));
     std::normal_distribution<float> dist(0.0f, sigma);
     std::vector<float> w(n * k);
     for (int64_t i = 0; i < n * k; ++i) {
       w[i] = dist(rng_) + (zero_points ? sigma * static_cast<float>(i / k % 5 - 2) : 0.0f);
     }
+    WeightShape in_order = shape;
+    in_order.act_order = false;
     absl::StatusOr<std::vector<uint8_t>> packed = QuantizeWeight(
-        scheme, shape, DType::kF32, {reinterpret_cast<const uint8_t*>(w.data()), w.size() * 4});
+        scheme, in_order, DType::kF32, {reinterpret_cast<const uint8_t*>(w.data()), w.size() * 4});
     EXPECT_TRUE(packed.ok()) << packed.status();
+    if (act_order && packed.ok()) {
+      std::vector<int32_t> order(k);
+      std::iota(order.begin(), order.end(), 0);
+      std::shuffle(order.begin(), order.end(), rng_);
+      const auto* bytes = reinterpret_cast<const uint8_t*>(order.data());
+      packed->insert(packed->end(), bytes, bytes + 4 * k);
+    }
     if (scheme == Scheme::kW4A16 && packed.ok()) {
       // Every seventh byte's even k made -8, a code the quantizer never writes (it clamps
       // to [-7, 7]) but int4 checkpoints do (kernels/int4_checkpoint.h).
@@ -111,8 +124,8 @@ class ChainGpuTest : public ::testing::Test {
   }
 
   TwinLayer Linear(Scheme scheme, int64_t n, int64_t k, bool bias, int32_t group = 0,
-                   bool zero_points = false) {
-    auto [host, device] = Weight(scheme, n, k, group, zero_points);
+                   bool zero_points = false, bool act_order = false) {
+    auto [host, device] = Weight(scheme, n, k, group, zero_points, act_order);
     const auto [bh, bd] = bias ? Params(n, 0.0f, 0.3f) : std::pair<const float*, const float*>{};
     TwinLayer t;
     t.cpu = {.kind = LayerKind::kLinear,
@@ -161,15 +174,18 @@ class ChainGpuTest : public ::testing::Test {
     t.gpu.in_features = t.gpu.out_features = f;
     return t;
   }
-  // With `zero_points`, each W4A16 weight has them (and the SwiGLU is not fused).
+  // With `zero_points`, each W4A16 weight has them, with `act_order` each is in activation
+  // order (and either way the SwiGLU is not fused).
   TwinLayer Mlp(Scheme gate_up, Scheme down, int64_t f, int64_t hidden, int64_t out,
-                bool zero_points = false) {
+                bool zero_points = false, bool act_order = false) {
     const int32_t group = gate_up == Scheme::kW4A16 ? 128 : 0;
     const bool gate_up_zp = zero_points && gate_up == Scheme::kW4A16;
-    auto [gh, gd] = Weight(gate_up, hidden, f, group, gate_up_zp);
-    auto [uh, ud] = Weight(gate_up, hidden, f, group, gate_up_zp);
-    auto [dh, dd] = Weight(down, out, hidden, down == Scheme::kW4A16 ? 128 : 0,
-                           zero_points && down == Scheme::kW4A16);
+    const bool gate_up_act = act_order && gate_up == Scheme::kW4A16;
+    auto [gh, gd] = Weight(gate_up, hidden, f, group, gate_up_zp, gate_up_act);
+    auto [uh, ud] = Weight(gate_up, hidden, f, group, gate_up_zp, gate_up_act);
+    auto [dh, dd] =
+        Weight(down, out, hidden, down == Scheme::kW4A16 ? 128 : 0,
+               zero_points && down == Scheme::kW4A16, act_order && down == Scheme::kW4A16);
     TwinLayer t;
     t.cpu = {.kind = LayerKind::kGatedMlp,
              .weights = {gh, uh, dh},
@@ -310,15 +326,17 @@ TEST_F(ChainGpuTest, LinearOfEveryScheme) {
     Scheme scheme;
     int32_t group;
     bool zero_points = false;
+    bool act_order = false;
   };
   for (const Case& c :
        {Case{Scheme::kFp16, 0}, Case{Scheme::kBf16, 0}, Case{Scheme::kW8A16, 0},
         Case{Scheme::kW4A16, 0}, Case{Scheme::kW4A16, 128}, Case{Scheme::kW4A16, 128, true},
-        Case{Scheme::kW4A16, 0, true}, Case{Scheme::kW2A8, 0}}) {
+        Case{Scheme::kW4A16, 0, true}, Case{Scheme::kW4A16, 128, false, true},
+        Case{Scheme::kW4A16, 128, true, true}, Case{Scheme::kW2A8, 0}}) {
     for (bool bias : {false, true}) {
-      ExpectChain({Linear(c.scheme, 136, 512, bias, c.group, c.zero_points)},
+      ExpectChain({Linear(c.scheme, 136, 512, bias, c.group, c.zero_points, c.act_order)},
                   std::string(SchemeName(c.scheme)) + (c.zero_points ? " zero points" : "") +
-                      (bias ? " bias" : ""));
+                      (c.act_order ? " act_order" : "") + (bias ? " bias" : ""));
     }
   }
 }
@@ -366,6 +384,12 @@ TEST_F(ChainGpuTest, FusionsCountOnce) {
       DyT(256, true), Mlp(Scheme::kW4A16, Scheme::kW4A16, 256, 512, 256, true), Residual(0, 256)};
   EXPECT_EQ(ExpectChain(zp_block, "llama block, zero points"), 5);
   EXPECT_EQ(ExpectChain(zp_block, "llama block, zero points m 17", {17}), 5);
+  // So for weights in activation order (GPTQ's desc_act), each matmul gathering its inputs.
+  const std::vector<TwinLayer> act_block = {
+      DyT(256, true), Mlp(Scheme::kW4A16, Scheme::kW4A16, 256, 512, 256, true, true),
+      Residual(0, 256)};
+  EXPECT_EQ(ExpectChain(act_block, "llama block, zero points in act_order"), 5);
+  EXPECT_EQ(ExpectChain(act_block, "llama block, act_order m 17", {17}), 5);
   EXPECT_EQ(ExpectChain({DyT(256, true), Mlp(Scheme::kW8A16, Scheme::kW8A16, 256, 512, 256),
                          Residual(0, 256)},
                         "W8A16 block"),

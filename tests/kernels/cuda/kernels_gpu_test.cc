@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <numeric>
 #include <optional>
 #include <random>
 #include <string>
@@ -173,6 +174,12 @@ Weight FullRangeInt4Weight(Scheme scheme, const WeightShape& shape, std::mt19937
       bytes[code_bytes + 2 * shape.n * shape.GroupsPerRow() + i] =
           static_cast<uint8_t>(static_cast<int8_t>(static_cast<int>(rng() % 17) - 8));
     }
+  }
+  if (shape.act_order) {
+    std::vector<int32_t> order(shape.k);
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    std::memcpy(bytes.data() + bytes.size() - 4 * shape.k, order.data(), 4 * shape.k);
   }
   return Weight{scheme, shape, std::move(bytes)};
 }
@@ -746,6 +753,45 @@ TEST_F(W4A16Test, ZeroPointsMatchCpu) {
   GpuWeight gpu(*FindKernel(Scheme::kW4A16), large);
   ASSERT_TRUE(gpu.ok());
   for (int64_t m : {1, 4, 16}) {
+    gpu.Check(DType::kF16, DType::kF16, m, rng_, nullptr, std::nullopt, &row_norms);
+    if (HasFatalFailure()) return;
+  }
+}
+
+// Weights in activation order (WeightShape::act_order: their inputs gathered ahead of the
+// matmul, w4a16_act_order.h), with and without zero points, through every path against the
+// CPU kernel, whose reference gathers the same way (kernels/reference.cc checks the meaning).
+TEST_F(W4A16Test, ActOrderMatchesCpu) {
+  DeviceInfo device;
+  ASSERT_CUDA(CurrentDeviceInfo(&device));
+  Variants variants = {{"default", &LaunchWithSplits<W4A16Options, &LaunchW4A16, 0>},
+                       {"wgmma 1 group", &LaunchW4A16Wgmma<1, 0>},
+                       {"wgmma 2 groups, 256-token tiles", &LaunchW4A16Wgmma<2, 0, 256>},
+                       {"decode 1 strip", &LaunchW4A16DecodeStrips<1>},
+                       {"decode 2 strips", &LaunchW4A16DecodeStrips<2>}};
+  if (device.clusters())
+    variants.push_back({"splits 2", &LaunchWithSplits<W4A16Options, &LaunchW4A16, 2>});
+  for (const WeightShape& shape : {WeightShape{1000, 2048, kW4GroupSize, false, true},
+                                   WeightShape{300, 1152, kW4GroupSize, true, true}}) {
+    const Weight weight = FullRangeInt4Weight(Scheme::kW4A16, shape, rng_);
+    CheckVariantsPerRow(weight, variants, rng_);
+    if (HasFatalFailure()) return;
+    const std::vector<double> row_norms = RowNorms(weight);
+    GpuWeight gpu(*FindKernel(Scheme::kW4A16), weight);
+    ASSERT_TRUE(gpu.ok());
+    for (const auto& [label, launch] : variants) {
+      SCOPED_TRACE(label);
+      gpu.Check(DType::kF16, DType::kF16, 3, rng_, launch, DType::kBF16, &row_norms);
+      gpu.Check(DType::kBF16, DType::kBF16, 70, rng_, launch, DType::kF32, &row_norms);
+      if (HasFatalFailure()) return;
+    }
+  }
+  const Weight large =
+      FullRangeInt4Weight(Scheme::kW4A16, {4096, 4096, kW4GroupSize, false, true}, rng_);
+  const std::vector<double> row_norms = RowNorms(large);
+  GpuWeight gpu(*FindKernel(Scheme::kW4A16), large);
+  ASSERT_TRUE(gpu.ok());
+  for (int64_t m : {1, 4, 16, 256}) {
     gpu.Check(DType::kF16, DType::kF16, m, rng_, nullptr, std::nullopt, &row_norms);
     if (HasFatalFailure()) return;
   }
@@ -1426,11 +1472,17 @@ TEST_F(W4A16Test, RejectsBadOptions) {
   EXPECT_EQ(LaunchW4A16(args, options), cudaErrorInvalidValue);
   options.wgmma_tokens = 512;
   EXPECT_EQ(LaunchW4A16(args, options), cudaErrorInvalidValue);
-  // Zero points need the workspace (their term's scratch), and have no fused SwiGLU.
+  // Zero points need the workspace (their term's scratch), and have no fused SwiGLU; nor
+  // has activation order, which needs the workspace for the gathered inputs.
   args.shape.zero_points = true;
   EXPECT_EQ(LaunchW4A16(args), cudaErrorInvalidValue);
   args.workspace = dummy;
   EXPECT_EQ(LaunchW4A16SwiGlu(args, dummy), cudaErrorInvalidValue);
+  args.shape.zero_points = false;
+  args.shape.act_order = true;
+  EXPECT_EQ(LaunchW4A16SwiGlu(args, dummy), cudaErrorInvalidValue);
+  args.workspace = nullptr;
+  EXPECT_EQ(LaunchW4A16(args), cudaErrorInvalidValue);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 

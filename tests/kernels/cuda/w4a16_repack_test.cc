@@ -102,6 +102,31 @@ TEST(W4A16RepackTest, PerRowScalesHaveNoGemmScales) {
             w4a16::DeviceBytes(shape));
 }
 
+// In activation order the canonical form's order ends the layout, 256-byte aligned (the
+// gather loads it 16 bytes at a time) even after a zero-terms region of odd length, and
+// the regions before it are those of the same weight in its stored order.
+TEST(W4A16RepackTest, ActOrderEndsWithTheOrder) {
+  for (bool zero_points : {false, true}) {
+    const WeightShape shape{3, 256, kW4GroupSize, zero_points, true};
+    WeightShape stored = shape;
+    stored.act_order = false;
+    std::vector<uint8_t> bytes = Packed(stored, std::vector<float>(shape.n * shape.k, 0.25f));
+    std::vector<int32_t> order(shape.k);
+    for (int64_t j = 0; j < shape.k; ++j) order[j] = static_cast<int32_t>((j * 7) % shape.k);
+    const auto* order_bytes = reinterpret_cast<const uint8_t*>(order.data());
+    bytes.insert(bytes.end(), order_bytes, order_bytes + 4 * shape.k);
+    const std::vector<uint8_t> layout = RepackW4A16(PackedWeight{Scheme::kW4A16, shape, bytes});
+    ASSERT_EQ(static_cast<int64_t>(layout.size()), w4a16::DeviceBytes(shape));
+    EXPECT_EQ(w4a16::OrderOffset(shape) % 256, 0);
+    EXPECT_EQ(w4a16::DeviceBytes(shape), w4a16::OrderOffset(shape) + 4 * shape.k);
+    EXPECT_EQ(std::memcmp(layout.data() + w4a16::OrderOffset(shape), order.data(), 4 * shape.k), 0);
+    const std::vector<uint8_t> plain = RepackW4A16(
+        PackedWeight{Scheme::kW4A16, stored, std::span(bytes).first(bytes.size() - 4 * shape.k)});
+    ASSERT_LE(plain.size(), layout.size());
+    EXPECT_EQ(std::memcmp(layout.data(), plain.data(), plain.size()), 0);
+  }
+}
+
 TEST(W4A16RepackTest, RowExponent) {
   EXPECT_EQ(w4a16::RowExponent(1.0f, 24), -9);  // 2^15
   EXPECT_EQ(w4a16::RowExponent(1.5f, 20), -5);  // 1.5 * 2^15
