@@ -354,19 +354,10 @@ TEST_F(EndToEndTest, AsymmetricInt4CheckpointsComputeAsTheirCanonicalForm) {
       << r.output;
 }
 
-// The CPU backend whatever the machine has: what the CUDA backend does not run yet (W4A16
-// in activation order: it refuses such weights with UNIMPLEMENTED).
-class CpuEndToEndTest : public EndToEndTest {
- protected:
-  std::vector<std::string> ServerFlags() const override {
-    return {"--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0", "--backend=cpu"};
-  }
-};
-
 // Layers quantized with activation order (GPTQ's desc_act): from a .safetensors checkpoint
 // (its g_idx says so), as a GPTQ payload with --act_order, and in the canonical form with its
 // order; all three compute alike.
-TEST_F(CpuEndToEndTest, ActOrderCheckpointsComputeAsTheirCanonicalForm) {
+TEST_F(EndToEndTest, ActOrderCheckpointsComputeAsTheirCanonicalForm) {
   const testing::Int4Weight w =
       testing::WithActOrder(testing::RandomInt4Weight(kN, kK, 128, DType::kF16, 47), 48);
   const testing::Int4CheckpointTensors gptq = testing::GptqTensors(w, DType::kF16, 7);
@@ -415,7 +406,7 @@ TEST_F(CpuEndToEndTest, ActOrderCheckpointsComputeAsTheirCanonicalForm) {
 // A whole checkpoint directory (GPTQ, sym=False, desc_act, in two shards with their index
 // and a float tensor besides): --checkpoint uploads every int4 layer as its config.json
 // says, each computing as its canonical form with zero points in activation order.
-TEST_F(CpuEndToEndTest, CheckpointDirectoryUploadsEveryLayerAsItsConfigSays) {
+TEST_F(EndToEndTest, CheckpointDirectoryUploadsEveryLayerAsItsConfigSays) {
   const auto tensor = [](ElementType type, std::vector<int64_t> shape, std::vector<uint8_t> data) {
     return NdArray{type, std::move(shape), std::move(data)};
   };
