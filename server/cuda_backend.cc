@@ -371,14 +371,6 @@ class CudaBackend : public Backend {
   absl::StatusOr<std::unique_ptr<BackendModel>> LoadModel(
       std::span<const ModelLayer> layers) override {
     if (!healthy()) return LostError();
-    for (size_t i = 0; i < layers.size(); ++i) {
-      if (layers[i].kind == LayerKind::kRmsNorm) {
-        return absl::UnimplementedError(
-            absl::StrCat("layers[", i,
-                         "].rms_norm: RMSNorm has no CUDA kernel in this build; "
-                         "serve the model with --backend=cpu"));
-      }
-    }
     std::vector<cuda::ChainLayer> chain;
     chain.reserve(layers.size());
     for (const ModelLayer& l : layers) {
@@ -393,6 +385,7 @@ class CudaBackend : public Backend {
       c.alpha = l.alpha;
       c.gamma = l.gamma.empty() ? nullptr : l.gamma.data();
       c.beta = l.beta.empty() ? nullptr : l.beta.data();
+      c.epsilon = l.epsilon;
       c.activation = l.activation;
       c.block_start = l.block_start;
       c.in_features = l.in_features;

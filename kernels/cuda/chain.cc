@@ -150,9 +150,9 @@ void ChainPlan::Build() {
             {.op = Step::Op::kDyT, .layer = &l, .in = in, .out = out, .n = l.out_features});
         break;
       case LayerKind::kRmsNorm:
-        // No kernel yet (the CUDA backend refuses such models): the plan fails to enqueue.
-        runnable_ = false;
         out = dest(end);
+        steps_.push_back(
+            {.op = Step::Op::kRmsNorm, .layer = &l, .in = in, .out = out, .n = l.out_features});
         break;
       case LayerKind::kActivation:
       case LayerKind::kResidual:
@@ -328,7 +328,6 @@ cudaError_t ChainPlan::Enqueue(const ChainRun& run) const {
       run.arena == nullptr || run.y == nullptr) {
     return cudaErrorInvalidValue;
   }
-  if (!runnable_) return cudaErrorNotSupported;
   for (const Step& step : steps_) {
     if (cudaError_t err = EnqueueStep(run, step); err != cudaSuccess) return err;
   }
@@ -348,6 +347,10 @@ cudaError_t ChainPlan::EnqueueStep(const ChainRun& run, const Step& step) const 
       return LaunchDyT(ResolveDType(run, step.in), Resolve(run, step.in), run.m, l.in_features,
                        l.alpha, l.gamma, l.beta, ResolveDType(run, step.out),
                        Resolve(run, step.out), run.stream);
+    case Step::Op::kRmsNorm:
+      return LaunchRmsNorm(ResolveDType(run, step.in), Resolve(run, step.in), run.m, l.in_features,
+                           l.gamma, l.epsilon, ResolveDType(run, step.out), Resolve(run, step.out),
+                           run.stream);
     case Step::Op::kEpilogue: {
       EpilogueArgs args;
       args.x_dtype = ResolveDType(run, step.in);

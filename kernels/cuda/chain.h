@@ -56,6 +56,7 @@ struct ChainLayer {
   float alpha = 0.0f;                             // kDyT
   const float* gamma = nullptr;                   // kDyT: fp32 [in_features]
   const float* beta = nullptr;                    // kDyT: fp32 [in_features] or nullptr
+  float epsilon = 0.0f;                           // kRmsNorm (its weight is gamma)
   Activation activation = Activation::kIdentity;  // kActivation
   int32_t block_start = -1;                       // kResidual
   int64_t in_features = 0;
@@ -88,8 +89,7 @@ class ChainPlan {
   // many kernels its launcher enqueues, and a dtype conversion of its input is not
   // counted).
   int launches(int64_t m) const;
-  // Enqueues the chain; returns the first launch error, or cudaErrorNotSupported for a
-  // chain with a layer that has no kernel here (LayerKind::kRmsNorm). Never synchronizes.
+  // Enqueues the chain; returns the first launch error. Never synchronizes.
   cudaError_t Enqueue(const ChainRun& run) const;
 
  private:
@@ -106,7 +106,7 @@ class ChainPlan {
   struct Step {
     // kSwiGlu: the gated MLP's gate, up and product in one launch, or beyond the
     // kernel's m its three unfused steps, unfused_[fallback .. fallback + 2].
-    enum class Op : uint8_t { kEmbedding, kGemm, kDyT, kEpilogue, kSwiGlu };
+    enum class Op : uint8_t { kEmbedding, kGemm, kDyT, kRmsNorm, kEpilogue, kSwiGlu };
     Op op = Op::kGemm;
     const ChainLayer* layer = nullptr;
     int weight = 0;  // kGemm: index into layer->weights
@@ -136,7 +136,6 @@ class ChainPlan {
   std::vector<Step> unfused_;  // kSwiGlu steps' fallbacks
   int slots_ = 0;
   int convert_slot_ = 0;  // scratch for a matmul input in another dtype
-  bool runnable_ = true;  // every layer has its kernel
   int64_t max_features_ = 1;
 };
 

@@ -85,6 +85,39 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// One CTA a row (rows beyond the grid in turn): each thread sums the squares of every
+// kThreads-th value, the warps' sums meet in shared memory and every thread adds them in
+// one order, so all agree on the scale. The writes follow the reduction's barrier, so y may
+// be x.
+__global__ void __launch_bounds__(kThreads)
+    RmsNormKernel(DType x_dtype, const void* x, int64_t m, int64_t f,
+                  const float* __restrict__ weight, float epsilon, DType y_dtype, void* y) {
+  StartDependent();
+  __shared__ float warp_sums[kThreads / 32];
+  for (int64_t row = blockIdx.x; row < m; row += gridDim.x) {
+    const int64_t base = row * f;
+    float squares = 0.0f;
+    for (int64_t j = threadIdx.x; j < f; j += kThreads) {
+      const float v = LoadAs(x_dtype, x, base + j);
+      squares += v * v;
+    }
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) {
+      squares += __shfl_xor_sync(0xffffffffu, squares, offset);
+    }
+    if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = squares;
+    __syncthreads();
+    float total = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kThreads / 32; ++w) total += warp_sums[w];
+    const float scale = 1.0f / sqrtf(total / static_cast<float>(f) + epsilon);
+    for (int64_t j = threadIdx.x; j < f; j += kThreads) {
+      StoreAs(y_dtype, y, base + j, weight[j] * (LoadAs(x_dtype, x, base + j) * scale));
+    }
+    __syncthreads();  // warp_sums is the next row's
+  }
+}
+
 __global__ void __launch_bounds__(kThreads) EpilogueKernel(const EpilogueArgs a, int64_t count) {
   StartDependent();
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
@@ -124,6 +157,17 @@ cudaError_t LaunchDyT(DType x_dtype, const void* x, int64_t m, int64_t f, float 
   const int64_t count = m * f;
   return Launch(DyTKernel, Blocks(count), stream, x_dtype, x, f, count, alpha, gamma, beta, y_dtype,
                 y);
+}
+
+cudaError_t LaunchRmsNorm(DType x_dtype, const void* x, int64_t m, int64_t f, const float* weight,
+                          float epsilon, DType y_dtype, void* y, cudaStream_t stream) {
+  if (!IsDType(x_dtype) || !IsDType(y_dtype) || f < 1 || m < 0 || weight == nullptr ||
+      !(epsilon > 0.0f)) {
+    return cudaErrorInvalidValue;
+  }
+  if (m == 0) return cudaSuccess;
+  return Launch(RmsNormKernel, static_cast<int>(std::min(m, kMaxBlocks)), stream, x_dtype, x, m, f,
+                weight, epsilon, y_dtype, y);
 }
 
 cudaError_t LaunchEpilogue(const EpilogueArgs& args, cudaStream_t stream) {

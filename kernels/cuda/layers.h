@@ -1,6 +1,6 @@
 // The CUDA kernels of a model's non-matmul layers: embedding gather, DyT (also fused with
-// the per-row int8 quantization that a following W2A8 layer needs), and one element-wise
-// epilogue for bias, activation, SwiGLU's gate * up and the residual add.
+// the per-row int8 quantization that a following W2A8 layer needs), RMSNorm, and one
+// element-wise epilogue for bias, activation, SwiGLU's gate * up and the residual add.
 //
 // All math is fp32 whatever the storage dtype (kF32, kF16 or kBF16, chosen per pointer at
 // run time: these kernels are memory-bound and tiny at decode sizes, so a uniform branch
@@ -33,6 +33,12 @@ cudaError_t LaunchEmbedding(DType table_dtype, const void* table, int64_t vocab,
 cudaError_t LaunchDyT(DType x_dtype, const void* x, int64_t m, int64_t f, float alpha,
                       const float* gamma, const float* beta, DType y_dtype, void* y,
                       cudaStream_t stream);
+
+// y[i][j] = weight[j] * x[i][j] / sqrt(mean_j x[i][j]^2 + epsilon) over [m, f], with
+// weight fp32 [f] and epsilon > 0; one CTA a row, its squares summed in fp32 in a fixed
+// order. y may alias x when both have one dtype size.
+cudaError_t LaunchRmsNorm(DType x_dtype, const void* x, int64_t m, int64_t f, const float* weight,
+                          float epsilon, DType y_dtype, void* y, cudaStream_t stream);
 
 // The element-wise tail of a layer, over [m, n]:
 //   v = x[i][j] (+ bias[j]);  v = act(v);  v *= up[i][j];  v += skip[i][j];  y[i][j] = v.

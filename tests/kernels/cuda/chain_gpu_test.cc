@@ -157,6 +157,20 @@ class ChainGpuTest : public ::testing::Test {
     t.gpu.in_features = t.gpu.out_features = f;
     return t;
   }
+  TwinLayer RmsNorm(int64_t f) {
+    const auto [wh, wd] = Params(f, 1.0f, 0.3f);
+    TwinLayer t;
+    t.cpu = {.kind = LayerKind::kRmsNorm,
+             .gamma = wh,
+             .epsilon = 1e-5f,
+             .in_features = f,
+             .out_features = f};
+    t.gpu.kind = LayerKind::kRmsNorm;
+    t.gpu.gamma = wd;
+    t.gpu.epsilon = 1e-5f;
+    t.gpu.in_features = t.gpu.out_features = f;
+    return t;
+  }
   static TwinLayer Act(Activation a, int64_t f) {
     TwinLayer t;
     t.cpu = {.kind = LayerKind::kActivation, .activation = a, .in_features = f, .out_features = f};
@@ -344,6 +358,13 @@ TEST_F(ChainGpuTest, LinearOfEveryScheme) {
 TEST_F(ChainGpuTest, EachOtherLayerKind) {
   ExpectChain({DyT(256, true)}, "dyt");
   ExpectChain({DyT(256, false)}, "dyt without beta");
+  ExpectChain({RmsNorm(256)}, "rms_norm");
+  // Llama's MLP block: RMSNorm, then the gated MLP (its SwiGLU fused at decode sizes), then
+  // the residual.
+  EXPECT_EQ(ExpectChain({RmsNorm(256), Mlp(Scheme::kW4A16, Scheme::kW4A16, 256, 512, 256),
+                         Residual(0, 256)},
+                        "llama rms_norm block"),
+            3);
   for (Activation a : {Activation::kSilu, Activation::kGeluTanh, Activation::kRelu}) {
     ExpectChain({DyT(256, true), Act(a, 256)}, std::string(ActivationName(a)));
   }

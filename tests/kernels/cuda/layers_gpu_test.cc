@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -266,11 +267,54 @@ TEST(EpilogueGpuTest, SwiGluInPlaceOverTheGate) {
   ExpectClose(d_gate.Download<float>(), want, arg, 2.0, DType::kF32, "SwiGLU in place");
 }
 
+// Rows of several widths (one of 4096, a CTA's 16 values a thread), more rows than the
+// grid's 4096 CTAs, every dtype pair, and in place.
+TEST(RmsNormGpuTest, MatchesReferenceForEveryDTypePair) {
+  std::mt19937_64 rng(13);
+  for (DType x_dtype : kDTypes) {
+    for (DType y_dtype : kDTypes) {
+      for (const auto& [m, f] :
+           {std::pair<int64_t, int64_t>{1, 4096}, {3, 200}, {17, 1}, {4100, 8}}) {
+        const Tensor16 x = RoundTo(x_dtype, RandomNormal(rng, m * f, 2.0f));
+        const std::vector<float> weight = RandomNormal(rng, f, 1.0f);
+        DeviceBuffer d_x(x.bytes.size()), d_weight(f * 4), d_y(m * f * DTypeSize(y_dtype));
+        ASSERT_CUDA(d_x.Upload(x.bytes.data()));
+        ASSERT_CUDA(d_weight.Upload(weight.data()));
+        ASSERT_CUDA(LaunchRmsNorm(x_dtype, d_x.get(), m, f, d_weight.get<float>(), 1e-5f, y_dtype,
+                                  d_y.get(), nullptr));
+        if (x_dtype == y_dtype) {
+          ASSERT_CUDA(LaunchRmsNorm(x_dtype, d_x.get(), m, f, d_weight.get<float>(), 1e-5f, x_dtype,
+                                    d_x.get(), nullptr));
+        }
+        ASSERT_CUDA(cudaDeviceSynchronize());
+        const std::vector<double> want = ReferenceRmsNorm(
+            std::vector<double>(x.values.begin(), x.values.end()), f, weight, 1e-5);
+        const std::string what = "RMSNorm " + Name(x_dtype, y_dtype) + " m" + std::to_string(m) +
+                                 " f" + std::to_string(f);
+        // The squares summed in fp32 over up to 4096 values: a few 1e-7 of the scale.
+        ExpectClose(DownloadAsFloat(d_y, y_dtype, m * f), want, x.values, 0.0, y_dtype, what);
+        if (x_dtype == y_dtype) {
+          EXPECT_EQ(d_x.Download<uint8_t>(), d_y.Download<uint8_t>()) << what << " in place";
+        }
+      }
+    }
+  }
+}
+
 TEST(LayersGpuTest, BadArgumentsAreRejectedAndNothingRunsForZeroRows) {
   EXPECT_EQ(
       LaunchDyT(DType::kF32, nullptr, 1, 0, 1.0f, nullptr, nullptr, DType::kF32, nullptr, nullptr),
       cudaErrorInvalidValue);
   EXPECT_EQ(LaunchEpilogue({.n = 0}, nullptr), cudaErrorInvalidValue);
+  float weight = 1.0f;
+  EXPECT_EQ(LaunchRmsNorm(DType::kF32, &weight, 1, 1, &weight, 0.0f, DType::kF32, &weight, nullptr),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(
+      LaunchRmsNorm(DType::kF32, &weight, 1, 1, nullptr, 1e-5f, DType::kF32, &weight, nullptr),
+      cudaErrorInvalidValue);
+  EXPECT_EQ(
+      LaunchRmsNorm(DType::kF32, nullptr, 0, 8, &weight, 1e-5f, DType::kF32, nullptr, nullptr),
+      cudaSuccess);
   float dummy = 0.0f;
   EXPECT_EQ(LaunchEpilogue({.x = &dummy, .m = 0, .n = 4, .y = &dummy}, nullptr), cudaSuccess);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
