@@ -34,7 +34,8 @@ using cuda::ChainRun;
 using cuda::ChainWeight;
 
 constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
-constexpr float kAlpha = 0.5f;
+// Llama-3-8B's rms_norm_eps.
+constexpr float kEpsilon = 1e-5f;
 
 // Device allocations freed together when the benchmark ends.
 class DeviceArena {
@@ -142,17 +143,11 @@ class BlockBench {
       const std::vector<uint8_t> packed = RandomPacked(scheme_, shapes[w], 11 + w);
       layouts[w] = ops_->repack(PackedWeight{scheme_, shapes[w], packed});
     }
-    std::vector<float> gamma(o_.hidden), beta(o_.hidden);
-    for (int64_t i = 0; i < o_.hidden; ++i) {
-      gamma[i] = 0.5f + static_cast<float>(i % 7) / 8.0f;
-      beta[i] = static_cast<float>(i % 5) / 16.0f - 0.125f;
-    }
-    absl::StatusOr<void*> d_gamma = mem_.Upload(gamma.data(), gamma.size() * 4);
-    absl::StatusOr<void*> d_beta = mem_.Upload(beta.data(), beta.size() * 4);
-    if (!d_gamma.ok()) return d_gamma.status();
-    if (!d_beta.ok()) return d_beta.status();
-    gamma_ = static_cast<const float*>(*d_gamma);
-    beta_ = static_cast<const float*>(*d_beta);
+    std::vector<float> norm(o_.hidden);
+    for (int64_t i = 0; i < o_.hidden; ++i) norm[i] = 0.5f + static_cast<float>(i % 7) / 8.0f;
+    absl::StatusOr<void*> d_norm = mem_.Upload(norm.data(), norm.size() * 4);
+    if (!d_norm.ok()) return d_norm.status();
+    norm_ = static_cast<const float*>(*d_norm);
     for (int c = 0; c < o_.copies; ++c) {
       std::array<ChainWeight, 3> set;
       for (int w = 0; w < 3; ++w) {
@@ -162,10 +157,9 @@ class BlockBench {
       }
       weights_.push_back(set);
       std::vector<ChainLayer> layers(3);
-      layers[0].kind = LayerKind::kDyT;
-      layers[0].alpha = kAlpha;
-      layers[0].gamma = gamma_;
-      layers[0].beta = beta_;
+      layers[0].kind = LayerKind::kRmsNorm;
+      layers[0].gamma = norm_;
+      layers[0].epsilon = kEpsilon;
       layers[0].in_features = layers[0].out_features = o_.hidden;
       layers[1].kind = LayerKind::kGatedMlp;
       for (int w = 0; w < 3; ++w) layers[1].weights[w] = set[w];
@@ -221,10 +215,10 @@ class BlockBench {
       return ops_->launch(args_of(copy, w, in, DType::kF32, out));
     };
     std::vector<std::pair<std::string, std::function<cudaError_t(int)>>> kernels = {
-        {"dyt",
+        {"rms_norm",
          [&](int) {
-           return cuda::LaunchDyT(DType::kF16, *x, m, h, kAlpha, gamma_, beta_, DType::kF16, *xn,
-                                  stream_);
+           return cuda::LaunchRmsNorm(DType::kF16, *x, m, h, norm_, kEpsilon, DType::kF16, *xn,
+                                      stream_);
          }},
         {"gate", [&](int i) { return gemm(i, 0, *xn, *g); }},
         {"up", [&](int i) { return gemm(i, 1, *xn, *u); }},
@@ -332,8 +326,7 @@ class BlockBench {
   const cuda::KernelOps* ops_ = nullptr;
   WeightShape up_shape_, down_shape_;
   DeviceArena mem_;
-  const float* gamma_ = nullptr;
-  const float* beta_ = nullptr;
+  const float* norm_ = nullptr;  // the RMSNorm's weight
   std::vector<std::array<ChainWeight, 3>> weights_;
   std::vector<std::unique_ptr<ChainPlan>> plans_;
 };
@@ -359,7 +352,7 @@ absl::Status RunForwardBench(const ForwardBenchOptions& o) {
     return absl::InternalError("cannot create a cuBLAS handle");
   }
 
-  std::printf("Llama-3-8B MLP block on %s: DyT -> SwiGLU %lld -> 2x%lld -> %lld -> residual\n",
+  std::printf("Llama-3-8B MLP block on %s: RMSNorm -> SwiGLU %lld -> 2x%lld -> %lld -> residual\n",
               prop.name, static_cast<long long>(o.hidden), static_cast<long long>(o.intermediate),
               static_cast<long long>(o.hidden));
   std::vector<Result> results;

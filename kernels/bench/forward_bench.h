@@ -1,10 +1,10 @@
 // qmm-forward-bench: the Forward target of issue 7 on a Llama-3-8B-shaped MLP block,
-// DyT -> SwiGLU (gate, up: 4096 -> 14336; down: 14336 -> 4096) -> residual, at decode
-// sizes.
+// RMSNorm -> SwiGLU (gate, up: 4096 -> 14336; down: 14336 -> 4096) -> residual, at decode
+// sizes (DyT in its place until session 66).
 //
 // Three numbers per (scheme, M), all medians:
 // - "alone": each of the block's kernels timed by itself (the launches the chain plan
-//   makes: DyT, gate, up, silu(gate) * up, down, + residual), per launch from replays of a
+//   makes: RMSNorm, gate, up, silu(gate) * up, down, + residual), per launch from replays of a
 //   CUDA graph of back-to-back launches (no host gaps), weights rotated over enough copies
 //   that every launch streams them from HBM. Their sum is the floor a chain can reach.
 // - "forward": one replay of the block's captured ChainGraph between its own event pair,

@@ -23,7 +23,7 @@ ctl upload --name=w3 --scheme=w4a16 --random --n=14336 --k=4096 --seed=3 --pack_
 ctl upload --name=w2 --scheme=w4a16 --random --n=4096 --k=14336 --seed=2 --pack_locally
 cat >"$work/llama-mlp.json" <<'JSON'
 {"name": "llama-mlp", "layers": [
-  {"dyt": {"alpha": 1.0, "gamma": 4.0, "beta": 0.0, "features": 4096}},
+  {"rms_norm": {"weight": 1.5, "features": 4096, "epsilon": 1e-5}},
   {"gated_mlp": {"gate": "w1", "up": "w3", "down": "w2"}},
   {"residual": 0}]}
 JSON

@@ -110,17 +110,9 @@ TEST_F(ForwardEndToEndTest, CreateForwardVerifyAndDelete) {
   Ok({"rm", "gate"});
 }
 
-// A Llama MLP block as Llama has it (RMSNorm, SwiGLU, residual) on the CPU backend, whose
-// RMSNorm the CUDA backend does not run yet (it refuses such models with UNIMPLEMENTED).
-// The norm's weight comes from a checkpoint-like .safetensors file beside the spec.
-class RmsNormEndToEndTest : public ForwardEndToEndTest {
- protected:
-  std::vector<std::string> ServerFlags() const override {
-    return {"--listen=127.0.0.1:0", "--metrics_listen=", "--backend=cpu"};
-  }
-};
-
-TEST_F(RmsNormEndToEndTest, LlamaBlockVerifies) {
+// A Llama MLP block as Llama has it (RMSNorm, SwiGLU, residual), the norm's weight from a
+// checkpoint-like .safetensors file beside the spec.
+TEST_F(ForwardEndToEndTest, LlamaBlockVerifies) {
   Ok({"upload", "--name=gate", "--scheme=w4a16", "--random", "--n=512", "--k=256", "--seed=2"});
   Ok({"upload", "--name=up", "--scheme=w4a16", "--random", "--n=512", "--k=256", "--seed=3"});
   Ok({"upload", "--name=down", "--scheme=w4a16", "--random", "--n=256", "--k=512", "--seed=4"});
