@@ -39,6 +39,16 @@ absl::StatusOr<std::string> WeightName(const Json& j, const std::string& path) {
   return String(j, path);
 }
 
+// "silu", "gelu_tanh" (or "gelu") or "relu".
+absl::StatusOr<v1::Activation> ActivationOf(const Json& j, const std::string& path) {
+  absl::StatusOr<std::string> name = String(j, path);
+  if (!name.ok()) return name.status();
+  if (*name == "silu") return v1::ACTIVATION_SILU;
+  if (*name == "gelu" || *name == "gelu_tanh") return v1::ACTIVATION_GELU_TANH;
+  if (*name == "relu") return v1::ACTIVATION_RELU;
+  return Bad(path, absl::StrCat("\"", *name, "\" is not silu, gelu_tanh or relu"));
+}
+
 // The one-dimensional float tensor that `v` names: {"npy": FILE} or {"safetensors": FILE,
 // "tensor": NAME}, a relative FILE taken from `dir`.
 absl::StatusOr<std::vector<float>> FileVector(const Json& v, const std::string& at,
@@ -152,17 +162,9 @@ absl::Status ParseLayer(const Json& j, const std::string& path, const std::strin
     if (!v.contains("weight")) return Bad(at, "needs \"weight\"");
     return Vector(v, "weight", at, dir, norm->mutable_weight());
   } else if (kind == "activation") {
-    absl::StatusOr<std::string> name = String(v, at);
-    if (!name.ok()) return name.status();
-    if (*name == "silu") {
-      layer->mutable_activation()->set_kind(v1::ACTIVATION_SILU);
-    } else if (*name == "gelu" || *name == "gelu_tanh") {
-      layer->mutable_activation()->set_kind(v1::ACTIVATION_GELU_TANH);
-    } else if (*name == "relu") {
-      layer->mutable_activation()->set_kind(v1::ACTIVATION_RELU);
-    } else {
-      return Bad(at, absl::StrCat("\"", *name, "\" is not silu, gelu_tanh or relu"));
-    }
+    absl::StatusOr<v1::Activation> act = ActivationOf(v, at);
+    if (!act.ok()) return act.status();
+    layer->mutable_activation()->set_kind(*act);
   } else if (kind == "gated_mlp") {
     if (!v.is_object()) return Bad(at, "must be an object");
     v1::GatedMlpLayer* mlp = layer->mutable_gated_mlp();
@@ -172,6 +174,11 @@ absl::Status ParseLayer(const Json& j, const std::string& path, const std::strin
       if (part[0] == 'g') mlp->set_gate(*w);
       if (part[0] == 'u') mlp->set_up(*w);
       if (part[0] == 'd') mlp->set_down(*w);
+    }
+    if (v.contains("activation")) {
+      absl::StatusOr<v1::Activation> act = ActivationOf(v.at("activation"), at + ".activation");
+      if (!act.ok()) return act.status();
+      mlp->set_activation(*act);
     }
   } else if (kind == "residual") {
     const Json& start = v.is_object() && v.contains("block_start") ? v.at("block_start") : v;

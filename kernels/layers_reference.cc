@@ -66,11 +66,10 @@ std::vector<double> ReferenceBiasActivation(Activation act, std::span<const doub
   return y;
 }
 
-std::vector<double> ReferenceSwiGlu(std::span<const double> gate, std::span<const double> up) {
+std::vector<double> ReferenceGlu(Activation act, std::span<const double> gate,
+                                 std::span<const double> up) {
   std::vector<double> y(gate.size());
-  for (size_t i = 0; i < gate.size(); ++i) {
-    y[i] = ReferenceActivation(Activation::kSilu, gate[i]) * up[i];
-  }
+  for (size_t i = 0; i < gate.size(); ++i) y[i] = ReferenceActivation(act, gate[i]) * up[i];
   return y;
 }
 
@@ -118,10 +117,11 @@ std::vector<double> ReferenceChain(std::span<const CpuChainLayer> layers,
         inputs[i + 1] = ReferenceBiasActivation(l.activation, in, l.in_features, {});
         break;
       case LayerKind::kGatedMlp:
-        inputs[i + 1] = ReferenceLinear(*l.weights[2],
-                                        ReferenceSwiGlu(ReferenceLinear(*l.weights[0], in, m),
-                                                        ReferenceLinear(*l.weights[1], in, m)),
-                                        m);
+        inputs[i + 1] =
+            ReferenceLinear(*l.weights[2],
+                            ReferenceGlu(l.gate_activation, ReferenceLinear(*l.weights[0], in, m),
+                                         ReferenceLinear(*l.weights[1], in, m)),
+                            m);
         break;
       case LayerKind::kResidual:
         inputs[i + 1] = ReferenceAdd(in, inputs[l.block_start]);

@@ -34,8 +34,9 @@ double ReferenceActivation(Activation act, double x);
 std::vector<double> ReferenceBiasActivation(Activation act, std::span<const double> x, int64_t n,
                                             std::span<const float> bias);
 
-// silu(gate[i]) * up[i].
-std::vector<double> ReferenceSwiGlu(std::span<const double> gate, std::span<const double> up);
+// act(gate[i]) * up[i] (SwiGLU with kSilu).
+std::vector<double> ReferenceGlu(Activation act, std::span<const double> gate,
+                                 std::span<const double> up);
 
 // a[i] + b[i].
 std::vector<double> ReferenceAdd(std::span<const double> a, std::span<const double> b);

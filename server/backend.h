@@ -79,8 +79,10 @@ struct ModelLayer {
   std::span<const float> beta = {};               // kDyT: empty or in_features values
   float epsilon = 0.0f;                           // kRmsNorm
   Activation activation = Activation::kIdentity;  // kActivation
-  int32_t block_start = -1;                       // kResidual
-  int64_t in_features = 0;                        // 0 for an embedding
+  // kGatedMlp: act in down(act(gate(x)) * up(x)), SiLU for SwiGLU, GELU for GeGLU.
+  Activation gate_activation = Activation::kSilu;
+  int32_t block_start = -1;  // kResidual
+  int64_t in_features = 0;   // 0 for an embedding
   int64_t out_features = 0;
 };
 

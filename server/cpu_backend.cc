@@ -60,6 +60,7 @@ class CpuModel : public BackendModel {
       c.beta = keep(l.beta);
       c.epsilon = l.epsilon;
       c.activation = l.activation;
+      c.gate_activation = l.gate_activation;
       c.block_start = l.block_start;
       c.in_features = l.in_features;
       c.out_features = l.out_features;

@@ -387,6 +387,7 @@ class CudaBackend : public Backend {
       c.beta = l.beta.empty() ? nullptr : l.beta.data();
       c.epsilon = l.epsilon;
       c.activation = l.activation;
+      c.gate_activation = l.gate_activation;
       c.block_start = l.block_start;
       c.in_features = l.in_features;
       c.out_features = l.out_features;

@@ -224,6 +224,16 @@ absl::Status CheckLayer(const v1::Layer& proto, int index, int64_t features,
             at + ".gated_mlp.down",
             absl::StrCat(WeightLabel(down), " needs K = ", gate.desc().shape.n, " (the gate's N)"));
       }
+      if (mlp.activation() != v1::ACTIVATION_UNSPECIFIED) {
+        const std::optional<Activation> act = ActivationFromProto(mlp.activation());
+        if (!act) {
+          return Invalid(at + ".gated_mlp.activation",
+                         absl::StrCat(static_cast<int>(mlp.activation()),
+                                      " is not ACTIVATION_SILU, ACTIVATION_GELU_TANH or "
+                                      "ACTIVATION_RELU"));
+        }
+        layer.gate_activation = *act;
+      }
       layer.kind = LayerKind::kGatedMlp;
       layer.in_features = f;
       layer.out_features = down.desc().shape.n;
@@ -313,6 +323,7 @@ std::vector<ModelLayer> BackendLayers(const ModelSpec& spec) {
     b.gamma = l.gamma;
     b.beta = l.beta;
     b.activation = l.activation;
+    b.gate_activation = l.gate_activation;
     b.block_start = l.block_start;
     b.in_features = l.in_features;
     b.out_features = l.out_features;

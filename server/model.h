@@ -41,8 +41,10 @@ struct LayerSpec {
   std::vector<float> beta;                        // empty or in_features values
   float epsilon = 0.0f;                           // kRmsNorm
   Activation activation = Activation::kIdentity;  // kActivation
-  int32_t block_start = -1;                       // kResidual
-  int64_t in_features = 0;                        // 0 for an embedding's token input
+  // kGatedMlp: act in down(act(gate(x)) * up(x)), SiLU for SwiGLU, GELU for GeGLU.
+  Activation gate_activation = Activation::kSilu;
+  int32_t block_start = -1;  // kResidual
+  int64_t in_features = 0;   // 0 for an embedding's token input
   int64_t out_features = 0;
 };
 

@@ -57,7 +57,7 @@ void CpuRunChain(std::span<const CpuChainLayer> layers, const int32_t* ids, cons
         up.resize(m * hidden);
         CpuMatMul(*layer.weights[0], in.data(), m, gate.data(), num_threads);
         CpuMatMul(*layer.weights[1], in.data(), m, up.data(), num_threads);
-        CpuSwiGlu(gate.data(), up.data(), m * hidden, gate.data());
+        CpuGlu(layer.gate_activation, gate.data(), up.data(), m * hidden, gate.data());
         CpuMatMul(*layer.weights[2], gate.data(), m, out.data(), num_threads);
         break;
       }

@@ -25,7 +25,9 @@ struct CpuChainLayer {
   const float* beta = nullptr;                    // kDyT: [in_features] or nullptr
   float epsilon = 0.0f;                           // kRmsNorm
   Activation activation = Activation::kIdentity;  // kActivation
-  int32_t block_start = -1;                       // kResidual
+  // kGatedMlp: act in down(act(gate(x)) * up(x)), SiLU for SwiGLU, GELU for GeGLU.
+  Activation gate_activation = Activation::kSilu;
+  int32_t block_start = -1;  // kResidual
   int64_t in_features = 0;
   int64_t out_features = 0;
 };

@@ -71,8 +71,8 @@ void CpuBiasActivation(Activation act, const float* x, const float* bias, int64_
   }
 }
 
-void CpuSwiGlu(const float* gate, const float* up, int64_t count, float* y) {
-  for (int64_t i = 0; i < count; ++i) y[i] = Silu(gate[i]) * up[i];
+void CpuGlu(Activation act, const float* gate, const float* up, int64_t count, float* y) {
+  for (int64_t i = 0; i < count; ++i) y[i] = Apply(act, gate[i]) * up[i];
 }
 
 void CpuAdd(const float* a, const float* b, int64_t count, float* y) {

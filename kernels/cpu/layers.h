@@ -31,8 +31,9 @@ void CpuRmsNorm(const float* x, int64_t m, int64_t f, const float* weight, float
 void CpuBiasActivation(Activation act, const float* x, const float* bias, int64_t m, int64_t n,
                        float* y);
 
-// y[i] = silu(gate[i]) * up[i] for i < count (y may alias either input).
-void CpuSwiGlu(const float* gate, const float* up, int64_t count, float* y);
+// y[i] = act(gate[i]) * up[i] for i < count (y may alias either input): a gated MLP's
+// product, SwiGLU with kSilu, GeGLU with kGeluTanh.
+void CpuGlu(Activation act, const float* gate, const float* up, int64_t count, float* y);
 
 // y[i] = a[i] + b[i] for i < count (y may alias either input).
 void CpuAdd(const float* a, const float* b, int64_t count, float* y);

@@ -33,12 +33,15 @@ TEST(ModelSpecTest, ParsesEveryLayerKind) {
       {"linear": {"weight": "head", "bias": [0.5, 1.5]}},
       {"linear": "plain"},
       {"rms_norm": {"weight": [1, 0.5], "epsilon": 1e-6}},
-      {"rms_norm": {"weight": 1.25, "features": 4, "epsilon": 1e-5}}
+      {"rms_norm": {"weight": 1.25, "features": 4, "epsilon": 1e-5}},
+      {"gated_mlp": {"gate": "g", "up": "u", "down": "d", "activation": "gelu_tanh"}}
     ]
   })");
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->name(), "llama-block");
-  ASSERT_EQ(r->layers_size(), 12);
+  ASSERT_EQ(r->layers_size(), 13);
+  EXPECT_EQ(r->layers(2).gated_mlp().activation(), v1::ACTIVATION_UNSPECIFIED);
+  EXPECT_EQ(r->layers(12).gated_mlp().activation(), v1::ACTIVATION_GELU_TANH);
   ASSERT_EQ(r->layers(10).rms_norm().weight_size(), 2);
   EXPECT_FLOAT_EQ(r->layers(10).rms_norm().weight(1), 0.5f);
   EXPECT_FLOAT_EQ(r->layers(10).rms_norm().epsilon(), 1e-6f);
@@ -107,6 +110,9 @@ TEST(ModelSpecTest, NamesTheBadPart) {
   ExpectBad(R"({"name": "m", "layers": [{"gated_mlp": {"gate": "a", "up": "b"}}]})",
             "layers[0].gated_mlp: needs \"down\"");
   ExpectBad(R"({"name": "m", "layers": [{"residual": "x"}]})", "needs block_start, an integer");
+  ExpectBad(R"({"name": "m", "layers": [{"gated_mlp": {"gate": "a", "up": "b", "down": "c",
+                                                       "activation": "swish"}}]})",
+            "layers[0].gated_mlp.activation: \"swish\" is not silu, gelu_tanh or relu");
 }
 
 // Vectors read from a checkpoint's files, as a Llama block's RMSNorm weight is.

@@ -140,6 +140,18 @@ TEST_F(ForwardEndToEndTest, LlamaBlockVerifies) {
                     "--verify_seeds=gate=2,up=3,down=4"}),
                 HasSubstr(": PASS"));
   }
+  // Gemma's GeGLU: the same weights, the gate through GELU.
+  const std::string geglu = Write("geglu.json", R"({
+    "name": "geglu",
+    "layers": [
+      {"rms_norm": {"weight": 1.0, "features": 256, "epsilon": 1e-6}},
+      {"gated_mlp": {"gate": "gate", "up": "up", "down": "down", "activation": "gelu_tanh"}},
+      {"residual": 0}
+    ]})");
+  EXPECT_THAT(Ok({"create-model", geglu}), HasSubstr("created model geglu"));
+  EXPECT_THAT(Ok({"forward", "--model=geglu", "--random", "--m=3", "--dtype=fp16",
+                  "--verify_seeds=gate=2,up=3,down=4"}),
+              HasSubstr(": PASS"));
   // The check can fail: the wrong down weight.
   const RunResult wrong =
       Qmmctl({"forward", "--model=llama", "--random", "--verify_seeds=gate=2,up=3,down=5"});

@@ -72,13 +72,16 @@ TEST(ReferenceBiasActivationTest, AddsBiasPerColumnFirst) {
   EXPECT_EQ(ReferenceBiasActivation(Activation::kIdentity, x, 2, {}), x);
 }
 
-TEST(ReferenceSwiGluAndAddTest, ElementWise) {
-  const std::vector<double> gate = {0.0, 1.0};
-  const std::vector<double> up = {5.0, 2.0};
-  const std::vector<double> y = ReferenceSwiGlu(gate, up);
+TEST(ReferenceGluAndAddTest, ElementWise) {
+  const std::vector<double> gate = {0.0, 1.0, -2.0};
+  const std::vector<double> up = {5.0, 2.0, 3.0};
+  const std::vector<double> y = ReferenceGlu(Activation::kSilu, gate, up);
   EXPECT_DOUBLE_EQ(y[0], 0.0);
   EXPECT_NEAR(y[1], 2.0 * 0.7310585786300049, 1e-15);
-  EXPECT_EQ(ReferenceAdd(gate, up), (std::vector<double>{5.0, 3.0}));
+  // GeGLU (Gemma): gelu_tanh(1) = 0.8411919906082768; ReGLU.
+  EXPECT_NEAR(ReferenceGlu(Activation::kGeluTanh, gate, up)[1], 2.0 * 0.8411919906082768, 1e-15);
+  EXPECT_EQ(ReferenceGlu(Activation::kRelu, gate, up), (std::vector<double>{0.0, 2.0, 0.0}));
+  EXPECT_EQ(ReferenceAdd(gate, up), (std::vector<double>{5.0, 3.0, 1.0}));
 }
 
 TEST(ReferenceLinearTest, RoundsInputToFloatThenMatMul) {

@@ -223,6 +223,31 @@ TEST_F(ModelTest, ParametersMustHaveTheRightLengthAndBeFinite) {
               absl::StatusCode::kInvalidArgument, "layers[1].activation.kind: 42");
   ExpectError(Request({Act(v1::ACTIVATION_SILU)}), absl::StatusCode::kInvalidArgument,
               "layers[0]: an activation cannot be layer 0");
+  r = Request({Mlp("gate", "up", "down")});
+  r.mutable_layers(0)->mutable_gated_mlp()->set_activation(static_cast<v1::Activation>(9));
+  ExpectError(r, absl::StatusCode::kInvalidArgument,
+              "layers[0].gated_mlp.activation: 9 is not ACTIVATION_SILU, ACTIVATION_GELU_TANH or "
+              "ACTIVATION_RELU");
+}
+
+// A gated MLP's activation: SiLU unset (SwiGLU), else the one named (GeGLU, ReGLU).
+TEST_F(ModelTest, GatedMlpActivation) {
+  v1::CreateModelRequest r = Request({Mlp("gate", "up", "down")});
+  absl::StatusOr<ModelSpec> spec = CheckModel(r, store_);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->layers[0].gate_activation, Activation::kSilu);
+  r.mutable_layers(0)->mutable_gated_mlp()->set_activation(v1::ACTIVATION_GELU_TANH);
+  spec = CheckModel(r, store_);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->layers[0].gate_activation, Activation::kGeluTanh);
+  r.mutable_layers(0)->mutable_gated_mlp()->set_activation(v1::ACTIVATION_RELU);
+  spec = CheckModel(r, store_);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->layers[0].gate_activation, Activation::kRelu);
+  EXPECT_EQ(BackendLayers(*spec)[0].gate_activation, Activation::kRelu);
+  v1::ModelInfo info;
+  FillModelInfo(*spec, false, &info);
+  EXPECT_EQ(info.layers(0).gated_mlp().activation(), v1::ACTIVATION_RELU);
 }
 
 // A Llama MLP block as Llama has it: RMSNorm, the gated MLP, the residual.

@@ -43,9 +43,13 @@ def activation(kind):
     return qmm_pb2.Layer(activation=qmm_pb2.ActivationLayer(kind=ACTIVATIONS[kind]))
 
 
-def gated_mlp(gate, up, down):
-    """SwiGLU: down(silu(gate(x)) * up(x))."""
-    return qmm_pb2.Layer(gated_mlp=qmm_pb2.GatedMlpLayer(gate=gate, up=up, down=down))
+def gated_mlp(gate, up, down, activation="silu"):
+    """down(act(gate(x)) * up(x)): SwiGLU with "silu" (Llama), GeGLU with "gelu_tanh"
+    (Gemma), ReGLU with "relu"."""
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation {activation!r} is not one of {sorted(ACTIVATIONS)}")
+    return qmm_pb2.Layer(gated_mlp=qmm_pb2.GatedMlpLayer(gate=gate, up=up, down=down,
+                                                         activation=ACTIVATIONS[activation]))
 
 
 def residual(block_start):

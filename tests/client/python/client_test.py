@@ -322,6 +322,30 @@ class ServerTest(unittest.TestCase):
         self.client.delete_model("py.mlp")
         self.assert_status(grpc.StatusCode.NOT_FOUND, "py.mlp", self.client.get_model, "py.mlp")
 
+    def test_gated_mlp_takes_the_gate_activation(self):
+        pg, wg = w8a16_packed(64, 128)
+        pu, wu = w8a16_packed(64, 128)
+        pd, wd = w8a16_packed(128, 64)
+        for name, p in (("py.g", pg), ("py.u", pu), ("py.d", pd)):
+            n, k = (128, 64) if name == "py.d" else (64, 128)
+            self.client.upload_packed(name, n, k, "w8a16", p)
+        x = RNG.standard_normal((3, 128)).astype(np.float32)
+        xd = x.astype(np.float64)
+        gate, up = xd @ wg.T, xd @ wu.T
+        gelu = 0.5 * gate * (1 + np.tanh(np.sqrt(2 / np.pi) * (gate + 0.044715 * gate ** 3)))
+        silu = gate / (1 + np.exp(-gate))
+        for activation, act in (("gelu_tanh", gelu), ("silu", silu)):
+            self.client.create_model("py.glu", [layers.gated_mlp("py.g", "py.u", "py.d",
+                                                                 activation)])
+            info = self.client.get_model("py.glu")
+            self.assertEqual(info.layers[0].gated_mlp.activation,
+                             layers.ACTIVATIONS[activation])
+            np.testing.assert_allclose(self.client.forward("py.glu", x), (act * up) @ wd.T,
+                                       rtol=1e-4, atol=1e-4)
+            self.client.delete_model("py.glu")
+        with self.assertRaisesRegex(ValueError, "activation 'swish' is not one of"):
+            layers.gated_mlp("py.g", "py.u", "py.d", "swish")
+
     def test_open_inference_protocol(self):
         n, k = 40, 128
         payload, w = w8a16_packed(n, k)

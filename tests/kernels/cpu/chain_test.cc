@@ -71,9 +71,10 @@ class ChainTest : public ::testing::Test {
     return {.kind = LayerKind::kActivation, .activation = a, .in_features = f, .out_features = f};
   }
   static CpuChainLayer Mlp(const PackedWeight* gate, const PackedWeight* up,
-                           const PackedWeight* down) {
+                           const PackedWeight* down, Activation act = Activation::kSilu) {
     return {.kind = LayerKind::kGatedMlp,
             .weights = {gate, up, down},
+            .gate_activation = act,
             .in_features = gate->shape.k,
             .out_features = down->shape.n};
   }
@@ -147,9 +148,11 @@ TEST_F(ChainTest, EachOtherLayerKind) {
     for (Activation a : {Activation::kSilu, Activation::kGeluTanh, Activation::kRelu}) {
       ExpectChain({DyT(64, true), Act(a, 64)}, m, 1e-4, std::string(ActivationName(a)));
     }
-    ExpectChain({Mlp(Weight(Scheme::kW4A16, 192, 128, 128), Weight(Scheme::kW4A16, 192, 128, 128),
-                     Weight(Scheme::kW8A16, 72, 192))},
-                m, 1e-4, "gated mlp");
+    for (Activation a : {Activation::kSilu, Activation::kGeluTanh, Activation::kRelu}) {
+      ExpectChain({Mlp(Weight(Scheme::kW4A16, 192, 128, 128), Weight(Scheme::kW4A16, 192, 128, 128),
+                       Weight(Scheme::kW8A16, 72, 192), a)},
+                  m, 1e-4, "gated mlp " + std::string(ActivationName(a)));
+    }
     ExpectChain({DyT(64, false), Residual(0, 64)}, m, 1e-4, "residual");
     ExpectChain({RmsNorm(96)}, m, 1e-4, "rms_norm");
     ExpectChain({Embedding(Weight(Scheme::kBf16, 50, 48))}, m, 1e-4, "embedding");

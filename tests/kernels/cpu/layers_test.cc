@@ -166,20 +166,22 @@ TEST(CpuBiasActivationTest, ReluKeepsNaN) {
   EXPECT_TRUE(std::isnan(y));
 }
 
-TEST(CpuSwiGluTest, MatchesReference) {
+TEST(CpuGluTest, MatchesReferenceForEachActivation) {
   std::mt19937 rng(5);
   const std::vector<float> gate = Random(3 * 41, rng, 3.0f);
   const std::vector<float> up = Random(3 * 41, rng, 1.0f);
-  std::vector<float> y(gate.size(), kNaN);
-  CpuSwiGlu(gate.data(), up.data(), static_cast<int64_t>(y.size()), y.data());
-  const std::vector<double> want = ReferenceSwiGlu(ToDouble(gate), ToDouble(up));
-  std::vector<float> arg(gate.size());
-  for (size_t i = 0; i < arg.size(); ++i) arg[i] = gate[i] * up[i];
-  ExpectClose(y, want, arg, "SwiGLU", 2.0);
-  // In place over the gate.
-  std::vector<float> in_place = gate;
-  CpuSwiGlu(in_place.data(), up.data(), static_cast<int64_t>(y.size()), in_place.data());
-  EXPECT_EQ(0, std::memcmp(in_place.data(), y.data(), y.size() * sizeof(float)));
+  for (Activation act : {Activation::kSilu, Activation::kGeluTanh, Activation::kRelu}) {
+    std::vector<float> y(gate.size(), kNaN);
+    CpuGlu(act, gate.data(), up.data(), static_cast<int64_t>(y.size()), y.data());
+    const std::vector<double> want = ReferenceGlu(act, ToDouble(gate), ToDouble(up));
+    std::vector<float> arg(gate.size());
+    for (size_t i = 0; i < arg.size(); ++i) arg[i] = gate[i] * up[i];
+    ExpectClose(y, want, arg, std::string(ActivationName(act)) + " GLU", 2.0);
+    // In place over the gate.
+    std::vector<float> in_place = gate;
+    CpuGlu(act, in_place.data(), up.data(), static_cast<int64_t>(y.size()), in_place.data());
+    EXPECT_EQ(0, std::memcmp(in_place.data(), y.data(), y.size() * sizeof(float)));
+  }
 }
 
 TEST(CpuAddTest, AddsExactlyAndInPlace) {

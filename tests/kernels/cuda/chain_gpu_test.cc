@@ -191,7 +191,8 @@ class ChainGpuTest : public ::testing::Test {
   // With `zero_points`, each W4A16 weight has them, with `act_order` each is in activation
   // order (and either way the SwiGLU is not fused).
   TwinLayer Mlp(Scheme gate_up, Scheme down, int64_t f, int64_t hidden, int64_t out,
-                bool zero_points = false, bool act_order = false) {
+                bool zero_points = false, bool act_order = false,
+                Activation act = Activation::kSilu) {
     const int32_t group = gate_up == Scheme::kW4A16 ? 128 : 0;
     const bool gate_up_zp = zero_points && gate_up == Scheme::kW4A16;
     const bool gate_up_act = act_order && gate_up == Scheme::kW4A16;
@@ -203,9 +204,11 @@ class ChainGpuTest : public ::testing::Test {
     TwinLayer t;
     t.cpu = {.kind = LayerKind::kGatedMlp,
              .weights = {gh, uh, dh},
+             .gate_activation = act,
              .in_features = f,
              .out_features = out};
     t.gpu.kind = LayerKind::kGatedMlp;
+    t.gpu.gate_activation = act;
     t.gpu.weights[0] = gd;
     t.gpu.weights[1] = ud;
     t.gpu.weights[2] = dd;
@@ -372,6 +375,13 @@ TEST_F(ChainGpuTest, EachOtherLayerKind) {
   // A hidden size of a partial strip and group through the SwiGLU kernel.
   ExpectChain({Mlp(Scheme::kW4A16, Scheme::kFp16, 256, 200, 256)}, "gated mlp W4A16/FP16");
   ExpectChain({Mlp(Scheme::kW8A16, Scheme::kW2A8, 256, 512, 384)}, "gated mlp W8A16/W2A8");
+  // GeGLU (Gemma) and ReGLU: the unfused gate and up, then their product's epilogue.
+  for (Activation a : {Activation::kGeluTanh, Activation::kRelu}) {
+    ExpectChain({Mlp(Scheme::kW4A16, Scheme::kW4A16, 256, 768, 256, false, false, a)},
+                "gated mlp W4A16 " + std::string(ActivationName(a)));
+    ExpectChain({Mlp(Scheme::kW8A16, Scheme::kW2A8, 256, 512, 384, false, false, a)},
+                "gated mlp W8A16/W2A8 " + std::string(ActivationName(a)));
+  }
   ExpectChain({DyT(256, false), Residual(0, 256)}, "residual");
   ExpectChain({Embedding(Scheme::kBf16, 300, 128)}, "embedding bf16");
   ExpectChain({Embedding(Scheme::kFp16, 300, 128)}, "embedding fp16");
