@@ -75,4 +75,17 @@ std::optional<Int4Checkpoint> Int4CheckpointFromProto(v1::SourceEncoding encodin
   }
 }
 
+std::optional<Activation> ActivationFromProto(v1::Activation a) {
+  switch (a) {
+    case v1::ACTIVATION_SILU:
+      return Activation::kSilu;
+    case v1::ACTIVATION_GELU_TANH:
+      return Activation::kGeluTanh;
+    case v1::ACTIVATION_RELU:
+      return Activation::kRelu;
+    default:
+      return std::nullopt;
+  }
+}
+
 }  // namespace qmm

@@ -4,6 +4,7 @@
 
 #include <optional>
 
+#include "kernels/activation.h"
 #include "kernels/dtype.h"
 #include "kernels/format.h"
 #include "kernels/int4_checkpoint.h"
@@ -18,6 +19,9 @@ std::optional<DType> DTypeFromProto(v1::DType dtype);
 v1::Scheme SchemeToProto(Scheme scheme);
 // nullopt for SCHEME_UNSPECIFIED and values this build does not know (proto3 enums are open).
 std::optional<Scheme> SchemeFromProto(v1::Scheme scheme);
+
+// nullopt for ACTIVATION_UNSPECIFIED and values this build does not know.
+std::optional<Activation> ActivationFromProto(v1::Activation a);
 
 // The int4 checkpoint format of SOURCE_ENCODING_GPTQ, _GPTQ_V2 and _PACK_QUANTIZED;
 // nullopt for every other encoding.

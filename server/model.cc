@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/format.h"
+#include "proto/enum_convert.h"
 #include "server/proto_convert.h"
 #include "server/validation.h"
 
@@ -63,19 +64,6 @@ absl::Status CheckInputWidth(const StoredWeight& w, int64_t features, const std:
                                        " input features, but the layer's input has ", features));
   }
   return absl::OkStatus();
-}
-
-std::optional<Activation> ActivationFromProto(v1::Activation a) {
-  switch (a) {
-    case v1::ACTIVATION_SILU:
-      return Activation::kSilu;
-    case v1::ACTIVATION_GELU_TANH:
-      return Activation::kGeluTanh;
-    case v1::ACTIVATION_RELU:
-      return Activation::kRelu;
-    default:
-      return std::nullopt;
-  }
 }
 
 // Checks layer `index` given its input width `features` (0: not fixed yet) and fills

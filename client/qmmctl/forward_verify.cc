@@ -10,22 +10,6 @@
 
 namespace qmm::ctl {
 
-namespace {
-
-// A model the server accepted names a known activation; unset is a gated MLP's SiLU.
-Activation ActivationOf(v1::Activation a) {
-  switch (a) {
-    case v1::ACTIVATION_GELU_TANH:
-      return Activation::kGeluTanh;
-    case v1::ACTIVATION_RELU:
-      return Activation::kRelu;
-    default:
-      return Activation::kSilu;
-  }
-}
-
-}  // namespace
-
 absl::StatusOr<std::map<std::string, RandomWeight, std::less<>>> RandomWeightsOf(
     Client& client, const v1::ModelInfo& model, const std::map<std::string, uint64_t>& seeds) {
   std::map<std::string, RandomWeight, std::less<>> out;
@@ -106,7 +90,8 @@ absl::StatusOr<std::vector<double>> ReferenceForRandomModel(
         break;
       case v1::Layer::kActivation:
         c.kind = LayerKind::kActivation;
-        c.activation = ActivationOf(l.activation().kind());
+        // A model the server accepted names a known activation; unset is a gated MLP's SiLU.
+        c.activation = ActivationFromProto(l.activation().kind()).value_or(Activation::kSilu);
         c.out_features = features;
         break;
       case v1::Layer::kGatedMlp: {
@@ -118,7 +103,8 @@ absl::StatusOr<std::vector<double>> ReferenceForRandomModel(
           c.weights[i] = *w;
         }
         c.kind = LayerKind::kGatedMlp;
-        c.gate_activation = ActivationOf(l.gated_mlp().activation());
+        c.gate_activation =
+            ActivationFromProto(l.gated_mlp().activation()).value_or(Activation::kSilu);
         c.in_features = c.weights[0]->shape.k;
         c.out_features = c.weights[2]->shape.n;
         break;
