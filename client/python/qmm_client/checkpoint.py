@@ -22,12 +22,13 @@ import numpy as np
 
 # safetensors' dtypes that int4 and BitNet layers hold (BF16 scales come back as float32,
 # exactly; U8: BitNet's packed ternary codes).
-_DTYPES = {"I32": "<i4", "F16": "<f2", "F32": "<f4", "BF16": "<u2", "U8": "u1"}
+_DTYPES = {"I32": "<i4", "F16": "<f2", "F32": "<f4", "F64": "<f8", "BF16": "<u2", "U8": "u1"}
 
 
 def read_safetensors(path):
     """{name: array} of the tensors of a .safetensors file whose dtype is I32, U8, F16,
-    BF16 (as float32) or F32; others (I64, F64, I8...) are left out. Arrays view a
+    BF16 (as float32), F32 or F64 (which the uploads refuse by name rather than miss);
+    others (I64, I8...) are left out. Arrays view a
     read-only memory map of the file (BF16 ones excepted: they are converted)."""
     with open(path, "rb") as f:
         size = int.from_bytes(f.read(8), "little")

@@ -722,6 +722,15 @@ class ServerTest(unittest.TestCase):
                               {"l.weight": ("F32", np.ones((4, 128), np.float32))})
             with self.assertRaisesRegex(ValueError, "no 2-D U8 tensor LAYER.weight in its 1"):
                 self.client.upload_checkpoint(d, prefix="py.bad.")
+        with tempfile.TemporaryDirectory() as d:
+            # A scale qmm cannot take is refused, never taken for no scale at all.
+            write_config(d, config)
+            write_safetensors(os.path.join(d, "model.safetensors"), {
+                "l.weight": ("U8", bitnet_hf(n, k)[1]),
+                "l.weight_scale": ("F64", np.array([2.0]))})
+            with self.assertRaisesRegex(ValueError, "weight_scale must be 1 or 32 float16 or "
+                                                    "float32 values"):
+                self.client.upload_checkpoint(d, prefix="py.bad.")
 
     def test_statistics_count_each_weights_requests(self):
         n, k = 32, 128
