@@ -255,15 +255,14 @@ absl::StatusOr<CheckpointConfig> ParseSettings(const Json& object, const std::st
   if (!method.ok()) return method.status();
   // AutoGPTQ's quantize_config.json may lack quant_method; AutoAWQ's quant_config.json does.
   std::string name = method->value_or(s.Find({"w_bit", "zero_point"}) != nullptr ? "awq" : "gptq");
+  constexpr char kTaken[] =
+      "the checkpoints taken are gptq, awq and compressed-tensors (int4) and bitnet (ternary)";
   absl::StatusOr<CheckpointConfig> config =
       name == "gptq"                 ? Gptq(s)
       : name == "awq"                ? Awq(s)
       : name == "compressed-tensors" ? CompressedTensors(s)
       : name == "bitnet"             ? Bitnet(s)
-                                     : absl::StatusOr<CheckpointConfig>(
-                               s.Refuse("quant_method",
-                                                    "the checkpoints taken are gptq, awq and "
-                                                                "compressed-tensors (int4) and bitnet (ternary)"));
+                         : absl::StatusOr<CheckpointConfig>(s.Refuse("quant_method", kTaken));
   if (config.ok()) config->file = file;
   return config;
 }
