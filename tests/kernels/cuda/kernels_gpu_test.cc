@@ -552,7 +552,13 @@ void CheckVariantsPerRow(const Weight& weight, const Variants& variants, std::mt
 }
 
 class W8A16Test : public SeededStreamTest {};
-class W4A16Test : public SeededStreamTest {};
+class W4A16Test : public SeededStreamTest {
+ protected:
+  // Each weight of `shapes` through every launch path (row by row, then at 3 fp16 and 70
+  // bf16 rows), then `large` through the default launch at `large_rows`.
+  void CheckEveryPath(std::initializer_list<WeightShape> shapes, const WeightShape& large,
+                      std::initializer_list<int64_t> large_rows);
+};
 class W2A8Test : public SeededStreamTest {};
 using DependentLaunchTest = SeededStreamTest;
 
@@ -719,11 +725,8 @@ TEST_F(W4A16Test, FullCodeRangeMatchesCpu) {
   }
 }
 
-// Zero points (WeightShape::zero_points: their term, w4a16_zero_points.h, computed ahead
-// of every kernel as its residual) over all of [-8, 8] with codes over all of [-8, 7],
-// through each kernel the launch picks or is forced to, with and without a residual of
-// the caller's (which the term adds), and on a 4096-class layer at the decode sizes.
-TEST_F(W4A16Test, ZeroPointsMatchCpu) {
+void W4A16Test::CheckEveryPath(std::initializer_list<WeightShape> shapes, const WeightShape& large,
+                               std::initializer_list<int64_t> large_rows) {
   DeviceInfo device;
   ASSERT_CUDA(CurrentDeviceInfo(&device));
   Variants variants = {{"default", &LaunchWithSplits<W4A16Options, &LaunchW4A16, 0>},
@@ -733,8 +736,7 @@ TEST_F(W4A16Test, ZeroPointsMatchCpu) {
                        {"decode 2 strips", &LaunchW4A16DecodeStrips<2>}};
   if (device.clusters())
     variants.push_back({"splits 2", &LaunchWithSplits<W4A16Options, &LaunchW4A16, 2>});
-  for (const WeightShape& shape :
-       {WeightShape{1000, 2048, kW4GroupSize, true}, WeightShape{300, 1152, 0, true}}) {
+  for (const WeightShape& shape : shapes) {
     const Weight weight = FullRangeInt4Weight(Scheme::kW4A16, shape, rng_);
     CheckVariantsPerRow(weight, variants, rng_);
     if (HasFatalFailure()) return;
@@ -748,53 +750,32 @@ TEST_F(W4A16Test, ZeroPointsMatchCpu) {
       if (HasFatalFailure()) return;
     }
   }
-  const Weight large = FullRangeInt4Weight(Scheme::kW4A16, {4096, 4096, kW4GroupSize, true}, rng_);
-  const std::vector<double> row_norms = RowNorms(large);
-  GpuWeight gpu(*FindKernel(Scheme::kW4A16), large);
+  const Weight weight = FullRangeInt4Weight(Scheme::kW4A16, large, rng_);
+  const std::vector<double> row_norms = RowNorms(weight);
+  GpuWeight gpu(*FindKernel(Scheme::kW4A16), weight);
   ASSERT_TRUE(gpu.ok());
-  for (int64_t m : {1, 4, 16}) {
+  for (int64_t m : large_rows) {
     gpu.Check(DType::kF16, DType::kF16, m, rng_, nullptr, std::nullopt, &row_norms);
     if (HasFatalFailure()) return;
   }
+}
+
+// Zero points (WeightShape::zero_points: their term, w4a16_zero_points.h, computed ahead
+// of every kernel as its residual) over all of [-8, 8] with codes over all of [-8, 7],
+// through each kernel the launch picks or is forced to, with and without a residual of
+// the caller's (which the term adds), and on a 4096-class layer at the decode sizes.
+TEST_F(W4A16Test, ZeroPointsMatchCpu) {
+  CheckEveryPath({WeightShape{1000, 2048, kW4GroupSize, true}, WeightShape{300, 1152, 0, true}},
+                 {4096, 4096, kW4GroupSize, true}, {1, 4, 16});
 }
 
 // Weights in activation order (WeightShape::act_order: their inputs gathered ahead of the
 // matmul, w4a16_act_order.h), with and without zero points, through every path against the
 // CPU kernel, whose reference gathers the same way (kernels/reference.cc checks the meaning).
 TEST_F(W4A16Test, ActOrderMatchesCpu) {
-  DeviceInfo device;
-  ASSERT_CUDA(CurrentDeviceInfo(&device));
-  Variants variants = {{"default", &LaunchWithSplits<W4A16Options, &LaunchW4A16, 0>},
-                       {"wgmma 1 group", &LaunchW4A16Wgmma<1, 0>},
-                       {"wgmma 2 groups, 256-token tiles", &LaunchW4A16Wgmma<2, 0, 256>},
-                       {"decode 1 strip", &LaunchW4A16DecodeStrips<1>},
-                       {"decode 2 strips", &LaunchW4A16DecodeStrips<2>}};
-  if (device.clusters())
-    variants.push_back({"splits 2", &LaunchWithSplits<W4A16Options, &LaunchW4A16, 2>});
-  for (const WeightShape& shape : {WeightShape{1000, 2048, kW4GroupSize, false, true},
-                                   WeightShape{300, 1152, kW4GroupSize, true, true}}) {
-    const Weight weight = FullRangeInt4Weight(Scheme::kW4A16, shape, rng_);
-    CheckVariantsPerRow(weight, variants, rng_);
-    if (HasFatalFailure()) return;
-    const std::vector<double> row_norms = RowNorms(weight);
-    GpuWeight gpu(*FindKernel(Scheme::kW4A16), weight);
-    ASSERT_TRUE(gpu.ok());
-    for (const auto& [label, launch] : variants) {
-      SCOPED_TRACE(label);
-      gpu.Check(DType::kF16, DType::kF16, 3, rng_, launch, DType::kBF16, &row_norms);
-      gpu.Check(DType::kBF16, DType::kBF16, 70, rng_, launch, DType::kF32, &row_norms);
-      if (HasFatalFailure()) return;
-    }
-  }
-  const Weight large =
-      FullRangeInt4Weight(Scheme::kW4A16, {4096, 4096, kW4GroupSize, false, true}, rng_);
-  const std::vector<double> row_norms = RowNorms(large);
-  GpuWeight gpu(*FindKernel(Scheme::kW4A16), large);
-  ASSERT_TRUE(gpu.ok());
-  for (int64_t m : {1, 4, 16, 256}) {
-    gpu.Check(DType::kF16, DType::kF16, m, rng_, nullptr, std::nullopt, &row_norms);
-    if (HasFatalFailure()) return;
-  }
+  CheckEveryPath({WeightShape{1000, 2048, kW4GroupSize, false, true},
+                  WeightShape{300, 1152, kW4GroupSize, true, true}},
+                 {4096, 4096, kW4GroupSize, false, true}, {1, 4, 16, 256});
 }
 
 // Narrow weights of long K, which the default launch gives the wgmma GEMM on two groups a
