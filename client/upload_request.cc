@@ -12,6 +12,10 @@ bool IsInt4Checkpoint(UploadSpec::Encoding e) {
          e == UploadSpec::Encoding::kAwq || e == UploadSpec::Encoding::kPackQuantized;
 }
 
+bool IsCheckpointLayer(UploadSpec::Encoding e) {
+  return IsInt4Checkpoint(e) || e == UploadSpec::Encoding::kBitnetHf;
+}
+
 namespace client_internal {
 namespace {
 

@@ -46,6 +46,9 @@ struct UploadSpec {
 // Whether `e` is one of the int4 checkpoints' encodings (GPTQ, GPTQ v2, AWQ,
 // pack-quantized).
 bool IsInt4Checkpoint(UploadSpec::Encoding e);
+// Whether `e` is a checkpoint layer's that qmmctl reads from .safetensors files: the int4
+// encodings and Hugging Face's BitNet packing.
+bool IsCheckpointLayer(UploadSpec::Encoding e);
 
 namespace client_internal {
 

@@ -267,8 +267,7 @@ absl::StatusOr<UploadOptions> UploadFlags() {
         "--encoding = '", encoding,
         "' is not one of packed, bitnet_hf, bitnet_liger, gptq, gptq_v2, awq, pack_quantized"));
   }
-  const bool checkpoint =
-      IsInt4Checkpoint(o.encoding) || o.encoding == UploadSpec::Encoding::kBitnetHf;
+  const bool checkpoint = IsCheckpointLayer(o.encoding);
   if (o.source == UploadOptions::Source::kSafetensors) {
     if (!encoding.empty() && !checkpoint) {
       return absl::InvalidArgumentError(

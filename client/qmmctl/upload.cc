@@ -61,12 +61,6 @@ UploadSpec::Encoding EncodingOf(Int4Checkpoint f) {
   return UploadSpec::Encoding::kPackQuantized;  // every format is in the table
 }
 
-// Whether `e` reads a checkpoint's layers from .safetensors files: the int4 encodings and
-// Hugging Face's BitNet packing.
-bool IsCheckpointLayer(UploadSpec::Encoding e) {
-  return IsInt4Checkpoint(e) || e == UploadSpec::Encoding::kBitnetHf;
-}
-
 // The tensor that makes a layer of `encoding` (a checkpoint layer's): its codes.
 std::string CodesSuffix(UploadSpec::Encoding encoding) {
   if (encoding == UploadSpec::Encoding::kBitnetHf) return ".weight (uint8)";

@@ -28,8 +28,8 @@ _DTYPES = {"I32": "<i4", "F16": "<f2", "F32": "<f4", "F64": "<f8", "BF16": "<u2"
 def read_safetensors(path):
     """{name: array} of the tensors of a .safetensors file whose dtype is I32, U8, F16,
     BF16 (as float32), F32 or F64 (which the uploads refuse by name rather than miss);
-    others (I64, I8...) are left out. Arrays view a
-    read-only memory map of the file (BF16 ones excepted: they are converted)."""
+    others (I64, I8...) are left out. Arrays view a read-only memory map of the file (BF16
+    ones excepted: they are converted)."""
     with open(path, "rb") as f:
         size = int.from_bytes(f.read(8), "little")
         header = json.loads(f.read(size))
