@@ -183,9 +183,9 @@ void ChainPlan::Build() {
         const ChainWeight& wu = l.weights[1];
         const bool fusable = wg.ops == wu.ops && wg.ops->launch_swiglu != nullptr &&
                              wg.shape.n == wu.shape.n && wg.shape.k == wu.shape.k &&
-                             wg.shape.group_size == wu.shape.group_size && !wg.shape.zero_points &&
-                             !wu.shape.zero_points && !wg.shape.act_order && !wu.shape.act_order &&
-                             l.gate_activation == Activation::kSilu;
+                             wg.shape.group_size == wu.shape.group_size &&
+                             wg.shape.zero_points == wu.shape.zero_points && !wg.shape.act_order &&
+                             !wu.shape.act_order && l.gate_activation == Activation::kSilu;
         std::vector<Step>& unfused = fusable ? unfused_ : steps_;
         if (fusable) {
           steps_.push_back({.op = Step::Op::kSwiGlu,

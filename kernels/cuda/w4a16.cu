@@ -152,8 +152,9 @@ cudaError_t PlanDecode(const WeightShape& shape, const DeviceInfo& device, int c
 
 // The decode kernel (w4a16_decode.cuh) for up to 8T tokens, R strips per warp; with
 // kGlu, silu(x gate^T) * (x up^T) for gate = args.weight and `up` (one strip of each
-// per row set). `cluster`, `stream`: W4A16Options::decode_cluster, decode_stream.
-template <int T, int R, bool kBf16, bool kGlu = false>
+// per row set). `cluster`, `stream`: W4A16Options::decode_cluster, decode_stream. kZp:
+// args.weight has zero points, which the kernel takes in its dequantization.
+template <int T, int R, bool kBf16, bool kGlu = false, bool kZp = false>
 cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& device, const void* up = nullptr,
                          int cluster = 0, int stream = 0) {
   DecodeGrid grid;
@@ -173,6 +174,7 @@ cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& device, const v
   if (kGlu) {
     p.w_up = static_cast<const uint8_t*>(up);
     p.s_up = p.w_up + w4a16::WeightRegionBytes(shape);
+    if (kZp) p.zb_up = p.w_up + w4a16::ZeroBiasesOf(shape, args.x_dtype);
   }
   // The stream-K grid (decode_stream.cuh) on every CTA that fits, where it pays.
   if constexpr (kDecodeStream<R, kGlu>) {
@@ -181,8 +183,8 @@ cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& device, const v
     if (on && args.sync != nullptr) {
       auto stream_grid = [&](auto early_x) {
         return LaunchStreamGrid(
-            w4a16::DecodeKernel<T, R, kBf16, false, false, false,
-                                /*kTurns=*/T == 2, true, w4a16::kWarps, decltype(early_x)::value>,
+            w4a16::DecodeKernel<T, R, kBf16, false, false, false, /*kTurns=*/T == 2, true,
+                                w4a16::kWarps, decltype(early_x)::value, kZp>,
             p, args, slots, sets, w4a16::StreamTileFloats(T), kThreads, device.cc_major);
       };
       // Early activation loads (DecodeTile::kEarlyX) only where a warp's share of a set
@@ -209,25 +211,38 @@ cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& device, const v
     }
     if (std::min(units, deep_slots) >= ctas) {
       p.early_trigger = EarlyTrigger(ctas, deep_slots);
-      return launch(w4a16::DecodeKernel<T, R, kBf16, kGlu, true>, p);
+      return launch(w4a16::DecodeKernel<T, R, kBf16, kGlu, true, false, false, false, w4a16::kWarps,
+                                        false, kZp>,
+                    p);
     }
   }
   p.early_trigger = EarlyTrigger(ctas, slots);
   if constexpr (kDecodeClusters<R, kGlu>) {
-    if (grid.cluster > 1) return launch(w4a16::DecodeKernel<T, R, kBf16, false, false, true>, p);
+    if (grid.cluster > 1) {
+      return launch(w4a16::DecodeKernel<T, R, kBf16, false, false, true, false, false,
+                                        w4a16::kWarps, T == 2, kZp>,
+                    p);
+    }
   }
   // Two token tiles refill late on a grid of several turns (DecodeTile::kTurns).
   if constexpr (T == 2 && R == 2 && !kGlu) {
-    if (units > ctas) return launch(w4a16::DecodeKernel<T, R, kBf16, false, false, false, true>, p);
+    if (units > ctas) {
+      return launch(w4a16::DecodeKernel<T, R, kBf16, false, false, false, true, false,
+                                        w4a16::kWarps, true, kZp>,
+                    p);
+    }
   }
-  return launch(w4a16::DecodeKernel<T, R, kBf16, kGlu>, p);
+  return launch(w4a16::DecodeKernel<T, R, kBf16, kGlu, false, false, false, false, w4a16::kWarps,
+                                    T == 2, kZp>,
+                p);
 }
 
 // The decode kernel for up to 8T tokens on its wide CTAs (w4a16_decode.cuh kWideWarps):
-// one strip a row set, all 16 warps of a CTA on it, two CTAs an SM.
-template <int T, bool kBf16>
-constexpr auto* kWideDecode =
-    w4a16::DecodeKernel<T, 1, kBf16, false, false, false, false, false, w4a16::kWideWarps>;
+// one strip a row set, all 16 warps of a CTA on it, two CTAs an SM; kStream: on the
+// stream-K grid.
+template <int T, bool kBf16, bool kZp = false, bool kStream = false>
+constexpr auto* kWideDecode = w4a16::DecodeKernel<T, 1, kBf16, false, false, false, false, kStream,
+                                                  w4a16::kWideWarps, T == 2, kZp>;
 
 // The wide CTAs (above) that fit on the device at once.
 template <int T, bool kBf16>
@@ -241,12 +256,11 @@ cudaError_t WideDecodeSlots(const DeviceInfo& device, int64_t* slots) {
 
 // The wide CTAs on whole sets, in as few turns as fit, or on the stream-K grid
 // (decode_stream.cuh) where `stream` (W4A16Options::decode_stream) is 2 and args.sync is
-// set.
-template <int T, bool kBf16>
+// set. kZp: LaunchDecode's.
+template <int T, bool kBf16, bool kZp = false>
 cudaError_t LaunchWideDecode(const GemmArgs& args, const DeviceInfo& device, int stream) {
   constexpr int kWide = w4a16::kWideWarps;
-  constexpr auto* kStream =
-      w4a16::DecodeKernel<T, 1, kBf16, false, false, false, false, true, kWide>;
+  constexpr auto* kStream = kWideDecode<T, kBf16, kZp, true>;
   int64_t slots = 0;
   if (const cudaError_t err = WideDecodeSlots<T, kBf16>(device, &slots); err != cudaSuccess) {
     return err;
@@ -262,7 +276,8 @@ cudaError_t LaunchWideDecode(const GemmArgs& args, const DeviceInfo& device, int
   const int64_t turns = (sets + slots - 1) / slots;
   grid.ctas = (sets + turns - 1) / turns;
   p.early_trigger = EarlyTrigger(grid.ctas, slots);
-  return DecodeLaunch(grid, kWide * 32, args.stream, device.cc_major)(kWideDecode<T, kBf16>, p);
+  return DecodeLaunch(grid, kWide * 32, args.stream, device.cc_major)(kWideDecode<T, kBf16, kZp>,
+                                                                      p);
 }
 
 // Turns of the two-strip decode grid measured faster than the cluster kernels on the
@@ -287,6 +302,84 @@ wgmma_gemm::Options WgmmaOptions(const W4A16Options& options) {
   wgmma_options.splits = options.splits;
   wgmma_options.tokens = options.wgmma_tokens;
   return wgmma_options;
+}
+
+// The decode kernels up to 32 tokens, where the launch takes them (LaunchForM says
+// which, where); *launched is false where it takes another kernel. kZp: LaunchDecode's.
+template <bool kBf16, bool kZp>
+cudaError_t LaunchDecodeForM(const GemmArgs& args, const W4A16Options& options, bool* launched) {
+  *launched = false;
+  if (options.splits != 0 || args.m > 32) return cudaSuccess;
+  const wgmma_gemm::Options wgmma_options = WgmmaOptions(options);
+  DeviceInfo device;
+  cudaError_t err = CurrentDeviceInfo(&device);
+  if (err != cudaSuccess) return err;
+  const int cluster = options.decode_cluster;
+  int64_t slots = 0;
+  if (args.m > 16) {
+    bool wgmma = false;
+    if ((err = DecodeFit<4, 1, kBf16>(device, &slots)) != cudaSuccess ||
+        (err = wgmma_gemm::Runs<w4a16::WgmmaFormat, kBf16>(device, &wgmma)) != cudaSuccess) {
+      return err;
+    }
+    const int64_t sets = DecodeSets(args.shape, 1);
+    if (sets <= (wgmma ? 1 : 2) * slots) {
+      if (!(wgmma && W4A16GemmBeatsDecode(args.m, args.shape.k, sets, slots))) {
+        *launched = true;
+        return LaunchDecode<4, 1, kBf16, false, kZp>(args, device, nullptr, cluster);
+      }
+      if constexpr (kZp) return cudaSuccess;  // the GEMM, on the symmetric weight
+      // On weights this narrow two groups a CTA: on the H200 (session 52, M = 17-32)
+      // 14336 x 4096 20.8 us against one group's 22.6, 28672 x 4096 37.8 against 42.1,
+      // 14336 x 2048 12.9 against 13.3, 8192 x 2048 9.3 against 9.2.
+      wgmma_gemm::Options two = wgmma_options;
+      two.groups = 2;
+      return LaunchWgmma<kBf16>(args, two, launched);
+    }
+  } else if (options.decode_warps == w4a16::kWideWarps) {
+    *launched = true;
+    return args.m > 8 ? LaunchWideDecode<2, kBf16, kZp>(args, device, options.decode_stream)
+                      : LaunchWideDecode<1, kBf16, kZp>(args, device, options.decode_stream);
+  } else if (args.m > 8) {
+    if (options.decode_warps == 0 && cluster == 0) {
+      DecodeGrid grid;
+      int64_t wide_slots = 0;
+      if ((err = PlanDecode<2, 2, kBf16, false>(args.shape, device, cluster, &grid, &slots)) !=
+              cudaSuccess ||
+          (err = WideDecodeSlots<2, kBf16>(device, &wide_slots)) != cudaSuccess) {
+        return err;
+      }
+      if (W4A16WidePays(grid, device.sms, DecodeSets(args.shape, 1), wide_slots)) {
+        *launched = true;
+        return LaunchWideDecode<2, kBf16, kZp>(args, device, options.decode_stream);
+      }
+    }
+    *launched = true;
+    return LaunchDecode<2, 2, kBf16, false, kZp>(args, device, nullptr, cluster,
+                                                 options.decode_stream);
+  } else {
+    DecodeGrid grid;
+    if ((err = PlanDecode<1, 2, kBf16, false>(args.shape, device, cluster, &grid, &slots)) !=
+        cudaSuccess) {
+      return err;
+    }
+    const int64_t sets = DecodeSets(args.shape, 2);
+    // Fewer sets than SMs: two strips still, where clusters share the sets.
+    const bool clustered = grid.cluster > 1;
+    const bool two = options.decode_strips == 2 ||
+                     (options.decode_strips == 0 && (sets >= device.sms || clustered));
+    if (two && sets <= kMaxDecodeTurns * slots) {
+      *launched = true;
+      return LaunchDecode<1, 2, kBf16, false, kZp>(args, device, nullptr, cluster,
+                                                   options.decode_stream);
+    }
+    if ((err = DecodeFit<1, 1, kBf16>(device, &slots)) != cudaSuccess) return err;
+    if (DecodeSets(args.shape, 1) <= slots) {
+      *launched = true;
+      return LaunchDecode<1, 1, kBf16, false, kZp>(args, device, nullptr, cluster);
+    }
+  }
+  return cudaSuccess;
 }
 
 template <bool kBf16>
@@ -321,73 +414,14 @@ cudaError_t LaunchForM(const GemmArgs& args, const W4A16Options& options) {
   // low, and further token tiles run side by side and re-read each weight tile mostly
   // from L2.
   const wgmma_gemm::Options wgmma_options = WgmmaOptions(options);
+  bool launched = false;
   if (options.wgmma_groups != 0) {
-    bool launched = false;
     const cudaError_t err = LaunchWgmma<kBf16>(args, wgmma_options, &launched);
     if (err != cudaSuccess || launched) return err;
   }
-  if (options.splits == 0 && args.m <= 32) {
-    DeviceInfo device;
-    cudaError_t err = CurrentDeviceInfo(&device);
-    if (err != cudaSuccess) return err;
-    const int cluster = options.decode_cluster;
-    int64_t slots = 0;
-    if (args.m > 16) {
-      bool wgmma = false;
-      if ((err = DecodeFit<4, 1, kBf16>(device, &slots)) != cudaSuccess ||
-          (err = wgmma_gemm::Runs<w4a16::WgmmaFormat, kBf16>(device, &wgmma)) != cudaSuccess) {
-        return err;
-      }
-      const int64_t sets = DecodeSets(args.shape, 1);
-      if (sets <= (wgmma ? 1 : 2) * slots) {
-        if (!(wgmma && W4A16GemmBeatsDecode(args.m, args.shape.k, sets, slots))) {
-          return LaunchDecode<4, 1, kBf16>(args, device, nullptr, cluster);
-        }
-        // On weights this narrow two groups a CTA: on the H200 (session 52, M = 17-32)
-        // 14336 x 4096 20.8 us against one group's 22.6, 28672 x 4096 37.8 against 42.1,
-        // 14336 x 2048 12.9 against 13.3, 8192 x 2048 9.3 against 9.2.
-        wgmma_gemm::Options two = wgmma_options;
-        two.groups = 2;
-        bool launched = false;
-        err = LaunchWgmma<kBf16>(args, two, &launched);
-        if (err != cudaSuccess || launched) return err;
-      }
-    } else if (options.decode_warps == w4a16::kWideWarps) {
-      return args.m > 8 ? LaunchWideDecode<2, kBf16>(args, device, options.decode_stream)
-                        : LaunchWideDecode<1, kBf16>(args, device, options.decode_stream);
-    } else if (args.m > 8) {
-      if (options.decode_warps == 0 && cluster == 0) {
-        DecodeGrid grid;
-        int64_t wide_slots = 0;
-        if ((err = PlanDecode<2, 2, kBf16, false>(args.shape, device, cluster, &grid, &slots)) !=
-                cudaSuccess ||
-            (err = WideDecodeSlots<2, kBf16>(device, &wide_slots)) != cudaSuccess) {
-          return err;
-        }
-        if (W4A16WidePays(grid, device.sms, DecodeSets(args.shape, 1), wide_slots)) {
-          return LaunchWideDecode<2, kBf16>(args, device, options.decode_stream);
-        }
-      }
-      return LaunchDecode<2, 2, kBf16>(args, device, nullptr, cluster, options.decode_stream);
-    } else {
-      DecodeGrid grid;
-      if ((err = PlanDecode<1, 2, kBf16, false>(args.shape, device, cluster, &grid, &slots)) !=
-          cudaSuccess) {
-        return err;
-      }
-      const int64_t sets = DecodeSets(args.shape, 2);
-      // Fewer sets than SMs: two strips still, where clusters share the sets.
-      const bool clustered = grid.cluster > 1;
-      const bool two = options.decode_strips == 2 ||
-                       (options.decode_strips == 0 && (sets >= device.sms || clustered));
-      if (two && sets <= kMaxDecodeTurns * slots) {
-        return LaunchDecode<1, 2, kBf16>(args, device, nullptr, cluster, options.decode_stream);
-      }
-      if ((err = DecodeFit<1, 1, kBf16>(device, &slots)) != cudaSuccess) return err;
-      if (DecodeSets(args.shape, 1) <= slots) {
-        return LaunchDecode<1, 1, kBf16>(args, device, nullptr, cluster);
-      }
-    }
+  if (const cudaError_t err = LaunchDecodeForM<kBf16, false>(args, options, &launched);
+      err != cudaSuccess || launched) {
+    return err;
   }
   if (args.m <= 8) {
     return w4a16::DecodeBytes(args.shape) < kSmallWeightBytes
@@ -448,7 +482,18 @@ cudaError_t LaunchW4A16(const GemmArgs& args, const W4A16Options& options) {
     run.x = gathered;
   }
   if (args.shape.zero_points) {
-    // Their term (w4a16_zero_points.h), with the caller's residual, becomes the residual.
+    // The decode kernels take the zero points in their dequantization (the zero biases of
+    // w4a16_layout.h; on the H200 at M = 1 8192 x 8192 ... us against ... us with the term
+    // below, 8192 x 28672 ... against ...).
+    if (options.wgmma_groups == 0) {
+      bool launched = false;
+      const cudaError_t err = run.x_dtype == DType::kBF16
+                                  ? LaunchDecodeForM<true, true>(run, options, &launched)
+                                  : LaunchDecodeForM<false, true>(run, options, &launched);
+      if (err != cudaSuccess || launched) return err;
+    }
+    // The other kernels stream the symmetric weight of the same codes and scales: their
+    // residual is the zero points' term (w4a16_zero_points.h) with the caller's residual.
     void* scratch =
         static_cast<char*>(args.workspace) + W4A16ZeroPointScratchOffset(args.shape, args.m);
     if (const cudaError_t err = LaunchZeroPointTerm(run, scratch); err != cudaSuccess) {
@@ -465,17 +510,21 @@ cudaError_t LaunchW4A16(const GemmArgs& args) { return LaunchW4A16(args, W4A16Op
 
 cudaError_t LaunchW4A16SwiGlu(const GemmArgs& args, const void* up) {
   if (args.m > kW4A16SwiGluMaxM || up == nullptr || reinterpret_cast<uintptr_t>(up) % 16 != 0 ||
-      args.shape.zero_points || args.shape.act_order || !ArgsOk(args)) {
+      args.shape.act_order || !ArgsOk(args)) {
     return cudaErrorInvalidValue;
   }
   DeviceInfo device;
   if (const cudaError_t err = CurrentDeviceInfo(&device); err != cudaSuccess) return err;
-  if (args.m > 8) {
-    return args.x_dtype == DType::kBF16 ? LaunchDecode<2, 2, true, true>(args, device, up)
-                                        : LaunchDecode<2, 2, false, true>(args, device, up);
-  }
-  return args.x_dtype == DType::kBF16 ? LaunchDecode<1, 2, true, true>(args, device, up)
-                                      : LaunchDecode<1, 2, false, true>(args, device, up);
+  auto launch = [&](auto zp) {
+    constexpr bool kZp = decltype(zp)::value;
+    if (args.m > 8) {
+      return args.x_dtype == DType::kBF16 ? LaunchDecode<2, 2, true, true, kZp>(args, device, up)
+                                          : LaunchDecode<2, 2, false, true, kZp>(args, device, up);
+    }
+    return args.x_dtype == DType::kBF16 ? LaunchDecode<1, 2, true, true, kZp>(args, device, up)
+                                        : LaunchDecode<1, 2, false, true, kZp>(args, device, up);
+  };
+  return args.shape.zero_points ? launch(std::true_type{}) : launch(std::false_type{});
 }
 
 }  // namespace qmm::cuda

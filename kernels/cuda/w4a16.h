@@ -41,7 +41,8 @@ size_t W4A16GatherOffset(const WeightShape& shape, int64_t m);
 
 // Enqueues y = x * W^T (+ args.residual, kF32, kF16 or kBF16, when set). args.x must be
 // 16-byte aligned (cudaMalloc'd buffers are), x_dtype kF16 or kBF16, y_dtype kF32, kF16 or
-// kBF16, m >= 1. A weight with zero points needs args.workspace: their term
+// kBF16, m >= 1. A weight with zero points needs args.workspace: the decode kernels (up to
+// 32 tokens) take them in their dequantization; for the others their term
 // (w4a16_zero_points.h) is computed there first and added as the kernel's residual. So
 // does one in activation order: its inputs are gathered there first (w4a16_act_order.h).
 // Never synchronizes.
@@ -83,10 +84,10 @@ cudaError_t LaunchW4A16(const GemmArgs& args, const W4A16Options& options);
 
 // A gated MLP's gate and up projections and their SwiGLU product in one launch:
 // y = silu(x * W_gate^T) * (x * W_up^T), elementwise, with args.weight = W_gate and `up`
-// the device layout of W_up (same shape and group size). Both weights stream once, the
-// two products stay in fp32 until y is stored. For m <= kW4A16SwiGluMaxM (decode sizes;
-// cudaErrorInvalidValue beyond, for weights with zero points or in activation order, and
-// for what LaunchW4A16 rejects).
+// the device layout of W_up (same shape, group size and zero points or none). Both weights
+// stream once, the two products stay in fp32 until y is stored. For m <= kW4A16SwiGluMaxM
+// (decode sizes; cudaErrorInvalidValue beyond, for weights in activation order, and for
+// what LaunchW4A16 rejects).
 inline constexpr int64_t kW4A16SwiGluMaxM = 16;
 cudaError_t LaunchW4A16SwiGlu(const GemmArgs& args, const void* up);
 

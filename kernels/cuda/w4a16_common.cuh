@@ -60,6 +60,11 @@ struct Params {
   // Decode kernel, SwiGLU: the up weight (same shape and layout as w) and its scales.
   const uint8_t* w_up = nullptr;
   const uint8_t* s_up = nullptr;
+  // Decode kernel with zero points (kZp): the zero biases of x's dtype, laid out as the
+  // scales (w4a16_layout.h); set for every weight with zero points, read by kZp only.
+  // zb_up: the up weight's, for SwiGLU.
+  const uint8_t* zb = nullptr;
+  const uint8_t* zb_up = nullptr;
   // Decode kernel, stream-K grid (decode_stream.cuh): the sums that CTAs hand on
   // (GemmArgs::sync).
   uint64_t* stream_sums = nullptr;
@@ -90,6 +95,7 @@ inline Params MakeParams(const GemmArgs& args) {
   p.y_dtype = args.y_dtype;
   p.residual = args.residual;
   p.residual_dtype = args.residual_dtype;
+  if (shape.zero_points) p.zb = p.w + ZeroBiasesOf(shape, args.x_dtype);
   return p;
 }
 
@@ -114,9 +120,10 @@ __device__ inline uint32_t Word(const uint4& v) {
 // xb[tile] holds k = 16t + 8h .. +7 of token g, and step 2h + kHalf reads its words
 // 2 kHalf and 2 kHalf + 1.
 template <int T, int kHalf, bool kBf16>
-__device__ inline void MmaStep(uint32_t w, const uint4 (&xb)[T], float (&part)[T][4]) {
+__device__ inline void MmaStep(uint32_t w, const uint4 (&xb)[T], float (&part)[T][4],
+                               DequantBias bias = SymmetricBias<kBf16>()) {
   uint32_t a[4];
-  Dequant<kBf16>(w, a);
+  Dequant<kBf16>(w, a, bias);
 #pragma unroll
   for (int tile = 0; tile < T; ++tile) {
     Mma<kBf16>(part[tile], a, Word<2 * kHalf>(xb[tile]), Word<2 * kHalf + 1>(xb[tile]));
@@ -160,8 +167,9 @@ __device__ inline ChunkScales SplatScales(uint32_t pair) {
 // The four A registers of one k16 step of a strip (w4a16_layout.h) times the chunk's
 // scales (registers 0 and 2 hold row g, 1 and 3 row g + 8).
 template <bool kBf16>
-__device__ inline void DequantScaled(uint32_t w, const ChunkScales& s, uint32_t (&a)[4]) {
-  Dequant<kBf16>(w, a);
+__device__ inline void DequantScaled(uint32_t w, const ChunkScales& s, uint32_t (&a)[4],
+                                     DequantBias bias = SymmetricBias<kBf16>()) {
+  Dequant<kBf16>(w, a, bias);
   if constexpr (kBf16) {
     a[0] = Fma2<true>(a[0], s.lo, Fma2<true>(a[0], s.lo_rest, 0));
     a[1] = Fma2<true>(a[1], s.hi, Fma2<true>(a[1], s.hi_rest, 0));
@@ -179,9 +187,10 @@ __device__ inline void DequantScaled(uint32_t w, const ChunkScales& s, uint32_t 
 // scaled in 16 bits (DequantScaled) and accumulated straight into `acc`.
 template <int T, int kHalf, bool kBf16>
 __device__ inline void MmaStepScaled(uint32_t w, const ChunkScales& s, const uint4 (&xb)[T],
-                                     float (&acc)[T][4]) {
+                                     float (&acc)[T][4],
+                                     DequantBias bias = SymmetricBias<kBf16>()) {
   uint32_t a[4];
-  DequantScaled<kBf16>(w, s, a);
+  DequantScaled<kBf16>(w, s, a, bias);
 #pragma unroll
   for (int tile = 0; tile < T; ++tile) {
     Mma<kBf16>(acc[tile], a, Word<2 * kHalf>(xb[tile]), Word<2 * kHalf + 1>(xb[tile]));

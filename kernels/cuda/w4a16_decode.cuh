@@ -23,6 +23,11 @@
 // SwiGLU (kGlu): a row set is one strip of the gate weight (p.w) and the same strip of
 // the up weight (p.w_up), R = 2, and the reduction writes silu(gate) * up, so a gated
 // MLP's two projections and their product are one launch that streams both weights.
+//
+// Zero points (kZp): each slot also holds its chunk's zero biases (p.zb), which the
+// dequantization adds in place of the symmetric bias (w4a16_ptx.cuh Dequant), so an
+// asymmetric weight streams as a symmetric one does, 3% more bytes, no other instruction
+// in the loop but two byte permutes a chunk and strip.
 #ifndef QMM_KERNELS_CUDA_W4A16_DECODE_CUH_
 #define QMM_KERNELS_CUDA_W4A16_DECODE_CUH_
 
@@ -112,9 +117,10 @@ struct DecodeTile {
 // DecodeTile's. kStream: the row sets split by work over the grid (decode_stream.cuh),
 // S = kCtaWarps, the sets shared by two CTAs summed through p.stream_sums. kCtaWarps:
 // kWarps, or kWideWarps with all of them on one row set (S ignored). kEarlyX: DecodeTile's,
-// on every tile of two token tiles but the stream-K grid's of short sets.
+// on every tile of two token tiles but the stream-K grid's of short sets. kZp: above.
 template <int T, int R, bool kBf16, bool kGlu = false, bool kDeep = false, bool kCluster = false,
-          bool kTurns = false, bool kStream = false, int kCtaWarps = kWarps, bool kEarlyX = T == 2>
+          bool kTurns = false, bool kStream = false, int kCtaWarps = kWarps, bool kEarlyX = T == 2,
+          bool kZp = false>
 __global__ void __launch_bounds__(kCtaWarps * 32,
                                   DecodeTile<T, R, kDeep, kTurns, kCtaWarps, kEarlyX>::kMinBlocks)
     DecodeKernel(const __grid_constant__ Params p) {
@@ -158,7 +164,9 @@ __global__ void __launch_bounds__(kCtaWarps * 32,
 
   uint4 wq[kSlots][R][2];
   uint32_t sq[kSlots][R];
-  // Slot `slot` <- chunk `c` of row set `set`: R strips, both blocks, and their scales.
+  uint32_t zq[kZp ? kSlots : 1][R];  // zero-bias pairs
+  // Slot `slot` <- chunk `c` of row set `set`: R strips, both blocks, and their scales
+  // (and zero biases).
   auto load = [&](int slot, int set, int c) {
     const int strip = kGlu ? set : set * R;
     const int64_t group = strip / kGroupStrips;
@@ -174,6 +182,9 @@ __global__ void __launch_bounds__(kCtaWarps * 32,
     auto strip_s = [&](int r) {
       return kGlu ? (r == 0 ? p.s : p.s_up) + s_off : p.s + s_off + r * kStripScaleBytes;
     };
+    auto strip_z = [&](int r) {
+      return kGlu ? (r == 0 ? p.zb : p.zb_up) + s_off : p.zb + s_off + r * kStripScaleBytes;
+    };
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       wq[slot][r][0] = LoadStream(strip_w(r));
@@ -182,6 +193,9 @@ __global__ void __launch_bounds__(kCtaWarps * 32,
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       sq[slot][r] = __ldg(reinterpret_cast<const uint32_t*>(strip_s(r)));
+      if constexpr (kZp) {
+        zq[slot][r] = __ldg(reinterpret_cast<const uint32_t*>(strip_z(r)));
+      }
     }
   };
 
@@ -230,6 +244,15 @@ __global__ void __launch_bounds__(kCtaWarps * 32,
 #pragma unroll
             for (int r = 0; r < R; ++r) sc[r] = SplatScales<kBf16>(sq[slot][r]);
           }
+          DequantBias bias[R];
+#pragma unroll
+          for (int r = 0; r < R; ++r) {
+            if constexpr (kZp) {
+              bias[r] = SplatBias(zq[slot][r]);
+            } else {
+              bias[r] = SymmetricBias<kBf16>();
+            }
+          }
           // x[h][tile]: a block's activations (L1 hits after the first warp), half h.
           uint4 xb[2][T];
           auto load_x = [&](int blk, int h) {
@@ -260,9 +283,10 @@ __global__ void __launch_bounds__(kCtaWarps * 32,
               for (int r = 0; r < R; ++r) {
                 if constexpr (Tl::kScaled) {
                   MmaStepScaled<T, kQ & 1, kBf16>(Word<kQ>(wq[slot][r][blk]), sc[r], xb[kQ >> 1],
-                                                  acc[r]);
+                                                  acc[r], bias[r]);
                 } else {
-                  MmaStep<T, kQ & 1, kBf16>(Word<kQ>(wq[slot][r][blk]), xb[kQ >> 1], part[r]);
+                  MmaStep<T, kQ & 1, kBf16>(Word<kQ>(wq[slot][r][blk]), xb[kQ >> 1], part[r],
+                                            bias[r]);
                 }
                 // The first use of this slot's weights, and its wait, are behind us.
                 if (kQ == Tl::kRefillStep && blk == Tl::kRefillBlock && r == 0) refill_previous();

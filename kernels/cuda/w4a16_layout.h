@@ -33,11 +33,17 @@
 //     (RowExponent below);
 //   row factors: [group][strip][g] pairs of fp32 (2^-e[row g], 2^-e[row g + 8]),
 //     NumGroups * 512 bytes, which multiply the GEMM's sums.
-//   With zero points (WeightShape::zero_points) one more region, which only the zero-point
-//   term reads (w4a16_zero_points.h); the other regions are the symmetric weight of the
-//   same codes and scales:
+//   With zero points (WeightShape::zero_points) three more regions; the regions above are
+//   the symmetric weight of the same codes and scales, which the kernels that do not take
+//   zero points stream, with the zero-point term as their residual (w4a16_zero_points.h):
 //   zero terms: [scale group][row] fp32 -z[row][scale group] * s[row][scale group] (exact:
-//     a 5-bit integer times an fp16 value), ScaleGroups * N * 4 bytes, rows not padded.
+//     a 5-bit integer times an fp16 value), ScaleGroups * N * 4 bytes, rows not padded;
+//     what the term reads.
+//   zero biases, fp16 then bf16: each laid out as the scales (256-byte aligned), the pair
+//     of a row g and its row g + 8 the two biases that the decode kernels' dequantization
+//     adds in place of the symmetric one (w4a16_ptx.cuh Dequant), so that it yields
+//     q - z: fp16 (-(1032 + z[row g]), -(72 + z[row g + 8])), bf16 (-(136 + z[row g]),
+//     -(136 + z[row g + 8])), all exact; padding rows z = 0.
 //   In activation order (WeightShape::act_order) the canonical form's order last, which
 //   only the gather of the inputs reads (w4a16_act_order.h); the regions above hold the
 //   stored columns as any weight's:
@@ -48,6 +54,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/dtype.h"
 #include "kernels/format.h"
 
 namespace qmm::cuda::w4a16 {
@@ -100,8 +107,17 @@ constexpr int64_t RowFactorsOffset(const WeightShape& s) {
 constexpr int64_t ZeroTermsOffset(const WeightShape& s) {
   return RowFactorsOffset(s) + (HasGemmScales(s) ? NumGroups(s) * kGroupRowFactorBytes : 0);
 }
+constexpr int64_t Align256(int64_t bytes) { return (bytes + 255) / 256 * 256; }
+// The fp16 zero biases; the bf16 ones follow them, ScaleRegionBytes on.
+constexpr int64_t ZeroBiasesOffset(const WeightShape& s) {
+  return Align256(ZeroTermsOffset(s) + (s.zero_points ? ScaleGroups(s) * s.n * 4 : 0));
+}
+// Those of activations of `dtype` (kF16 or kBF16).
+constexpr int64_t ZeroBiasesOf(const WeightShape& s, DType dtype) {
+  return ZeroBiasesOffset(s) + (dtype == DType::kBF16 ? ScaleRegionBytes(s) : 0);
+}
 constexpr int64_t OrderOffset(const WeightShape& s) {
-  return (ZeroTermsOffset(s) + (s.zero_points ? ScaleGroups(s) * s.n * 4 : 0) + 255) / 256 * 256;
+  return Align256(ZeroBiasesOffset(s) + (s.zero_points ? 2 * ScaleRegionBytes(s) : 0));
 }
 constexpr int64_t DeviceBytes(const WeightShape& s) {
   return OrderOffset(s) + (s.act_order ? s.k * 4 : 0);

@@ -96,32 +96,51 @@ __device__ inline uint32_t Fma2(uint32_t a, uint32_t b, uint32_t c) {
   return d;
 }
 
-// One layout word (8 offset-binary nibbles, see w4a16_layout.h) -> the four A registers
-// of an m16n8k16 step, values q = u - 8 exactly. ORing u into the mantissa of 1024
-// (fp16 0x6400) or 128 (bf16 0x4300) makes 1024 + u (128 + u) with no conversion; one
-// fma removes the bias. fp16 takes the high nibble of each byte in place (1024 + 16u,
-// scaled by 1/16); bf16 has too few mantissa bits for that and shifts instead.
+// The biases that Dequant adds, in both halves of each register: `lo` to the values of
+// rows g (A registers 0 and 2), `hi` to those of rows g + 8 (1 and 3).
+struct DequantBias {
+  uint32_t lo, hi;
+};
+// A symmetric weight's: q = u - 8.
 template <bool kBf16>
-__device__ inline void Dequant(uint32_t w, uint32_t (&a)[4]) {
+__device__ constexpr DequantBias SymmetricBias() {
+  if constexpr (kBf16) {
+    return {0xc308c308, 0xc308c308};  // -136 = -(128 + 8)
+  } else {
+    return {0xe408e408, 0xd480d480};  // -1032 = -(1024 + 8); -72 = -(1024 / 16 + 8)
+  }
+}
+// A zero-point weight's, from its layout pair (the zero biases of w4a16_layout.h, which
+// make the values q - z): each half splat into both halves of its register.
+__device__ inline DequantBias SplatBias(uint32_t pair) {
+  return {__byte_perm(pair, 0, 0x1010), __byte_perm(pair, 0, 0x3232)};
+}
+
+// One layout word (8 offset-binary nibbles, see w4a16_layout.h) -> the four A registers
+// of an m16n8k16 step, values q = u - 8 exactly (or q - z with a zero-point weight's
+// `bias`). ORing u into the mantissa of 1024 (fp16 0x6400) or 128 (bf16 0x4300) makes
+// 1024 + u (128 + u) with no conversion; one fma removes the bias. fp16 takes the high
+// nibble of each byte in place (1024 + 16u, scaled by 1/16); bf16 has too few mantissa
+// bits for that and shifts instead.
+template <bool kBf16>
+__device__ inline void Dequant(uint32_t w, uint32_t (&a)[4],
+                               DequantBias bias = SymmetricBias<kBf16>()) {
   if constexpr (kBf16) {
     constexpr uint32_t kMagic = 0x43004300;  // 128
     constexpr uint32_t kOne = 0x3f803f80;
-    constexpr uint32_t kBias = 0xc308c308;  // -136
-    a[0] = Fma2<true>(Lop3<kAndOr>(w, 0x000f000f, kMagic), kOne, kBias);
-    a[1] = Fma2<true>(Lop3<kAndOr>(w >> 4, 0x000f000f, kMagic), kOne, kBias);
-    a[2] = Fma2<true>(Lop3<kAndOr>(w >> 8, 0x000f000f, kMagic), kOne, kBias);
-    a[3] = Fma2<true>(Lop3<kAndOr>(w >> 12, 0x000f000f, kMagic), kOne, kBias);
+    a[0] = Fma2<true>(Lop3<kAndOr>(w, 0x000f000f, kMagic), kOne, bias.lo);
+    a[1] = Fma2<true>(Lop3<kAndOr>(w >> 4, 0x000f000f, kMagic), kOne, bias.hi);
+    a[2] = Fma2<true>(Lop3<kAndOr>(w >> 8, 0x000f000f, kMagic), kOne, bias.lo);
+    a[3] = Fma2<true>(Lop3<kAndOr>(w >> 12, 0x000f000f, kMagic), kOne, bias.hi);
   } else {
     constexpr uint32_t kMagic = 0x64006400;  // 1024
     constexpr uint32_t kOne = 0x3c003c00;
-    constexpr uint32_t kLoBias = 0xe408e408;  // -1032
     constexpr uint32_t kSixteenth = 0x2c002c00;
-    constexpr uint32_t kHiBias = 0xd480d480;  // -72 = -(1024 / 16 + 8)
     const uint32_t w8 = w >> 8;
-    a[0] = Fma2<false>(Lop3<kAndOr>(w, 0x000f000f, kMagic), kOne, kLoBias);
-    a[1] = Fma2<false>(Lop3<kAndOr>(w, 0x00f000f0, kMagic), kSixteenth, kHiBias);
-    a[2] = Fma2<false>(Lop3<kAndOr>(w8, 0x000f000f, kMagic), kOne, kLoBias);
-    a[3] = Fma2<false>(Lop3<kAndOr>(w8, 0x00f000f0, kMagic), kSixteenth, kHiBias);
+    a[0] = Fma2<false>(Lop3<kAndOr>(w, 0x000f000f, kMagic), kOne, bias.lo);
+    a[1] = Fma2<false>(Lop3<kAndOr>(w, 0x00f000f0, kMagic), kSixteenth, bias.hi);
+    a[2] = Fma2<false>(Lop3<kAndOr>(w8, 0x000f000f, kMagic), kOne, bias.lo);
+    a[3] = Fma2<false>(Lop3<kAndOr>(w8, 0x00f000f0, kMagic), kSixteenth, bias.hi);
   }
 }
 

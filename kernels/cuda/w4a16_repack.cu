@@ -98,6 +98,32 @@ void PackZeroTerms(const PackedWeight& packed, uint8_t* out) {
   }
 }
 
+// The zero biases regions (w4a16_layout.h), fp16 then bf16, in the scales' order.
+void PackZeroBiases(const PackedWeight& packed, uint8_t* out) {
+  const WeightShape& shape = packed.shape;
+  const int64_t scale_groups = w4a16::ScaleGroups(shape);
+  const int64_t region = w4a16::ScaleRegionBytes(shape);
+  for (int64_t group = 0; group < w4a16::NumGroups(shape); ++group) {
+    for (int64_t sg = 0; sg < scale_groups; ++sg) {
+      const int64_t base = (group * scale_groups + sg) * kGroupScaleBytes;
+      for (int strip = 0; strip < kGroupStrips; ++strip) {
+        for (int i = 0; i < kStripRows; ++i) {
+          const int64_t row = (group * kGroupStrips + strip) * kStripRows + i;
+          const int z = row < shape.n ? packed.zero_points()[row * scale_groups + sg] : 0;
+          // Rows g: 1024 + u in fp16; rows g + 8: (1024 + 16 u) / 16 (Dequant).
+          const float f16 = -static_cast<float>((i < 8 ? 1032 : 72) + z);
+          const float bf16 = -static_cast<float>(136 + z);
+          const int64_t at = base + strip * kStripScaleBytes + w4a16::StripScaleOffset(i);
+          const uint16_t h = FloatToHalf(f16);
+          const uint16_t b = FloatToBf16(bf16);
+          std::memcpy(out + at, &h, 2);
+          std::memcpy(out + region + at, &b, 2);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 std::vector<uint8_t> RepackW4A16(const PackedWeight& packed) {
@@ -140,7 +166,10 @@ std::vector<uint8_t> RepackW4A16(const PackedWeight& packed) {
     }
   }
   if (w4a16::HasGemmScales(shape)) PackGemmScales(shape, out.data());
-  if (shape.zero_points) PackZeroTerms(packed, out.data() + w4a16::ZeroTermsOffset(shape));
+  if (shape.zero_points) {
+    PackZeroTerms(packed, out.data() + w4a16::ZeroTermsOffset(shape));
+    PackZeroBiases(packed, out.data() + w4a16::ZeroBiasesOffset(shape));
+  }
   if (shape.act_order) {
     std::memcpy(out.data() + w4a16::OrderOffset(shape), packed.permutation(), 4 * shape.k);
   }

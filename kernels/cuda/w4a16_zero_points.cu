@@ -26,8 +26,7 @@ constexpr int kColumns = 64;
 constexpr int kSlices = kThreads / kColumns;
 constexpr int kGroupTile = 128;
 
-constexpr int64_t Align256(int64_t bytes) { return (bytes + 255) / 256 * 256; }
-int64_t TermBytes(const WeightShape& shape, int64_t m) { return Align256(m * shape.n * 4); }
+int64_t TermBytes(const WeightShape& shape, int64_t m) { return w4a16::Align256(m * shape.n * 4); }
 
 // The sum of the eight values of type T (__half or __nv_bfloat16) in `raw`, in fp32.
 template <typename T>

@@ -1,7 +1,9 @@
-// The zero-point term of an asymmetric W4A16 weight (WeightShape::zero_points).
+// The zero-point term of an asymmetric W4A16 weight (WeightShape::zero_points), for the
+// kernels that do not take zero points themselves (all but the decode kernels, which
+// dequantize to q - z with the layout's zero biases, w4a16_decode.cuh).
 //
 // w = (q - z) * s splits the product into the symmetric one, sum_k x[m][k] * q * s, which
-// every W4A16 kernel computes from the codes and scales as they are, and
+// those kernels compute from the codes and scales as they are, and
 //   term[m][n] = sum_g X[m][g] * t[g][n],  X[m][g] = sum_{k in group g} x[m][k],
 //   t[g][n] = -z[n][g] * s[n][g]
 // (the device layout's zero terms, w4a16_layout.h). The term is computed ahead of the

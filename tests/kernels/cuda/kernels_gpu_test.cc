@@ -476,6 +476,15 @@ cudaError_t LaunchWithSplits(const GemmArgs& args) {
   return kLaunch(args, options);
 }
 
+// A launch with one option forced: options.*kField = kValue (0: the launch's choice).
+template <typename Options, cudaError_t (*kLaunch)(const GemmArgs&, const Options&), auto kField,
+          int kValue>
+cudaError_t LaunchWith(const GemmArgs& args) {
+  Options options;
+  options.*kField = kValue;
+  return kLaunch(args, options);
+}
+
 using Variants = std::vector<std::pair<std::string, Launch>>;
 
 // Every split count the device runs (more than 1 needs clusters), labelled by count.
@@ -534,15 +543,16 @@ void CheckVariants(Scheme scheme, const std::vector<WeightShape>& shapes,
 }
 
 // Each launch variant against the CPU on `weight`, with Check's per-row tolerance (its
-// `row_norms`), at the token counts that pick each W4A16 kernel, for fp16 and bf16
-// activations.
-void CheckVariantsPerRow(const Weight& weight, const Variants& variants, std::mt19937_64& rng) {
+// `row_norms`), at each of `ms` (by default the token counts that pick each W4A16
+// kernel), for fp16 and bf16 activations.
+void CheckVariantsPerRow(const Weight& weight, const Variants& variants, std::mt19937_64& rng,
+                         std::initializer_list<int64_t> ms = {1, 5, 16, 17, 40, 64, 129, 256}) {
   const std::vector<double> row_norms = RowNorms(weight);
   GpuWeight gpu(*FindKernel(weight.scheme), weight);
   ASSERT_TRUE(gpu.ok());
   for (const auto& [label, launch] : variants) {
     SCOPED_TRACE(label);
-    for (int64_t m : {1, 5, 16, 17, 40, 64, 129, 256}) {
+    for (int64_t m : ms) {
       for (DType x_dtype : {DType::kF16, DType::kBF16}) {
         gpu.Check(x_dtype, DType::kF32, m, rng, launch, std::nullopt, &row_norms);
         if (::testing::Test::HasFatalFailure()) return;
@@ -769,6 +779,45 @@ TEST_F(W4A16Test, ZeroPointsMatchCpu) {
                  {4096, 4096, kW4GroupSize, true}, {1, 4, 16});
 }
 
+// Zero points in the decode kernels' dequantization (their zero biases, w4a16_layout.h),
+// over all of [-8, 8], in every grid and tile of the decode kernels: the two-strip tiles
+// forced on and off the stream-K grid and in clusters of 2 and 4, one strip (one turn,
+// and the deep tile where the sets leave SMs idle), the wide 16-warp CTAs on whole sets
+// and stream-K, and four token tiles at 17-32 tokens; on 563 strips of K = 1024 (several
+// turns), 250 of K = 1152 with per-row scales and zero points, 63 of K = 4224 (33 chunks:
+// the early-activation stream-K tile) and 19 of K = 8192 (clusters by default).
+TEST_F(W4A16Test, ZeroPointsInEveryDecodeGrid) {
+  DeviceInfo device;
+  ASSERT_CUDA(CurrentDeviceInfo(&device));
+  constexpr auto kStream = &W4A16Options::decode_stream;
+  constexpr auto kWarps = &W4A16Options::decode_warps;
+  Variants variants = {{"default", &LaunchWithSplits<W4A16Options, &LaunchW4A16, 0>},
+                       {"stream", &LaunchWith<W4A16Options, &LaunchW4A16, kStream, 2>},
+                       {"no stream", &LaunchWith<W4A16Options, &LaunchW4A16, kStream, 1>},
+                       {"decode 1 strip", &LaunchW4A16DecodeStrips<1>},
+                       {"decode 2 strips", &LaunchW4A16DecodeStrips<2>},
+                       {"16 warps", &LaunchWith<W4A16Options, &LaunchW4A16, kWarps, 16>},
+                       {"16 warps, stream", +[](const GemmArgs& args) {
+                          W4A16Options options;
+                          options.decode_warps = 16;
+                          options.decode_stream = 2;
+                          return LaunchW4A16(args, options);
+                        }}};
+  if (device.clusters()) {
+    constexpr auto kCluster = &W4A16Options::decode_cluster;
+    variants.push_back({"cluster 2", &LaunchWith<W4A16Options, &LaunchW4A16, kCluster, 2>});
+    variants.push_back({"cluster 4", &LaunchWith<W4A16Options, &LaunchW4A16, kCluster, 4>});
+  }
+  for (const WeightShape& shape :
+       {WeightShape{9000, 1024, kW4GroupSize, true}, WeightShape{4000, 1152, 0, true},
+        WeightShape{1000, 4224, kW4GroupSize, true}, WeightShape{300, 8192, kW4GroupSize, true}}) {
+    SCOPED_TRACE(shape.n);
+    CheckVariantsPerRow(FullRangeInt4Weight(Scheme::kW4A16, shape, rng_), variants, rng_,
+                        {1, 5, 8, 9, 16, 17, 32});
+    if (HasFatalFailure()) return;
+  }
+}
+
 // Weights in activation order (WeightShape::act_order: their inputs gathered ahead of the
 // matmul, w4a16_act_order.h), with and without zero points, through every path against the
 // CPU kernel, whose reference gathers the same way (kernels/reference.cc checks the meaning).
@@ -849,15 +898,6 @@ TEST_F(W4A16Test, DecodeTurnsMatchCpu) {
                  {"decode 1 strip", &LaunchW4A16DecodeStrips<1>},
                  {"decode 2 strips", &LaunchW4A16DecodeStrips<2>}},
                 rng_);
-}
-
-// A launch with one option forced: options.*kField = kValue (0: the launch's choice).
-template <typename Options, cudaError_t (*kLaunch)(const GemmArgs&, const Options&), auto kField,
-          int kValue>
-cudaError_t LaunchWith(const GemmArgs& args) {
-  Options options;
-  options.*kField = kValue;
-  return kLaunch(args, options);
 }
 
 // The default launch, and the decode kernels' stream-K grid (decode_stream.cuh) forced on
@@ -1050,7 +1090,8 @@ TEST_F(W2A8Test, DecodeClustersMatchCpu) {
 // rms); through silu(g) * u that is c * (1.1 * rms(g) * |u| + |silu(g)| * rms(u))
 // (|silu'| <= 1.1), plus the output dtype's rounding. Shapes: a single row, a partial
 // strip and group (N = 200), per-row scales, a 4096-class layer, a grid of several turns
-// (N = 9000); M over both token tiles of the decode kernel.
+// (N = 9000); with zero points over all of [-8, 8] (FullRangeInt4Weight), per group and
+// per row; M over both token tiles of the decode kernel.
 TEST_F(W4A16Test, SwiGluMatchesCpu) {
   const KernelOps& ops = *FindKernel(Scheme::kW4A16);
   ASSERT_NE(ops.launch_swiglu, nullptr);
@@ -1058,9 +1099,16 @@ TEST_F(W4A16Test, SwiGluMatchesCpu) {
                                                            {200, 384, kW4GroupSize},
                                                            {1000, 1024, 0},
                                                            {4096, 4096, 128},
-                                                           {9000, 1024, 128}}) {
-    const Weight gate = RandomWeight(Scheme::kW4A16, shape, rng_);
-    const Weight up = RandomWeight(Scheme::kW4A16, shape, rng_);
+                                                           {9000, 1024, 128},
+                                                           {200, 384, kW4GroupSize, true},
+                                                           {1000, 1024, 0, true},
+                                                           {9000, 1024, 128, true}}) {
+    auto weight = [&] {
+      return shape.zero_points ? FullRangeInt4Weight(Scheme::kW4A16, shape, rng_)
+                               : RandomWeight(Scheme::kW4A16, shape, rng_);
+    };
+    const Weight gate = weight();
+    const Weight up = weight();
     const std::unique_ptr<DeviceBuffer> dgate = UploadLayout(ops, gate);
     const std::unique_ptr<DeviceBuffer> dup = UploadLayout(ops, up);
     ASSERT_TRUE(dgate != nullptr && dup != nullptr);
@@ -1069,7 +1117,8 @@ TEST_F(W4A16Test, SwiGluMatchesCpu) {
         for (DType y_dtype : {x_dtype, DType::kF32}) {
           SCOPED_TRACE(::testing::Message()
                        << "n=" << shape.n << " k=" << shape.k << " g=" << shape.group_size
-                       << " m=" << m << " x=" << DTypeName(x_dtype) << " y=" << DTypeName(y_dtype));
+                       << (shape.zero_points ? " zero points" : "") << " m=" << m
+                       << " x=" << DTypeName(x_dtype) << " y=" << DTypeName(y_dtype));
           const Rounded x = RoundTo(x_dtype, RandomNormal(rng_, m * shape.k, 1.0f));
           std::vector<float> g(m * shape.n), u(m * shape.n);
           CpuMatMul(gate.packed(), x.values.data(), m, g.data(), 0);
@@ -1453,12 +1502,11 @@ TEST_F(W4A16Test, RejectsBadOptions) {
   EXPECT_EQ(LaunchW4A16(args, options), cudaErrorInvalidValue);
   options.wgmma_tokens = 512;
   EXPECT_EQ(LaunchW4A16(args, options), cudaErrorInvalidValue);
-  // Zero points need the workspace (their term's scratch), and have no fused SwiGLU; nor
-  // has activation order, which needs the workspace for the gathered inputs.
+  // Zero points need the workspace (their term's scratch, for the kernels that do not take
+  // them), as activation order does (the gathered inputs), which has no fused SwiGLU.
   args.shape.zero_points = true;
   EXPECT_EQ(LaunchW4A16(args), cudaErrorInvalidValue);
   args.workspace = dummy;
-  EXPECT_EQ(LaunchW4A16SwiGlu(args, dummy), cudaErrorInvalidValue);
   args.shape.zero_points = false;
   args.shape.act_order = true;
   EXPECT_EQ(LaunchW4A16SwiGlu(args, dummy), cudaErrorInvalidValue);

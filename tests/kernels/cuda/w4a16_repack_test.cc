@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <set>
 #include <span>
 #include <vector>
 
@@ -124,6 +125,51 @@ TEST(W4A16RepackTest, ActOrderEndsWithTheOrder) {
         PackedWeight{Scheme::kW4A16, stored, std::span(bytes).first(bytes.size() - 4 * shape.k)});
     ASSERT_LE(plain.size(), layout.size());
     EXPECT_EQ(std::memcmp(layout.data(), plain.data(), plain.size()), 0);
+  }
+}
+
+// The zero biases (both dtypes) at each row's place in the scales' order: what the decode
+// kernels' dequantization adds to 1024 + u (fp16, rows g of a strip's pairs), (1024 + 16
+// u) / 16 (fp16, rows g + 8) or 128 + u (bf16) so that it yields q - z, for every code and
+// zero point of the quantizer, per group and per row; padding rows (z = 0) too.
+TEST(W4A16RepackTest, ZeroBiasesDequantizeToCodeMinusZeroPoint) {
+  for (int32_t group_size : {kW4GroupSize, 0}) {
+    const WeightShape shape{200, 512, group_size, true};
+    std::mt19937_64 rng(11);
+    // Row n spans [a, a + 1], a from -1 to 0: zero points over most of [-8, 7].
+    std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
+    std::vector<float> w(shape.n * shape.k);
+    for (int64_t i = 0; i < shape.n * shape.k; ++i) {
+      w[i] = uniform(rng) - static_cast<float>(i / shape.k % 9) / 8.0f;
+    }
+    const std::vector<uint8_t> bytes = Packed(shape, w);
+    const PackedWeight packed{Scheme::kW4A16, shape, bytes};
+    const std::vector<uint8_t> layout = RepackW4A16(packed);
+    ASSERT_EQ(static_cast<int64_t>(layout.size()), w4a16::DeviceBytes(shape));
+    EXPECT_EQ(w4a16::ZeroBiasesOffset(shape) % 256, 0);
+    const int64_t scale_groups = w4a16::ScaleGroups(shape);
+    const int64_t bf16_region = w4a16::ZeroBiasesOffset(shape) + w4a16::ScaleRegionBytes(shape);
+    std::set<int> zero_points;
+    for (int64_t row = 0; row < w4a16::NumGroups(shape) * w4a16::kGroupRows; ++row) {
+      const int64_t group = row / w4a16::kGroupRows;
+      const int strip = static_cast<int>(row % w4a16::kGroupRows / w4a16::kStripRows);
+      const int i = static_cast<int>(row % w4a16::kStripRows);
+      for (int64_t sg = 0; sg < scale_groups; ++sg) {
+        const int z = row < shape.n ? packed.zero_points()[row * scale_groups + sg] : 0;
+        zero_points.insert(z);
+        const int64_t at = (group * scale_groups + sg) * kGroupScaleBytes +
+                           strip * kStripScaleBytes + w4a16::StripScaleOffset(i);
+        const float f16 = HalfAt(layout, w4a16::ZeroBiasesOffset(shape) + at);
+        uint16_t b;
+        std::memcpy(&b, layout.data() + bf16_region + at, 2);
+        for (int u = 0; u < 16; ++u) {
+          const float in_place = i < 8 ? 1024.0f + u : (1024.0f + 16.0f * u) / 16.0f;
+          EXPECT_EQ(in_place + f16, u - 8 - z) << "row " << row << ", group " << sg;
+          EXPECT_EQ(128.0f + u + Bf16ToFloat(b), u - 8 - z) << "row " << row << ", group " << sg;
+        }
+      }
+    }
+    EXPECT_GE(zero_points.size(), 8u);  // the weights' range shifts: many zero points
   }
 }
 
