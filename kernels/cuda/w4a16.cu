@@ -289,10 +289,19 @@ constexpr int64_t kMaxDecodeTurns = 4;
 // The wgmma GEMM (sets *launched), its 64-token tiles permuting the activations in
 // their stages on weights of at most kNarrowGroups row groups (w4a16::WgmmaFormatNarrow).
 constexpr int64_t kNarrowGroups = 32;
-template <bool kBf16>
+template <bool kBf16, bool kZp = false>
 cudaError_t LaunchWgmma(const GemmArgs& args, const wgmma_gemm::Options& options, bool* launched) {
-  return wgmma_gemm::Launch<w4a16::WgmmaFormat, kBf16, w4a16::WgmmaFormatNarrow>(
-      args, options, launched, w4a16::NumGroups(args.shape) <= kNarrowGroups);
+  using w4a16::WgmmaFormat;
+  using w4a16::WgmmaFormatNarrow;
+  using w4a16::WgmmaZeroPoints;
+  const bool narrow = w4a16::NumGroups(args.shape) <= kNarrowGroups;
+  if constexpr (kZp) {
+    return wgmma_gemm::Launch<WgmmaZeroPoints<WgmmaFormat>, kBf16,
+                              WgmmaZeroPoints<WgmmaFormatNarrow>>(args, options, launched, narrow);
+  } else {
+    return wgmma_gemm::Launch<WgmmaFormat, kBf16, WgmmaFormatNarrow>(args, options, launched,
+                                                                     narrow);
+  }
 }
 
 // The wgmma GEMM's knobs in `options` (its K split is the mma.sync kernels' too).
@@ -328,13 +337,12 @@ cudaError_t LaunchDecodeForM(const GemmArgs& args, const W4A16Options& options, 
         *launched = true;
         return LaunchDecode<4, 1, kBf16, false, kZp>(args, device, nullptr, cluster);
       }
-      if constexpr (kZp) return cudaSuccess;  // the GEMM, on the symmetric weight
       // On weights this narrow two groups a CTA: on the H200 (session 52, M = 17-32)
       // 14336 x 4096 20.8 us against one group's 22.6, 28672 x 4096 37.8 against 42.1,
       // 14336 x 2048 12.9 against 13.3, 8192 x 2048 9.3 against 9.2.
       wgmma_gemm::Options two = wgmma_options;
       two.groups = 2;
-      return LaunchWgmma<kBf16>(args, two, launched);
+      return LaunchWgmma<kBf16, kZp>(args, two, launched);
     }
   } else if (options.decode_warps == w4a16::kWideWarps) {
     *launched = true;
@@ -382,7 +390,11 @@ cudaError_t LaunchDecodeForM(const GemmArgs& args, const W4A16Options& options, 
   return cudaSuccess;
 }
 
-template <bool kBf16>
+// kZp: args.weight has zero points, which the decode kernels and the wgmma GEMM take in
+// their dequantization; the other kernels stream the symmetric weight of the same codes and
+// scales with the zero points' term (w4a16_zero_points.h) and the caller's residual as
+// their residual.
+template <bool kBf16, bool kZp>
 cudaError_t LaunchForM(const GemmArgs& args, const W4A16Options& options) {
   // Choices measured on the H200 (qmm-kernel-bench shapes). Up to 16 tokens the decode
   // kernel. Up to 8 tokens, two strips a warp wherever that grid still has a row set for
@@ -416,25 +428,34 @@ cudaError_t LaunchForM(const GemmArgs& args, const W4A16Options& options) {
   const wgmma_gemm::Options wgmma_options = WgmmaOptions(options);
   bool launched = false;
   if (options.wgmma_groups != 0) {
-    const cudaError_t err = LaunchWgmma<kBf16>(args, wgmma_options, &launched);
+    const cudaError_t err = LaunchWgmma<kBf16, kZp>(args, wgmma_options, &launched);
     if (err != cudaSuccess || launched) return err;
   }
-  if (const cudaError_t err = LaunchDecodeForM<kBf16, false>(args, options, &launched);
+  if (const cudaError_t err = LaunchDecodeForM<kBf16, kZp>(args, options, &launched);
       err != cudaSuccess || launched) {
     return err;
   }
-  if (args.m <= 8) {
-    return w4a16::DecodeBytes(args.shape) < kSmallWeightBytes
-               ? LaunchDirect<1, kBf16>(args, options)
-               : LaunchStaged<1, 2, kBf16>(args, options);
-  }
-  if (args.m <= 16) return LaunchStaged<2, 1, kBf16>(args, options);
-  if (options.splits == 0) {
-    bool launched = false;
-    const cudaError_t err = LaunchWgmma<kBf16>(args, wgmma_options, &launched);
+  if (options.splits == 0 && args.m > 16) {
+    const cudaError_t err = LaunchWgmma<kBf16, kZp>(args, wgmma_options, &launched);
     if (err != cudaSuccess || launched) return err;
   }
-  return LaunchStaged<4, 2, kBf16>(args, options);
+  GemmArgs run = args;
+  if constexpr (kZp) {
+    void* scratch =
+        static_cast<char*>(args.workspace) + W4A16ZeroPointScratchOffset(args.shape, args.m);
+    if (const cudaError_t err = LaunchZeroPointTerm(args, scratch); err != cudaSuccess) {
+      return err;
+    }
+    run.residual = ZeroPointTermOf(scratch);
+    run.residual_dtype = DType::kF32;
+  }
+  if (run.m <= 8) {
+    return w4a16::DecodeBytes(run.shape) < kSmallWeightBytes
+               ? LaunchDirect<1, kBf16>(run, options)
+               : LaunchStaged<1, 2, kBf16>(run, options);
+  }
+  if (run.m <= 16) return LaunchStaged<2, 1, kBf16>(run, options);
+  return LaunchStaged<4, 2, kBf16>(run, options);
 }
 
 // The contract of w4a16.h: dtypes, a shape the layout holds, aligned device pointers.
@@ -481,29 +502,11 @@ cudaError_t LaunchW4A16(const GemmArgs& args, const W4A16Options& options) {
     }
     run.x = gathered;
   }
+  const bool bf16 = run.x_dtype == DType::kBF16;
   if (args.shape.zero_points) {
-    // The decode kernels take the zero points in their dequantization (the zero biases of
-    // w4a16_layout.h; on the H200 at M = 1 8192 x 8192 ... us against ... us with the term
-    // below, 8192 x 28672 ... against ...).
-    if (options.wgmma_groups == 0) {
-      bool launched = false;
-      const cudaError_t err = run.x_dtype == DType::kBF16
-                                  ? LaunchDecodeForM<true, true>(run, options, &launched)
-                                  : LaunchDecodeForM<false, true>(run, options, &launched);
-      if (err != cudaSuccess || launched) return err;
-    }
-    // The other kernels stream the symmetric weight of the same codes and scales: their
-    // residual is the zero points' term (w4a16_zero_points.h) with the caller's residual.
-    void* scratch =
-        static_cast<char*>(args.workspace) + W4A16ZeroPointScratchOffset(args.shape, args.m);
-    if (const cudaError_t err = LaunchZeroPointTerm(run, scratch); err != cudaSuccess) {
-      return err;
-    }
-    run.residual = ZeroPointTermOf(scratch);
-    run.residual_dtype = DType::kF32;
+    return bf16 ? LaunchForM<true, true>(run, options) : LaunchForM<false, true>(run, options);
   }
-  return run.x_dtype == DType::kBF16 ? LaunchForM<true>(run, options)
-                                     : LaunchForM<false>(run, options);
+  return bf16 ? LaunchForM<true, false>(run, options) : LaunchForM<false, false>(run, options);
 }
 
 cudaError_t LaunchW4A16(const GemmArgs& args) { return LaunchW4A16(args, W4A16Options{}); }

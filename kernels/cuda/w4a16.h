@@ -41,10 +41,11 @@ size_t W4A16GatherOffset(const WeightShape& shape, int64_t m);
 
 // Enqueues y = x * W^T (+ args.residual, kF32, kF16 or kBF16, when set). args.x must be
 // 16-byte aligned (cudaMalloc'd buffers are), x_dtype kF16 or kBF16, y_dtype kF32, kF16 or
-// kBF16, m >= 1. A weight with zero points needs args.workspace: the decode kernels (up to
-// 32 tokens) take them in their dequantization; for the others their term
-// (w4a16_zero_points.h) is computed there first and added as the kernel's residual. So
-// does one in activation order: its inputs are gathered there first (w4a16_act_order.h).
+// kBF16, m >= 1. A weight with zero points needs args.workspace: the decode kernels and the
+// wgmma GEMM take them in their dequantization; for the mma.sync kernels (a forced split,
+// or no wgmma) their term (w4a16_zero_points.h) is computed there first and added as the
+// kernel's residual. So does one in activation order: its inputs are gathered there first
+// (w4a16_act_order.h).
 // Never synchronizes.
 cudaError_t LaunchW4A16(const GemmArgs& args);
 

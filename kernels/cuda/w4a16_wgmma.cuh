@@ -139,6 +139,69 @@ struct WgmmaFormatNarrow : WgmmaFormat {
   static constexpr int kStagePermuteTokens = 64;
 };
 
+// fp16 -1 and -1024, -64; -2^-24 and -2^-20 (subnormal), each in both halves.
+inline constexpr uint32_t kMinusOnePair = 0xbc00bc00;
+inline constexpr uint32_t kMinus1024Pair = 0xe400e400;
+inline constexpr uint32_t kMinus64Pair = 0xd400d400;
+inline constexpr uint32_t kMinusLoUnitPair = 0x80018001;
+inline constexpr uint32_t kMinusHiUnitPair = 0x80108010;
+
+// Base (WgmmaFormat or WgmmaFormatNarrow) for a weight with zero points: a stage also holds
+// the chunk's zero biases of x's dtype (w4a16_layout.h, p.zb), after its scales, so that the
+// weights dequantize to q - z as the decode kernels' do. bf16 adds them in the magic-number
+// dequant (Dequant's bias). fp16's one fma a pair adds the bias -(8 + z) s 2^e in place of
+// -8 s 2^e: 8 + z comes back exactly out of the fp16 zero bias (-(1024 + 8 + z) for rows
+// g, -(64 + 8 + z) for rows g + 8), times 2^-24 or 2^-20 (an exact subnormal) it
+// multiplies the gemm scale as kBiasLoFactor does; that product rounds where the scale
+// takes more than 11 - 4 bits, by at most half an ulp of the bias, the order of the
+// rounding of the scaled weight itself.
+template <typename Base>
+struct WgmmaZeroPoints : Base {
+  static constexpr int kGroupStageBytes = Base::kGroupStageBytes + kGroupScaleBytes;
+
+  __device__ static void Load(uint8_t* dst, const Params& p, int64_t group, int64_t chunk,
+                              uint64_t* bar) {
+#if __CUDA_ARCH__ >= 900
+    Base::Load(dst, p, group, chunk, bar);
+    BulkCopy(dst + Base::kGroupStageBytes,
+             p.zb + group * p.s_group_stride + chunk * p.s_chunk_stride, kGroupScaleBytes, bar);
+#endif
+  }
+
+  struct Raw : Base::Raw {
+    uint32_t zeros;  // the zero-bias pair of rows g, g + 8
+  };
+  __device__ static Raw Fetch(const Params& p, const uint8_t* w, const uint8_t* side, int blk) {
+    Raw raw;
+    static_cast<typename Base::Raw&>(raw) = Base::Fetch(p, w, side, blk);
+    raw.zeros = *reinterpret_cast<const uint32_t*>(side + kGroupScaleBytes);
+    return raw;
+  }
+
+  template <bool kBf16>
+  __device__ static void Dequant(const Raw& raw, int /*blk*/, uint32_t (*a)[4]) {
+    const DequantBias zeros = SplatBias(raw.zeros);
+    if constexpr (kBf16) {
+      const ChunkScales sc = SplatScales<true>(raw.scales);
+      DequantScaled<true>(raw.w.x, sc, a[0], zeros);
+      DequantScaled<true>(raw.w.y, sc, a[1], zeros);
+      DequantScaled<true>(raw.w.z, sc, a[2], zeros);
+      DequantScaled<true>(raw.w.w, sc, a[3], zeros);
+    } else {
+      const uint32_t lo = __byte_perm(raw.scales, 0, 0x1010);
+      const uint32_t hi = __byte_perm(raw.scales, 0, 0x3232);
+      const uint32_t z_lo = Fma2<false>(zeros.lo, kMinusOnePair, kMinus1024Pair);  // 8 + z
+      const uint32_t z_hi = Fma2<false>(zeros.hi, kMinusOnePair, kMinus64Pair);
+      const uint32_t bias_lo = Fma2<false>(lo, Fma2<false>(z_lo, kMinusLoUnitPair, 0), 0);
+      const uint32_t bias_hi = Fma2<false>(hi, Fma2<false>(z_hi, kMinusHiUnitPair, 0), 0);
+      DequantScaledF16(raw.w.x, lo, hi, bias_lo, bias_hi, a[0]);
+      DequantScaledF16(raw.w.y, lo, hi, bias_lo, bias_hi, a[1]);
+      DequantScaledF16(raw.w.z, lo, hi, bias_lo, bias_hi, a[2]);
+      DequantScaledF16(raw.w.w, lo, hi, bias_lo, bias_hi, a[3]);
+    }
+  }
+};
+
 }  // namespace qmm::cuda::w4a16
 
 #endif  // QMM_KERNELS_CUDA_W4A16_WGMMA_CUH_

@@ -1,6 +1,7 @@
 // The zero-point term of an asymmetric W4A16 weight (WeightShape::zero_points), for the
-// kernels that do not take zero points themselves (all but the decode kernels, which
-// dequantize to q - z with the layout's zero biases, w4a16_decode.cuh).
+// kernels that do not take zero points themselves: the mma.sync kernels that a forced K
+// split or a device without the wgmma GEMM takes (the decode kernels and the wgmma GEMM
+// dequantize to q - z with the layout's zero biases, w4a16_decode.cuh, w4a16_wgmma.cuh).
 //
 // w = (q - z) * s splits the product into the symmetric one, sum_k x[m][k] * q * s, which
 // those kernels compute from the codes and scales as they are, and
