@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end on a GPU machine: the real qmm-server with --backend=cuda on a loopback port
 # and the real qmmctl uploading random weights and checking MatMul results against the
-# float64 reference (--verify_seed), for every scheme with every wire dtype, then a clean
-# shutdown (exit 0 on SIGTERM).
+# float64 reference (--verify_seed), for every scheme with every wire dtype (W4A16 also with
+# zero points), then a clean shutdown (exit 0 on SIGTERM).
 #   usage: e2e-cuda.sh BIN_DIR   (holding qmm-server and qmmctl)
 set -euo pipefail
 bin=$1
@@ -21,10 +21,10 @@ addr=$(sed -n 's/.*listening on \([^ ]*\) .*/\1/p' "$log")
 ctl() { "$bin/qmmctl" --server="$addr" "$@"; }
 
 ctl info
-check() {  # name scheme n k seed group
+check() {  # name scheme n k seed group [upload flags]
   local name=$1 scheme=$2 n=$3 k=$4 seed=$5 group=$6
   ctl upload --name="$name" --scheme="$scheme" --group_size="$group" --random --n="$n" \
-    --k="$k" --seed="$seed"
+    --k="$k" --seed="$seed" ${7:-}
   for dtype in fp32 fp16 bf16; do
     for m in 1 7 65; do
       ctl matmul --weight="$name" --random --m="$m" --dtype="$dtype" --seed=$((seed + m)) \
@@ -37,6 +37,7 @@ check h16 fp16 384 1024 6 0
 check b16 bf16 384 1024 7 0
 check w4g w4a16 1000 4096 8 128
 check w4r w4a16 512 2048 9 0
+check w4z w4a16 1000 4096 11 128 --zero_points
 check w2 w2a8 1000 4096 10 0
 ctl matmul --weight=w8 --random --m=16 --repeat=200 --out_dtype=fp16
 ctl ls
