@@ -520,6 +520,14 @@ cudaError_t LaunchW4A16DecodeStrips(const GemmArgs& args) {
   return LaunchW4A16(args, options);
 }
 
+// The W4A16 decode kernel's wide CTAs (16 warps) on the stream-K grid, both forced.
+cudaError_t LaunchW4A16WideStream(const GemmArgs& args) {
+  W4A16Options options;
+  options.decode_warps = 16;
+  options.decode_stream = 2;
+  return LaunchW4A16(args, options);
+}
+
 // Each launch variant against the CPU on fresh random weights of each shape, at each M,
 // for fp16 and bf16 activations.
 void CheckVariants(Scheme scheme, const std::vector<WeightShape>& shapes,
@@ -797,12 +805,7 @@ TEST_F(W4A16Test, ZeroPointsInEveryDecodeGrid) {
                        {"decode 1 strip", &LaunchW4A16DecodeStrips<1>},
                        {"decode 2 strips", &LaunchW4A16DecodeStrips<2>},
                        {"16 warps", &LaunchWith<W4A16Options, &LaunchW4A16, kWarps, 16>},
-                       {"16 warps, stream", +[](const GemmArgs& args) {
-                          W4A16Options options;
-                          options.decode_warps = 16;
-                          options.decode_stream = 2;
-                          return LaunchW4A16(args, options);
-                        }}};
+                       {"16 warps, stream", &LaunchW4A16WideStream}};
   if (device.clusters()) {
     constexpr auto kCluster = &W4A16Options::decode_cluster;
     variants.push_back({"cluster 2", &LaunchWith<W4A16Options, &LaunchW4A16, kCluster, 2>});
@@ -920,12 +923,7 @@ TEST_F(W4A16Test, WideDecodeMatchesCpu) {
   constexpr auto kWarps = &W4A16Options::decode_warps;
   const Variants variants = {{"8 warps", &LaunchWith<W4A16Options, &LaunchW4A16, kWarps, 8>},
                              {"16 warps", &LaunchWith<W4A16Options, &LaunchW4A16, kWarps, 16>},
-                             {"16 warps, stream", +[](const GemmArgs& args) {
-                                W4A16Options options;
-                                options.decode_warps = 16;
-                                options.decode_stream = 2;
-                                return LaunchW4A16(args, options);
-                              }}};
+                             {"16 warps, stream", &LaunchW4A16WideStream}};
   CheckVariants(Scheme::kW4A16,
                 {{9000, 1024, kW4GroupSize}, {4000, 14336, 0}, {1000, 384, kW4GroupSize}},
                 {1, 5, 8, 9, 16}, variants, rng_);
