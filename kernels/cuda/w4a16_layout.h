@@ -42,7 +42,8 @@
 //   zero biases, fp16 then bf16: each laid out as the scales (256-byte aligned), the pair
 //     of a row g and its row g + 8 the two biases that the decode kernels' dequantization
 //     adds in place of the symmetric one (w4a16_ptx.cuh Dequant), so that it yields
-//     q - z (the wgmma GEMM's too, w4a16_wgmma.cuh WgmmaZeroPoints): fp16 (-(1032 + z[row g]), -(72 + z[row g + 8])), bf16 (-(136 + z[row g]),
+//     q - z (the wgmma GEMM's too, w4a16_wgmma.cuh WgmmaZeroPoints): fp16
+//     (-(1032 + z[row g]), -(72 + z[row g + 8])), bf16 (-(136 + z[row g]),
 //     -(136 + z[row g + 8])), all exact; padding rows z = 0.
 //   In activation order (WeightShape::act_order) the canonical form's order last, which
 //   only the gather of the inputs reads (w4a16_act_order.h); the regions above hold the
