@@ -791,9 +791,10 @@ TEST_F(W4A16Test, ZeroPointsMatchCpu) {
 // over all of [-8, 8], in every grid and tile of the decode kernels: the two-strip tiles
 // forced on and off the stream-K grid and in clusters of 2 and 4, one strip (one turn,
 // and the deep tile where the sets leave SMs idle), the wide 16-warp CTAs on whole sets
-// and stream-K, and four token tiles at 17-32 tokens; on 563 strips of K = 1024 (several
-// turns), 250 of K = 1152 with per-row scales and zero points, 63 of K = 4224 (33 chunks:
-// the early-activation stream-K tile) and 19 of K = 8192 (clusters by default).
+// and stream-K, and four token tiles at 17-32 tokens (or the wgmma GEMM, which takes
+// them too, where the launch gives it those tokens: N = 9000); on 563 strips of K = 1024
+// (several turns), 250 of K = 1152 with per-row scales and zero points, 63 of K = 4224 (33
+// chunks: the early-activation stream-K tile) and 19 of K = 8192 (clusters by default).
 TEST_F(W4A16Test, ZeroPointsInEveryDecodeGrid) {
   DeviceInfo device;
   ASSERT_CUDA(CurrentDeviceInfo(&device));
