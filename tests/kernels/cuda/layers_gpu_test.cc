@@ -268,14 +268,19 @@ TEST(EpilogueGpuTest, SwiGluInPlaceOverTheGate) {
   ExpectClose(d_gate.Download<float>(), want, arg, 2.0, DType::kF32, "SwiGLU in place");
 }
 
-// Rows of several widths (one of 4096, a CTA's 16 values a thread), more rows than the
-// grid's 4096 CTAs, every dtype pair, and in place.
+// Rows of several widths: 4096 (8 values a thread, in registers), 8192 (all 16 that a
+// thread holds), 9001 (809 values past the registers, read twice), more rows than the
+// grid's 4096 CTAs; every dtype pair, and in place.
 TEST(RmsNormGpuTest, MatchesReferenceForEveryDTypePair) {
   std::mt19937_64 rng(13);
   for (DType x_dtype : kDTypes) {
     for (DType y_dtype : kDTypes) {
-      for (const auto& [m, f] :
-           {std::pair<int64_t, int64_t>{1, 4096}, {3, 200}, {17, 1}, {4100, 8}}) {
+      for (const auto& [m, f] : {std::pair<int64_t, int64_t>{1, 4096},
+                                 {2, 8192},
+                                 {3, 9001},
+                                 {3, 200},
+                                 {17, 1},
+                                 {4100, 8}}) {
         const Tensor16 x = RoundTo(x_dtype, RandomNormal(rng, m * f, 2.0f));
         const std::vector<float> weight = RandomNormal(rng, f, 1.0f);
         DeviceBuffer d_x(x.bytes.size()), d_weight(f * 4), d_y(m * f * DTypeSize(y_dtype));
@@ -292,7 +297,7 @@ TEST(RmsNormGpuTest, MatchesReferenceForEveryDTypePair) {
             std::vector<double>(x.values.begin(), x.values.end()), f, weight, 1e-5);
         const std::string what = "RMSNorm " + Name(x_dtype, y_dtype) + " m" + std::to_string(m) +
                                  " f" + std::to_string(f);
-        // The squares summed in fp32 over up to 4096 values: a few 1e-7 of the scale.
+        // The squares summed in fp32 over up to 9001 values: a few 1e-7 of the scale.
         ExpectClose(DownloadAsFloat(d_y, y_dtype, m * f), want, x.values, 0.0, y_dtype, what);
         if (x_dtype == y_dtype) {
           EXPECT_EQ(d_x.Download<uint8_t>(), d_y.Download<uint8_t>()) << what << " in place";
