@@ -39,14 +39,15 @@ absl::StatusOr<std::string> WeightName(const Json& j, const std::string& path) {
   return String(j, path);
 }
 
-// "silu", "gelu_tanh" (or "gelu") or "relu".
+// "silu", "gelu_tanh" (or "gelu"), "relu" or "relu2" (or "relu_squared").
 absl::StatusOr<v1::Activation> ActivationOf(const Json& j, const std::string& path) {
   absl::StatusOr<std::string> name = String(j, path);
   if (!name.ok()) return name.status();
   if (*name == "silu") return v1::ACTIVATION_SILU;
   if (*name == "gelu" || *name == "gelu_tanh") return v1::ACTIVATION_GELU_TANH;
   if (*name == "relu") return v1::ACTIVATION_RELU;
-  return Bad(path, absl::StrCat("\"", *name, "\" is not silu, gelu_tanh or relu"));
+  if (*name == "relu2" || *name == "relu_squared") return v1::ACTIVATION_RELU_SQUARED;
+  return Bad(path, absl::StrCat("\"", *name, "\" is not silu, gelu_tanh, relu or relu2"));
 }
 
 // The one-dimensional float tensor that `v` names: {"npy": FILE} or {"safetensors": FILE,
@@ -126,6 +127,18 @@ absl::Status Vector(const Json& layer, const char* key, const std::string& path,
   return absl::OkStatus();
 }
 
+// {"weight": VECTOR, "epsilon": number}: a rms_norm layer, or a gated_mlp's sub_norm.
+absl::Status RmsNormOf(const Json& v, const std::string& at, const std::string& dir,
+                       v1::RmsNormLayer* norm) {
+  if (!v.is_object()) return Bad(at, "must be an object");
+  if (!v.contains("epsilon") || !v.at("epsilon").is_number()) {
+    return Bad(at, "needs \"epsilon\", a number");
+  }
+  norm->set_epsilon(v.at("epsilon").get<float>());
+  if (!v.contains("weight")) return Bad(at, "needs \"weight\"");
+  return Vector(v, "weight", at, dir, norm->mutable_weight());
+}
+
 absl::Status ParseLayer(const Json& j, const std::string& path, const std::string& dir,
                         v1::Layer* layer) {
   if (!j.is_object() || j.size() != 1) {
@@ -153,14 +166,7 @@ absl::Status ParseLayer(const Json& j, const std::string& path, const std::strin
     if (absl::Status s = Vector(v, "gamma", at, dir, dyt->mutable_gamma()); !s.ok()) return s;
     return Vector(v, "beta", at, dir, dyt->mutable_beta());
   } else if (kind == "rms_norm") {
-    if (!v.is_object()) return Bad(at, "must be an object");
-    if (!v.contains("epsilon") || !v.at("epsilon").is_number()) {
-      return Bad(at, "needs \"epsilon\", a number");
-    }
-    v1::RmsNormLayer* norm = layer->mutable_rms_norm();
-    norm->set_epsilon(v.at("epsilon").get<float>());
-    if (!v.contains("weight")) return Bad(at, "needs \"weight\"");
-    return Vector(v, "weight", at, dir, norm->mutable_weight());
+    return RmsNormOf(v, at, dir, layer->mutable_rms_norm());
   } else if (kind == "activation") {
     absl::StatusOr<v1::Activation> act = ActivationOf(v, at);
     if (!act.ok()) return act.status();
@@ -179,6 +185,9 @@ absl::Status ParseLayer(const Json& j, const std::string& path, const std::strin
       absl::StatusOr<v1::Activation> act = ActivationOf(v.at("activation"), at + ".activation");
       if (!act.ok()) return act.status();
       mlp->set_activation(*act);
+    }
+    if (v.contains("sub_norm")) {
+      return RmsNormOf(v.at("sub_norm"), at + ".sub_norm", dir, mlp->mutable_sub_norm());
     }
   } else if (kind == "residual") {
     const Json& start = v.is_object() && v.contains("block_start") ? v.at("block_start") : v;

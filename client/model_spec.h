@@ -11,6 +11,8 @@
 //                     "epsilon": 1e-5}},
 //       {"gated_mlp": {"gate": "w1", "up": "w3", "down": "w2"}},
 //       {"gated_mlp": {"gate": "g", "up": "u", "down": "d", "activation": "gelu_tanh"}},
+//       {"gated_mlp": {"gate": "g", "up": "u", "down": "d", "activation": "relu2",
+//                      "sub_norm": {"weight": [1.0, ...], "epsilon": 1e-5}}},
 //       {"residual": 1},
 //       {"activation": "gelu_tanh"},
 //       {"linear": {"weight": "head", "bias": [0.5, ...]}}
@@ -19,8 +21,10 @@
 //
 // Each layer is an object with exactly one key, the layer kind (names as in the proto).
 // "embedding" and "linear" take a weight name or an object; "residual" takes block_start
-// or {"block_start": i}; "activation" takes "silu", "gelu_tanh" (or "gelu") or "relu", and
-// so does "gated_mlp"'s optional "activation" (silu when absent: SwiGLU).
+// or {"block_start": i}; "activation" takes "silu", "gelu_tanh" (or "gelu"), "relu" or
+// "relu2" (or "relu_squared"), and so does "gated_mlp"'s optional "activation" (silu when
+// absent: SwiGLU); "gated_mlp"'s optional "sub_norm" is a "rms_norm" layer's object
+// (BitNet b1.58's ffn_sub_norm).
 // A parameter vector (bias, gamma, beta, weight) is a list of numbers, one number repeated
 // "features" times (then "features" must be given in the same object), or a one-dimensional
 // float tensor (f16, bf16, f32, f64) read from a file: {"npy": FILE} or

@@ -9,10 +9,11 @@
 namespace qmm {
 
 enum class Activation : uint8_t {
-  kIdentity,  // y = x (a bias add alone)
-  kSilu,      // x * sigmoid(x)
-  kGeluTanh,  // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
-  kRelu,      // max(x, 0)
+  kIdentity,     // y = x (a bias add alone)
+  kSilu,         // x * sigmoid(x)
+  kGeluTanh,     // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+  kRelu,         // max(x, 0)
+  kReluSquared,  // max(x, 0)^2 (BitNet b1.58 2B4T's "relu2")
 };
 
 constexpr std::string_view ActivationName(Activation a) {
@@ -25,6 +26,8 @@ constexpr std::string_view ActivationName(Activation a) {
       return "gelu_tanh";
     case Activation::kRelu:
       return "relu";
+    case Activation::kReluSquared:
+      return "relu2";
   }
   return "unknown";
 }

@@ -53,6 +53,8 @@ double ReferenceActivation(Activation act, double x) {
       return 0.5 * x * (1.0 + std::tanh(kGeluTanhScale * (x + kGeluTanhCubic * x * x * x)));
     case Activation::kRelu:
       return x > 0.0 ? x : 0.0;
+    case Activation::kReluSquared:
+      return x > 0.0 ? x * x : 0.0;
   }
   return x;
 }
@@ -116,13 +118,15 @@ std::vector<double> ReferenceChain(std::span<const CpuChainLayer> layers,
       case LayerKind::kActivation:
         inputs[i + 1] = ReferenceBiasActivation(l.activation, in, l.in_features, {});
         break;
-      case LayerKind::kGatedMlp:
-        inputs[i + 1] =
-            ReferenceLinear(*l.weights[2],
-                            ReferenceGlu(l.gate_activation, ReferenceLinear(*l.weights[0], in, m),
-                                         ReferenceLinear(*l.weights[1], in, m)),
-                            m);
+      case LayerKind::kGatedMlp: {
+        std::vector<double> h =
+            ReferenceGlu(l.gate_activation, ReferenceLinear(*l.weights[0], in, m),
+                         ReferenceLinear(*l.weights[1], in, m));
+        const int64_t hidden = l.weights[0]->shape.n;
+        if (l.gamma != nullptr) h = ReferenceRmsNorm(h, hidden, params(l.gamma, hidden), l.epsilon);
+        inputs[i + 1] = ReferenceLinear(*l.weights[2], h, m);
         break;
+      }
       case LayerKind::kResidual:
         inputs[i + 1] = ReferenceAdd(in, inputs[l.block_start]);
         break;

@@ -83,6 +83,8 @@ std::optional<Activation> ActivationFromProto(v1::Activation a) {
       return Activation::kGeluTanh;
     case v1::ACTIVATION_RELU:
       return Activation::kRelu;
+    case v1::ACTIVATION_RELU_SQUARED:
+      return Activation::kReluSquared;
     default:
       return std::nullopt;
   }

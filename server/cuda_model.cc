@@ -26,7 +26,11 @@ cudaError_t CudaModel::Create(int device, std::vector<cuda::ChainLayer> layers, 
   std::vector<Param> params;
   for (cuda::ChainLayer& l : model->layers_) {
     if (l.bias != nullptr) params.push_back({&l.bias, l.out_features});
-    if (l.gamma != nullptr) params.push_back({&l.gamma, l.in_features});
+    // A gated MLP's gamma is its sub-norm's, over the gate's N.
+    if (l.gamma != nullptr) {
+      params.push_back(
+          {&l.gamma, l.kind == LayerKind::kGatedMlp ? l.weights[0].shape.n : l.in_features});
+    }
     if (l.beta != nullptr) params.push_back({&l.beta, l.in_features});
   }
   std::vector<size_t> offsets;

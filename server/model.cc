@@ -66,6 +66,43 @@ absl::Status CheckInputWidth(const StoredWeight& w, int64_t features, const std:
   return absl::OkStatus();
 }
 
+// An RMSNorm's weight, `f` values (or as many as it has, when f is 0: a first layer), each
+// one `per` (what a value scales), and its epsilon; fills layer.gamma and layer.epsilon.
+absl::Status CheckRmsNorm(const v1::RmsNormLayer& norm, int64_t f, const std::string& field,
+                          absl::string_view per, LayerSpec& layer) {
+  const std::span<const float> weight(norm.weight().data(), norm.weight_size());
+  if (f == 0) f = static_cast<int64_t>(weight.size());
+  if (weight.empty() || static_cast<int64_t>(weight.size()) != f) {
+    return Invalid(
+        field + ".weight",
+        absl::StrCat("has ", weight.size(), " values; must have one per ", per, " (", f, ")"));
+  }
+  if (f > kMaxDim) {
+    return Invalid(field + ".weight",
+                   absl::StrCat("has ", f, " values, more than the ", kMaxDim, " allowed"));
+  }
+  if (absl::Status s = CheckFinite(weight, field + ".weight"); !s.ok()) return s;
+  // A zero epsilon would divide a row of zeros by zero.
+  if (!std::isfinite(norm.epsilon()) || norm.epsilon() <= 0.0f) {
+    return Invalid(field + ".epsilon",
+                   absl::StrCat(norm.epsilon(), " must be finite and positive"));
+  }
+  layer.gamma.assign(weight.begin(), weight.end());
+  layer.epsilon = norm.epsilon();
+  return absl::OkStatus();
+}
+
+// The activations a layer may name.
+absl::StatusOr<Activation> CheckActivation(v1::Activation kind, const std::string& field) {
+  const std::optional<Activation> act = ActivationFromProto(kind);
+  if (!act) {
+    return Invalid(field, absl::StrCat(static_cast<int>(kind),
+                                       " is not ACTIVATION_SILU, ACTIVATION_GELU_TANH, "
+                                       "ACTIVATION_RELU or ACTIVATION_RELU_SQUARED"));
+  }
+  return *act;
+}
+
 // Checks layer `index` given its input width `features` (0: not fixed yet) and fills
 // `layer`, including its out_features.
 absl::Status CheckLayer(const v1::Layer& proto, int index, int64_t features,
@@ -143,38 +180,19 @@ absl::Status CheckLayer(const v1::Layer& proto, int index, int64_t features,
       return absl::OkStatus();
     }
     case v1::Layer::kRmsNorm: {
-      const v1::RmsNormLayer& norm = proto.rms_norm();
-      const std::span<const float> weight(norm.weight().data(), norm.weight_size());
-      const int64_t f = features != 0 ? features : static_cast<int64_t>(weight.size());
-      if (weight.empty() || static_cast<int64_t>(weight.size()) != f) {
-        return Invalid(at + ".rms_norm.weight",
-                       absl::StrCat("has ", weight.size(),
-                                    " values; must have one per input feature (", f, ")"));
-      }
-      if (f > kMaxDim) {
-        return Invalid(at + ".rms_norm.weight",
-                       absl::StrCat("has ", f, " values, more than the ", kMaxDim, " allowed"));
-      }
-      if (absl::Status s = CheckFinite(weight, at + ".rms_norm.weight"); !s.ok()) return s;
-      // A zero epsilon would divide a row of zeros by zero.
-      if (!std::isfinite(norm.epsilon()) || norm.epsilon() <= 0.0f) {
-        return Invalid(at + ".rms_norm.epsilon",
-                       absl::StrCat(norm.epsilon(), " must be finite and positive"));
+      if (absl::Status s =
+              CheckRmsNorm(proto.rms_norm(), features, at + ".rms_norm", "input feature", layer);
+          !s.ok()) {
+        return s;
       }
       layer.kind = LayerKind::kRmsNorm;
-      layer.gamma.assign(weight.begin(), weight.end());
-      layer.epsilon = norm.epsilon();
-      layer.in_features = layer.out_features = f;
+      layer.in_features = layer.out_features = static_cast<int64_t>(layer.gamma.size());
       return absl::OkStatus();
     }
     case v1::Layer::kActivation: {
-      const std::optional<Activation> act = ActivationFromProto(proto.activation().kind());
-      if (!act) {
-        return Invalid(at + ".activation.kind",
-                       absl::StrCat(static_cast<int>(proto.activation().kind()),
-                                    " is not ACTIVATION_SILU, ACTIVATION_GELU_TANH or "
-                                    "ACTIVATION_RELU"));
-      }
+      const absl::StatusOr<Activation> act =
+          CheckActivation(proto.activation().kind(), at + ".activation.kind");
+      if (!act.ok()) return act.status();
       if (features == 0) {
         return Invalid(at,
                        "an activation cannot be layer 0: the model's first layer fixes its "
@@ -213,14 +231,18 @@ absl::Status CheckLayer(const v1::Layer& proto, int index, int64_t features,
             absl::StrCat(WeightLabel(down), " needs K = ", gate.desc().shape.n, " (the gate's N)"));
       }
       if (mlp.activation() != v1::ACTIVATION_UNSPECIFIED) {
-        const std::optional<Activation> act = ActivationFromProto(mlp.activation());
-        if (!act) {
-          return Invalid(at + ".gated_mlp.activation",
-                         absl::StrCat(static_cast<int>(mlp.activation()),
-                                      " is not ACTIVATION_SILU, ACTIVATION_GELU_TANH or "
-                                      "ACTIVATION_RELU"));
-        }
+        const absl::StatusOr<Activation> act =
+            CheckActivation(mlp.activation(), at + ".gated_mlp.activation");
+        if (!act.ok()) return act.status();
         layer.gate_activation = *act;
+      }
+      if (mlp.has_sub_norm()) {
+        if (absl::Status s =
+                CheckRmsNorm(mlp.sub_norm(), gate.desc().shape.n, at + ".gated_mlp.sub_norm",
+                             "feature of act(gate) * up (the gate's N)", layer);
+            !s.ok()) {
+          return s;
+        }
       }
       layer.kind = LayerKind::kGatedMlp;
       layer.in_features = f;
@@ -332,6 +354,9 @@ void FillModelInfo(const ModelSpec& spec, bool with_params, v1::ModelInfo* info)
         out->mutable_dyt()->clear_beta();
       }
       if (out->has_rms_norm()) out->mutable_rms_norm()->clear_weight();
+      if (out->has_gated_mlp() && out->gated_mlp().has_sub_norm()) {
+        out->mutable_gated_mlp()->mutable_sub_norm()->clear_weight();
+      }
     }
   }
   info->set_token_input(spec.token_input);

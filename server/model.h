@@ -41,7 +41,8 @@ struct LayerSpec {
   std::vector<float> beta;                        // empty or in_features values
   float epsilon = 0.0f;                           // kRmsNorm
   Activation activation = Activation::kIdentity;  // kActivation
-  // kGatedMlp: act in down(act(gate(x)) * up(x)), SiLU for SwiGLU, GELU for GeGLU.
+  // kGatedMlp: act in down(act(gate(x)) * up(x)), SiLU for SwiGLU, GELU for GeGLU; its
+  // sub-norm, when gamma is set: down(rmsnorm(act(gate(x)) * up(x))), gamma [the gate's N].
   Activation gate_activation = Activation::kSilu;
   int32_t block_start = -1;  // kResidual
   int64_t in_features = 0;   // 0 for an embedding's token input

@@ -105,6 +105,10 @@ absl::StatusOr<std::vector<double>> ReferenceForRandomModel(
         c.kind = LayerKind::kGatedMlp;
         c.gate_activation =
             ActivationFromProto(l.gated_mlp().activation()).value_or(Activation::kSilu);
+        if (l.gated_mlp().has_sub_norm()) {
+          c.gamma = params(l.gated_mlp().sub_norm().weight());
+          c.epsilon = l.gated_mlp().sub_norm().epsilon();
+        }
         c.in_features = c.weights[0]->shape.k;
         c.out_features = c.weights[2]->shape.n;
         break;

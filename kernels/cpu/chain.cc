@@ -58,6 +58,9 @@ void CpuRunChain(std::span<const CpuChainLayer> layers, const int32_t* ids, cons
         CpuMatMul(*layer.weights[0], in.data(), m, gate.data(), num_threads);
         CpuMatMul(*layer.weights[1], in.data(), m, up.data(), num_threads);
         CpuGlu(layer.gate_activation, gate.data(), up.data(), m * hidden, gate.data());
+        if (layer.gamma != nullptr) {
+          CpuRmsNorm(gate.data(), m, hidden, layer.gamma, layer.epsilon, gate.data());
+        }
         CpuMatMul(*layer.weights[2], gate.data(), m, out.data(), num_threads);
         break;
       }

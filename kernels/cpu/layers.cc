@@ -23,6 +23,8 @@ float Apply(Activation act, float x) {
     case Activation::kRelu:
       // NaN stays NaN (max(NaN, 0) would hide it).
       return x < 0.0f ? 0.0f : x;
+    case Activation::kReluSquared:
+      return x < 0.0f ? 0.0f : x * x;
   }
   return x;
 }

@@ -219,6 +219,10 @@ void ChainPlan::Build() {
                            .n = hidden});
         release(gate);
         release(up);
+        if (l.gamma != nullptr) {
+          // The sub-norm, in place (an RMSNorm's writes follow its reads of the row).
+          steps_.push_back({.op = Step::Op::kRmsNorm, .layer = &l, .in = h, .out = h, .n = hidden});
+        }
         out = gemm_with_tail(2, h, nullptr, nullptr);
         release(h);
         break;
@@ -349,7 +353,7 @@ cudaError_t ChainPlan::EnqueueStep(const ChainRun& run, const Step& step) const 
                        l.alpha, l.gamma, l.beta, ResolveDType(run, step.out),
                        Resolve(run, step.out), run.stream);
     case Step::Op::kRmsNorm:
-      return LaunchRmsNorm(ResolveDType(run, step.in), Resolve(run, step.in), run.m, l.in_features,
+      return LaunchRmsNorm(ResolveDType(run, step.in), Resolve(run, step.in), run.m, step.n,
                            l.gamma, l.epsilon, ResolveDType(run, step.out), Resolve(run, step.out),
                            run.stream);
     case Step::Op::kEpilogue: {

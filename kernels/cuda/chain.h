@@ -58,7 +58,8 @@ struct ChainLayer {
   const float* beta = nullptr;                    // kDyT: fp32 [in_features] or nullptr
   float epsilon = 0.0f;                           // kRmsNorm (its weight is gamma)
   Activation activation = Activation::kIdentity;  // kActivation
-  // kGatedMlp: act in down(act(gate(x)) * up(x)), SiLU for SwiGLU, GELU for GeGLU.
+  // kGatedMlp: act in down(act(gate(x)) * up(x)), SiLU for SwiGLU, GELU for GeGLU; its
+  // sub-norm, when gamma is set: down(rmsnorm(act(gate(x)) * up(x))), gamma [the gate's N].
   Activation gate_activation = Activation::kSilu;
   int32_t block_start = -1;  // kResidual
   int64_t in_features = 0;

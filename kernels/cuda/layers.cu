@@ -50,6 +50,8 @@ __device__ __forceinline__ float Apply(Activation act, float v) {
     }
     case Activation::kRelu:
       return v < 0.0f ? 0.0f : v;  // NaN stays NaN
+    case Activation::kReluSquared:
+      return v < 0.0f ? 0.0f : v * v;
     default:
       return v;
   }

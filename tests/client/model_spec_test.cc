@@ -34,12 +34,21 @@ TEST(ModelSpecTest, ParsesEveryLayerKind) {
       {"linear": "plain"},
       {"rms_norm": {"weight": [1, 0.5], "epsilon": 1e-6}},
       {"rms_norm": {"weight": 1.25, "features": 4, "epsilon": 1e-5}},
-      {"gated_mlp": {"gate": "g", "up": "u", "down": "d", "activation": "gelu_tanh"}}
+      {"gated_mlp": {"gate": "g", "up": "u", "down": "d", "activation": "gelu_tanh"}},
+      {"gated_mlp": {"gate": "g", "up": "u", "down": "d", "activation": "relu2",
+                     "sub_norm": {"weight": [1, 2, 3], "epsilon": 1e-5}}},
+      {"activation": "relu_squared"}
     ]
   })");
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->name(), "llama-block");
-  ASSERT_EQ(r->layers_size(), 13);
+  ASSERT_EQ(r->layers_size(), 15);
+  EXPECT_FALSE(r->layers(12).gated_mlp().has_sub_norm());
+  EXPECT_EQ(r->layers(13).gated_mlp().activation(), v1::ACTIVATION_RELU_SQUARED);
+  ASSERT_EQ(r->layers(13).gated_mlp().sub_norm().weight_size(), 3);
+  EXPECT_FLOAT_EQ(r->layers(13).gated_mlp().sub_norm().weight(2), 3.0f);
+  EXPECT_FLOAT_EQ(r->layers(13).gated_mlp().sub_norm().epsilon(), 1e-5f);
+  EXPECT_EQ(r->layers(14).activation().kind(), v1::ACTIVATION_RELU_SQUARED);
   EXPECT_EQ(r->layers(2).gated_mlp().activation(), v1::ACTIVATION_UNSPECIFIED);
   EXPECT_EQ(r->layers(12).gated_mlp().activation(), v1::ACTIVATION_GELU_TANH);
   ASSERT_EQ(r->layers(10).rms_norm().weight_size(), 2);
@@ -106,13 +115,25 @@ TEST(ModelSpecTest, NamesTheBadPart) {
   ExpectBad(R"({"name": "m", "layers": [{"dyt": {"alpha": 1, "gamma": "x"}}]})",
             "must be a number, a list of numbers or a file's tensor");
   ExpectBad(R"({"name": "m", "layers": [{"activation": "tanh"}]})",
-            "\"tanh\" is not silu, gelu_tanh or relu");
+            "\"tanh\" is not silu, gelu_tanh, relu or relu2");
   ExpectBad(R"({"name": "m", "layers": [{"gated_mlp": {"gate": "a", "up": "b"}}]})",
             "layers[0].gated_mlp: needs \"down\"");
   ExpectBad(R"({"name": "m", "layers": [{"residual": "x"}]})", "needs block_start, an integer");
   ExpectBad(R"({"name": "m", "layers": [{"gated_mlp": {"gate": "a", "up": "b", "down": "c",
                                                        "activation": "swish"}}]})",
-            "layers[0].gated_mlp.activation: \"swish\" is not silu, gelu_tanh or relu");
+            "layers[0].gated_mlp.activation: \"swish\" is not silu, gelu_tanh, relu or relu2");
+  ExpectBad(R"({"name": "m", "layers": [{"gated_mlp": {"gate": "a", "up": "b", "down": "c",
+                                                       "sub_norm": [1, 2]}}]})",
+            "layers[0].gated_mlp.sub_norm: must be an object");
+  ExpectBad(R"({"name": "m", "layers": [{"gated_mlp": {"gate": "a", "up": "b", "down": "c",
+                                                       "sub_norm": {"weight": [1]}}}]})",
+            "layers[0].gated_mlp.sub_norm: needs \"epsilon\", a number");
+  ExpectBad(R"({"name": "m", "layers": [{"gated_mlp": {"gate": "a", "up": "b", "down": "c",
+                                                       "sub_norm": {"epsilon": 1e-5}}}]})",
+            "layers[0].gated_mlp.sub_norm: needs \"weight\"");
+  ExpectBad(R"({"name": "m", "layers": [{"gated_mlp": {"gate": "a", "up": "b", "down": "c",
+                                "sub_norm": {"weight": [1, "x"], "epsilon": 1e-5}}}]})",
+            "layers[0].gated_mlp.sub_norm.weight[1]: must be a number");
 }
 
 // Vectors read from a checkpoint's files, as a Llama block's RMSNorm weight is.

@@ -56,6 +56,8 @@ TEST(ReferenceActivationTest, KnownValues) {
   EXPECT_DOUBLE_EQ(ReferenceActivation(Activation::kIdentity, -3.5), -3.5);
   EXPECT_DOUBLE_EQ(ReferenceActivation(Activation::kRelu, -3.5), 0.0);
   EXPECT_DOUBLE_EQ(ReferenceActivation(Activation::kRelu, 2.0), 2.0);
+  EXPECT_DOUBLE_EQ(ReferenceActivation(Activation::kReluSquared, -3.5), 0.0);
+  EXPECT_DOUBLE_EQ(ReferenceActivation(Activation::kReluSquared, 3.5), 12.25);
   EXPECT_DOUBLE_EQ(ReferenceActivation(Activation::kSilu, 0.0), 0.0);
   EXPECT_NEAR(ReferenceActivation(Activation::kSilu, 1.0), 0.7310585786300049, 1e-15);
   EXPECT_NEAR(ReferenceActivation(Activation::kSilu, -2.0), -0.2384058440442351, 1e-15);
@@ -81,6 +83,10 @@ TEST(ReferenceGluAndAddTest, ElementWise) {
   // GeGLU (Gemma): gelu_tanh(1) = 0.8411919906082768; ReGLU.
   EXPECT_NEAR(ReferenceGlu(Activation::kGeluTanh, gate, up)[1], 2.0 * 0.8411919906082768, 1e-15);
   EXPECT_EQ(ReferenceGlu(Activation::kRelu, gate, up), (std::vector<double>{0.0, 2.0, 0.0}));
+  EXPECT_EQ(ReferenceGlu(Activation::kReluSquared, gate, up), (std::vector<double>{0.0, 2.0, 0.0}));
+  EXPECT_EQ(
+      ReferenceGlu(Activation::kReluSquared, std::vector<double>{3.0}, std::vector<double>{0.5}),
+      (std::vector<double>{4.5}));
   EXPECT_EQ(ReferenceAdd(gate, up), (std::vector<double>{5.0, 3.0, 1.0}));
 }
 

@@ -20,6 +20,15 @@ TEST(EnumConvertTest, UnspecifiedAndUnknownDTypesAreRejected) {
   EXPECT_FALSE(DTypeFromProto(static_cast<v1::DType>(-1)).has_value());
 }
 
+TEST(EnumConvertTest, Activations) {
+  EXPECT_EQ(ActivationFromProto(v1::ACTIVATION_SILU), Activation::kSilu);
+  EXPECT_EQ(ActivationFromProto(v1::ACTIVATION_GELU_TANH), Activation::kGeluTanh);
+  EXPECT_EQ(ActivationFromProto(v1::ACTIVATION_RELU), Activation::kRelu);
+  EXPECT_EQ(ActivationFromProto(v1::ACTIVATION_RELU_SQUARED), Activation::kReluSquared);
+  EXPECT_EQ(ActivationFromProto(v1::ACTIVATION_UNSPECIFIED), std::nullopt);
+  EXPECT_EQ(ActivationFromProto(static_cast<v1::Activation>(77)), std::nullopt);
+}
+
 TEST(EnumConvertTest, SchemesRoundTrip) {
   for (Scheme s : kAllSchemes) EXPECT_EQ(SchemeFromProto(SchemeToProto(s)), s);
   EXPECT_EQ(SchemeToProto(Scheme::kW2A8), v1::SCHEME_W2A8);

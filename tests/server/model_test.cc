@@ -226,8 +226,8 @@ TEST_F(ModelTest, ParametersMustHaveTheRightLengthAndBeFinite) {
   r = Request({Mlp("gate", "up", "down")});
   r.mutable_layers(0)->mutable_gated_mlp()->set_activation(static_cast<v1::Activation>(9));
   ExpectError(r, absl::StatusCode::kInvalidArgument,
-              "layers[0].gated_mlp.activation: 9 is not ACTIVATION_SILU, ACTIVATION_GELU_TANH or "
-              "ACTIVATION_RELU");
+              "layers[0].gated_mlp.activation: 9 is not ACTIVATION_SILU, ACTIVATION_GELU_TANH, "
+              "ACTIVATION_RELU or ACTIVATION_RELU_SQUARED");
 }
 
 // A gated MLP's activation: SiLU unset (SwiGLU), else the one named (GeGLU, ReGLU).
@@ -248,6 +248,55 @@ TEST_F(ModelTest, GatedMlpActivation) {
   v1::ModelInfo info;
   FillModelInfo(*spec, false, &info);
   EXPECT_EQ(info.layers(0).gated_mlp().activation(), v1::ACTIVATION_RELU);
+  EXPECT_FALSE(info.layers(0).gated_mlp().has_sub_norm());
+  EXPECT_TRUE(BackendLayers(*spec)[0].gamma.empty());
+}
+
+// BitNet b1.58 2B4T's MLP: relu2 and an RMSNorm of the product (ffn_sub_norm) over the
+// gate's N, checked as a rms_norm layer is, with the names of the gated MLP's fields.
+TEST_F(ModelTest, GatedMlpSubNorm) {
+  v1::CreateModelRequest r = Request({Mlp("gate", "up", "down")});
+  v1::GatedMlpLayer* mlp = r.mutable_layers(0)->mutable_gated_mlp();
+  mlp->set_activation(v1::ACTIVATION_RELU_SQUARED);
+  *mlp->mutable_sub_norm() = RmsNorm(256, 1e-5f).rms_norm();
+  absl::StatusOr<ModelSpec> spec = CheckModel(r, store_);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->layers[0].gate_activation, Activation::kReluSquared);
+  EXPECT_EQ(spec->layers[0].gamma.size(), 256u);
+  EXPECT_FLOAT_EQ(spec->layers[0].gamma[100], 2.0f);
+  EXPECT_FLOAT_EQ(spec->layers[0].epsilon, 1e-5f);
+  EXPECT_EQ(spec->layers[0].in_features, 64);
+  EXPECT_EQ(spec->layers[0].out_features, 64);
+  EXPECT_EQ(spec->param_bytes, 256 * 4);
+  const std::vector<ModelLayer> layers = BackendLayers(*spec);
+  EXPECT_EQ(layers[0].gamma.size(), 256u);
+  EXPECT_FLOAT_EQ(layers[0].epsilon, 1e-5f);
+  v1::ModelInfo full, brief;
+  FillModelInfo(*spec, true, &full);
+  FillModelInfo(*spec, false, &brief);
+  EXPECT_EQ(full.layers(0).gated_mlp().sub_norm().weight_size(), 256);
+  EXPECT_EQ(brief.layers(0).gated_mlp().sub_norm().weight_size(), 0);
+  EXPECT_FLOAT_EQ(brief.layers(0).gated_mlp().sub_norm().epsilon(), 1e-5f);
+  EXPECT_EQ(brief.layers(0).gated_mlp().activation(), v1::ACTIVATION_RELU_SQUARED);
+
+  // The sub-norm's width is the gate's N (256), not the layer's input (64).
+  *mlp->mutable_sub_norm() = RmsNorm(64).rms_norm();
+  ExpectError(r, absl::StatusCode::kInvalidArgument,
+              "layers[0].gated_mlp.sub_norm.weight: has 64 values; must have one per feature of "
+              "act(gate) * up (the gate's N) (256)");
+  *mlp->mutable_sub_norm() = RmsNorm(0).rms_norm();
+  ExpectError(r, absl::StatusCode::kInvalidArgument,
+              "layers[0].gated_mlp.sub_norm.weight: has 0 values");
+  for (float epsilon : {0.0f, -1.0f, std::nanf("")}) {
+    *mlp->mutable_sub_norm() = RmsNorm(256, epsilon).rms_norm();
+    ExpectError(r, absl::StatusCode::kInvalidArgument,
+                absl::StrCat("layers[0].gated_mlp.sub_norm.epsilon: ", epsilon,
+                             " must be finite and positive"));
+  }
+  *mlp->mutable_sub_norm() = RmsNorm(256).rms_norm();
+  mlp->mutable_sub_norm()->set_weight(255, std::numeric_limits<float>::infinity());
+  ExpectError(r, absl::StatusCode::kInvalidArgument,
+              "layers[0].gated_mlp.sub_norm.weight[255] = inf is not finite");
 }
 
 // A Llama MLP block as Llama has it: RMSNorm, the gated MLP, the residual.

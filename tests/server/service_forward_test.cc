@@ -212,6 +212,64 @@ TEST_F(ServiceForwardTest, TokenInputAndStream) {
   EXPECT_TRUE(stream->Finish().ok());
 }
 
+// BitNet b1.58 2B4T's MLP block, every weight ternary: RMSNorm, the gated MLP with relu2
+// and its sub-norm (ffn_sub_norm) over the 384 intermediate features, the residual.
+TEST_F(ServiceForwardTest, BitNetMlpBlockWithItsSubNorm) {
+  const PackedWeight* gate = Upload("bitnet/gate", Scheme::kW2A8, {384, 128, 0}, 11);
+  const PackedWeight* up = Upload("bitnet/up", Scheme::kW2A8, {384, 128, 0}, 12);
+  const PackedWeight* down = Upload("bitnet/down", Scheme::kW2A8, {128, 384, 0}, 13);
+  std::vector<float> norm(128), sub_norm(384);
+  for (int i = 0; i < 128; ++i) norm[i] = 0.75f + 0.005f * static_cast<float>(i);
+  for (int i = 0; i < 384; ++i) sub_norm[i] = 1.25f - 0.002f * static_cast<float>(i);
+  v1::CreateModelRequest r;
+  r.set_name("bitnet");
+  v1::RmsNormLayer* input_norm = r.add_layers()->mutable_rms_norm();
+  input_norm->set_epsilon(1e-5f);
+  input_norm->mutable_weight()->Add(norm.begin(), norm.end());
+  v1::GatedMlpLayer* mlp = r.add_layers()->mutable_gated_mlp();
+  mlp->set_gate("bitnet/gate");
+  mlp->set_up("bitnet/up");
+  mlp->set_down("bitnet/down");
+  mlp->set_activation(v1::ACTIVATION_RELU_SQUARED);
+  mlp->mutable_sub_norm()->set_epsilon(1e-6f);
+  mlp->mutable_sub_norm()->mutable_weight()->Add(sub_norm.begin(), sub_norm.end());
+  r.add_layers()->mutable_residual()->set_block_start(0);
+  v1::ModelInfo info;
+  const grpc::Status created = Create(r, &info);
+  ASSERT_TRUE(created.ok()) << created.error_message();
+  EXPECT_EQ(info.param_bytes(), (128 + 384) * 4);
+  EXPECT_EQ(info.layers(1).gated_mlp().sub_norm().weight_size(), 0);  // as ListModels
+  grpc::ClientContext get_context;
+  v1::GetModelRequest get;
+  get.set_name("bitnet");
+  ASSERT_TRUE(server_.stub->GetModel(&get_context, get, &info).ok());
+  EXPECT_EQ(info.layers(1).gated_mlp().sub_norm().weight_size(), 384);
+  EXPECT_FLOAT_EQ(info.layers(1).gated_mlp().sub_norm().epsilon(), 1e-6f);
+  const std::vector<CpuChainLayer> ref = {
+      {.kind = LayerKind::kRmsNorm,
+       .gamma = norm.data(),
+       .epsilon = 1e-5f,
+       .in_features = 128,
+       .out_features = 128},
+      {.kind = LayerKind::kGatedMlp,
+       .weights = {gate, up, down},
+       .gamma = sub_norm.data(),
+       .epsilon = 1e-6f,
+       .gate_activation = Activation::kReluSquared,
+       .in_features = 128,
+       .out_features = 128},
+      {.kind = LayerKind::kResidual, .block_start = 0, .in_features = 128, .out_features = 128},
+  };
+  for (int64_t m : {1, 5}) {
+    const std::vector<float> x = RandomFloats(m * 128, static_cast<uint32_t>(40 + m));
+    v1::ForwardResponse response;
+    const grpc::Status status = Forward(FloatRequest("bitnet", DType::kF32, m, 128, x), &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    ExpectClose(FromBytes(DType::kF32, response.output().data()), ReferenceChain(ref, {}, x, m),
+                3e-3, DType::kF32, absl::StrCat("bitnet m", m));
+  }
+}
+
 TEST_F(ServiceForwardTest, AFailedStreamRequestEndsTheStreamWithItsStatus) {
   CreateBlock("block", false);
   grpc::ClientContext context;

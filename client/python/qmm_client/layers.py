@@ -11,6 +11,7 @@ ACTIVATIONS = {
     "silu": qmm_pb2.ACTIVATION_SILU,
     "gelu_tanh": qmm_pb2.ACTIVATION_GELU_TANH,
     "relu": qmm_pb2.ACTIVATION_RELU,
+    "relu2": qmm_pb2.ACTIVATION_RELU_SQUARED,
 }
 
 
@@ -37,19 +38,24 @@ def rms_norm(weight, epsilon):
 
 
 def activation(kind):
-    """Element-wise "silu", "gelu_tanh" or "relu"."""
+    """Element-wise "silu", "gelu_tanh", "relu" or "relu2" (max(x, 0)^2)."""
     if kind not in ACTIVATIONS:
         raise ValueError(f"activation {kind!r} is not one of {sorted(ACTIVATIONS)}")
     return qmm_pb2.Layer(activation=qmm_pb2.ActivationLayer(kind=ACTIVATIONS[kind]))
 
 
-def gated_mlp(gate, up, down, activation="silu"):
+def gated_mlp(gate, up, down, activation="silu", sub_norm=None):
     """down(act(gate(x)) * up(x)): SwiGLU with "silu" (Llama), GeGLU with "gelu_tanh"
-    (Gemma), ReGLU with "relu"."""
+    (Gemma), ReGLU with "relu". sub_norm, a pair (weight, epsilon), normalizes
+    act(gate(x)) * up(x) before down: BitNet b1.58's MLP is activation="relu2" with its
+    ffn_sub_norm."""
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation {activation!r} is not one of {sorted(ACTIVATIONS)}")
-    return qmm_pb2.Layer(gated_mlp=qmm_pb2.GatedMlpLayer(gate=gate, up=up, down=down,
-                                                         activation=ACTIVATIONS[activation]))
+    mlp = qmm_pb2.GatedMlpLayer(gate=gate, up=up, down=down, activation=ACTIVATIONS[activation])
+    if sub_norm is not None:
+        weight, epsilon = sub_norm
+        mlp.sub_norm.CopyFrom(qmm_pb2.RmsNormLayer(weight=_floats(weight), epsilon=epsilon))
+    return qmm_pb2.Layer(gated_mlp=mlp)
 
 
 def residual(block_start):

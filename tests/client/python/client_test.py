@@ -343,6 +343,18 @@ class ServerTest(unittest.TestCase):
             np.testing.assert_allclose(self.client.forward("py.glu", x), (act * up) @ wd.T,
                                        rtol=1e-4, atol=1e-4)
             self.client.delete_model("py.glu")
+        # BitNet b1.58's MLP: relu2, then the product's RMSNorm (ffn_sub_norm) before down.
+        sub = RNG.uniform(0.5, 1.5, 64).astype(np.float32)
+        self.client.create_model("py.bitnet", [layers.gated_mlp("py.g", "py.u", "py.d", "relu2",
+                                                                sub_norm=(sub, 1e-6))])
+        info = self.client.get_model("py.bitnet")
+        self.assertEqual(info.layers[0].gated_mlp.activation, layers.ACTIVATIONS["relu2"])
+        self.assertEqual(len(info.layers[0].gated_mlp.sub_norm.weight), 64)
+        h = np.maximum(gate, 0) ** 2 * up
+        h = sub * h / np.sqrt(np.mean(h * h, axis=1, keepdims=True) + 1e-6)
+        np.testing.assert_allclose(self.client.forward("py.bitnet", x), h @ wd.T, rtol=1e-4,
+                                   atol=1e-4)
+        self.client.delete_model("py.bitnet")
         with self.assertRaisesRegex(ValueError, "activation 'swish' is not one of"):
             layers.gated_mlp("py.g", "py.u", "py.d", "swish")
 

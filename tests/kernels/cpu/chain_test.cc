@@ -78,6 +78,14 @@ class ChainTest : public ::testing::Test {
             .in_features = gate->shape.k,
             .out_features = down->shape.n};
   }
+  // BitNet b1.58's MLP: down(sub_norm(relu2(gate(x)) * up(x))).
+  CpuChainLayer SubNormMlp(const PackedWeight* gate, const PackedWeight* up,
+                           const PackedWeight* down) {
+    CpuChainLayer l = Mlp(gate, up, down, Activation::kReluSquared);
+    l.gamma = Params(gate->shape.n, 1.0f, 0.3f);
+    l.epsilon = 1e-5f;
+    return l;
+  }
   static CpuChainLayer Residual(int32_t start, int64_t f) {
     return {
         .kind = LayerKind::kResidual, .block_start = start, .in_features = f, .out_features = f};
@@ -148,11 +156,16 @@ TEST_F(ChainTest, EachOtherLayerKind) {
     for (Activation a : {Activation::kSilu, Activation::kGeluTanh, Activation::kRelu}) {
       ExpectChain({DyT(64, true), Act(a, 64)}, m, 1e-4, std::string(ActivationName(a)));
     }
-    for (Activation a : {Activation::kSilu, Activation::kGeluTanh, Activation::kRelu}) {
+    for (Activation a :
+         {Activation::kSilu, Activation::kGeluTanh, Activation::kRelu, Activation::kReluSquared}) {
       ExpectChain({Mlp(Weight(Scheme::kW4A16, 192, 128, 128), Weight(Scheme::kW4A16, 192, 128, 128),
                        Weight(Scheme::kW8A16, 72, 192), a)},
                   m, 1e-4, "gated mlp " + std::string(ActivationName(a)));
     }
+    ExpectChain(
+        {SubNormMlp(Weight(Scheme::kW4A16, 192, 128, 128), Weight(Scheme::kW4A16, 192, 128, 128),
+                    Weight(Scheme::kW8A16, 72, 192))},
+        m, 1e-4, "gated mlp with a sub-norm");
     ExpectChain({DyT(64, false), Residual(0, 64)}, m, 1e-4, "residual");
     ExpectChain({RmsNorm(96)}, m, 1e-4, "rms_norm");
     ExpectChain({Embedding(Weight(Scheme::kBf16, 50, 48))}, m, 1e-4, "embedding");
@@ -173,6 +186,12 @@ TEST_F(ChainTest, MixedChains) {
                  RmsNorm(128), Mlp(gate, up, down), Residual(4, 128),
                  Act(Activation::kGeluTanh, 128), Linear(head, true)},
                 m, 3e-3, "llama-style m" + std::to_string(m));
+    // BitNet b1.58 2B4T's MLP block, every weight ternary.
+    ExpectChain({RmsNorm(128),
+                 SubNormMlp(Weight(Scheme::kW2A8, 384, 128), Weight(Scheme::kW2A8, 384, 128),
+                            Weight(Scheme::kW2A8, 128, 384)),
+                 Residual(0, 128)},
+                m, 3e-3, "bitnet m" + std::to_string(m));
     // Nested residuals without quantized activations, blocks sharing a start.
     const PackedWeight* a = Weight(Scheme::kBf16, 128, 128);
     const PackedWeight* b = Weight(Scheme::kW4A16, 128, 128, 0);

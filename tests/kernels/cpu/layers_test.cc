@@ -128,8 +128,8 @@ TEST(CpuRmsNormTest, MatchesReference) {
 
 TEST(CpuBiasActivationTest, EveryActivationWithAndWithoutBias) {
   std::mt19937 rng(4);
-  for (Activation act :
-       {Activation::kIdentity, Activation::kSilu, Activation::kGeluTanh, Activation::kRelu}) {
+  for (Activation act : {Activation::kIdentity, Activation::kSilu, Activation::kGeluTanh,
+                         Activation::kRelu, Activation::kReluSquared}) {
     for (bool with_bias : {true, false}) {
       const int64_t m = 5;
       const int64_t n = 33;
@@ -161,16 +161,33 @@ TEST(CpuBiasActivationTest, ExtremeInputsStayFinite) {
 
 TEST(CpuBiasActivationTest, ReluKeepsNaN) {
   const float x = kNaN;
-  float y = 0.0f;
-  CpuBiasActivation(Activation::kRelu, &x, nullptr, 1, 1, &y);
-  EXPECT_TRUE(std::isnan(y));
+  for (Activation act : {Activation::kRelu, Activation::kReluSquared}) {
+    float y = 0.0f;
+    CpuBiasActivation(act, &x, nullptr, 1, 1, &y);
+    EXPECT_TRUE(std::isnan(y)) << ActivationName(act);
+  }
+}
+
+// Squared, large inputs reach fp32's top (and overflow to inf, as the square does), and
+// negative ones of any size give 0.
+TEST(CpuBiasActivationTest, ReluSquaredAtTheEnds) {
+  const std::vector<float> x = {-1e30f, -0.0f, 1e-20f, 1e19f, 2e19f};
+  std::vector<float> y(x.size(), kNaN);
+  CpuBiasActivation(Activation::kReluSquared, x.data(), nullptr, 1, static_cast<int64_t>(x.size()),
+                    y.data());
+  EXPECT_EQ(y[0], 0.0f);
+  EXPECT_EQ(y[1], 0.0f);
+  EXPECT_FLOAT_EQ(y[2], 1e-40f);
+  EXPECT_FLOAT_EQ(y[3], 1e38f);
+  EXPECT_TRUE(std::isinf(y[4]));
 }
 
 TEST(CpuGluTest, MatchesReferenceForEachActivation) {
   std::mt19937 rng(5);
   const std::vector<float> gate = Random(3 * 41, rng, 3.0f);
   const std::vector<float> up = Random(3 * 41, rng, 1.0f);
-  for (Activation act : {Activation::kSilu, Activation::kGeluTanh, Activation::kRelu}) {
+  for (Activation act :
+       {Activation::kSilu, Activation::kGeluTanh, Activation::kRelu, Activation::kReluSquared}) {
     std::vector<float> y(gate.size(), kNaN);
     CpuGlu(act, gate.data(), up.data(), static_cast<int64_t>(y.size()), y.data());
     const std::vector<double> want = ReferenceGlu(act, ToDouble(gate), ToDouble(up));

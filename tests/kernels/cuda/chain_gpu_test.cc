@@ -216,6 +216,14 @@ class ChainGpuTest : public ::testing::Test {
     t.gpu.out_features = out;
     return t;
   }
+  // `mlp` with a sub-norm of its product (BitNet b1.58's ffn_sub_norm).
+  TwinLayer WithSubNorm(TwinLayer mlp) {
+    const auto [wh, wd] = Params(mlp.cpu.weights[0]->shape.n, 1.0f, 0.3f);
+    mlp.cpu.gamma = wh;
+    mlp.gpu.gamma = wd;
+    mlp.cpu.epsilon = mlp.gpu.epsilon = 1e-5f;
+    return mlp;
+  }
   TwinLayer Embedding(Scheme scheme, int64_t vocab, int64_t dim) {
     auto [host, device] = Weight(scheme, vocab, dim);
     TwinLayer t;
@@ -368,20 +376,36 @@ TEST_F(ChainGpuTest, EachOtherLayerKind) {
                          Residual(0, 256)},
                         "llama rms_norm block"),
             3);
-  for (Activation a : {Activation::kSilu, Activation::kGeluTanh, Activation::kRelu}) {
+  for (Activation a :
+       {Activation::kSilu, Activation::kGeluTanh, Activation::kRelu, Activation::kReluSquared}) {
     ExpectChain({DyT(256, true), Act(a, 256)}, std::string(ActivationName(a)));
   }
   ExpectChain({Mlp(Scheme::kW4A16, Scheme::kW4A16, 256, 768, 256)}, "gated mlp W4A16");
   // A hidden size of a partial strip and group through the SwiGLU kernel.
   ExpectChain({Mlp(Scheme::kW4A16, Scheme::kFp16, 256, 200, 256)}, "gated mlp W4A16/FP16");
   ExpectChain({Mlp(Scheme::kW8A16, Scheme::kW2A8, 256, 512, 384)}, "gated mlp W8A16/W2A8");
-  // GeGLU (Gemma) and ReGLU: the unfused gate and up, then their product's epilogue.
-  for (Activation a : {Activation::kGeluTanh, Activation::kRelu}) {
+  // GeGLU (Gemma), ReGLU and relu2 (BitNet): the unfused gate and up, then their
+  // product's epilogue.
+  for (Activation a : {Activation::kGeluTanh, Activation::kRelu, Activation::kReluSquared}) {
     ExpectChain({Mlp(Scheme::kW4A16, Scheme::kW4A16, 256, 768, 256, false, false, a)},
                 "gated mlp W4A16 " + std::string(ActivationName(a)));
     ExpectChain({Mlp(Scheme::kW8A16, Scheme::kW2A8, 256, 512, 384, false, false, a)},
                 "gated mlp W8A16/W2A8 " + std::string(ActivationName(a)));
   }
+  // A sub-norm normalizes the product in place before down: one launch more, after the
+  // fused SwiGLU too.
+  EXPECT_EQ(
+      ExpectChain({RmsNorm(256), WithSubNorm(Mlp(Scheme::kW4A16, Scheme::kW4A16, 256, 512, 256)),
+                   Residual(0, 256)},
+                  "llama block with a sub-norm"),
+      4);
+  // BitNet b1.58 2B4T's MLP block: every weight ternary, relu2, the sub-norm over a hidden
+  // size of 640 (not a power of two).
+  ExpectChain({RmsNorm(256),
+               WithSubNorm(Mlp(Scheme::kW2A8, Scheme::kW2A8, 256, 640, 256, false, false,
+                               Activation::kReluSquared)),
+               Residual(0, 256)},
+              "bitnet block");
   ExpectChain({DyT(256, false), Residual(0, 256)}, "residual");
   ExpectChain({Embedding(Scheme::kBf16, 300, 128)}, "embedding bf16");
   ExpectChain({Embedding(Scheme::kFp16, 300, 128)}, "embedding fp16");

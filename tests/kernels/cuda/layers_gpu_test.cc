@@ -188,8 +188,8 @@ TEST(DyTGpuTest, MatchesCpuAndReferenceForEveryDTypePair) {
 TEST(EpilogueGpuTest, EveryPartAndDTypeAgainstCpuKernels) {
   std::mt19937_64 rng(14);
   const int64_t m = 5, n = 1000;
-  for (Activation act :
-       {Activation::kIdentity, Activation::kSilu, Activation::kGeluTanh, Activation::kRelu}) {
+  for (Activation act : {Activation::kIdentity, Activation::kSilu, Activation::kGeluTanh,
+                         Activation::kRelu, Activation::kReluSquared}) {
     for (DType x_dtype : kDTypes) {
       for (DType y_dtype : kDTypes) {
         for (int parts = 0; parts < 8; ++parts) {
