@@ -5,10 +5,10 @@
 // All math is fp32 whatever the storage dtype (kF32, kF16 or kBF16, chosen per pointer at
 // run time: these kernels are memory-bound and tiny at decode sizes, so a uniform branch
 // per element costs nothing next to the launch; RMSNorm alone takes its input's type as a
-// template, so that a thread's loads of its row issue together). Rounding to a 16-bit dtype is to
-// nearest even, once, at the store. Every function enqueues on `stream`, never synchronizes, and
-// returns the launch error (cudaErrorInvalidValue for a bad argument); zero rows or
-// elements enqueue nothing. Device pointers throughout.
+// template, so that a thread's loads of its row issue together). Rounding to a 16-bit
+// dtype is to nearest even, once, at the store. Every function enqueues on `stream`, never
+// synchronizes, and returns the launch error (cudaErrorInvalidValue for a bad argument);
+// zero rows or elements enqueue nothing. Device pointers throughout.
 #ifndef QMM_KERNELS_CUDA_LAYERS_H_
 #define QMM_KERNELS_CUDA_LAYERS_H_
 
