@@ -34,7 +34,7 @@ using cuda::ChainRun;
 using cuda::ChainWeight;
 
 constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
-// Llama-3-8B's rms_norm_eps.
+// Llama-3-8B's and BitNet b1.58 2B4T's rms_norm_eps.
 constexpr float kEpsilon = 1e-5f;
 
 // Device allocations freed together when the benchmark ends.
@@ -128,7 +128,11 @@ class BlockBench {
  public:
   BlockBench(const ForwardBenchOptions& o, Scheme scheme, cudaStream_t stream,
              cublasHandle_t cublas)
-      : o_(o), scheme_(scheme), stream_(stream), cublas_(cublas) {}
+      : o_(o),
+        scheme_(scheme),
+        act_(o.bitnet ? Activation::kReluSquared : Activation::kSilu),
+        stream_(stream),
+        cublas_(cublas) {}
 
   absl::Status Setup() {
     ops_ = cuda::FindKernel(scheme_);
@@ -148,6 +152,15 @@ class BlockBench {
     absl::StatusOr<void*> d_norm = mem_.Upload(norm.data(), norm.size() * 4);
     if (!d_norm.ok()) return d_norm.status();
     norm_ = static_cast<const float*>(*d_norm);
+    if (o_.bitnet) {
+      std::vector<float> sub_norm(o_.intermediate);
+      for (int64_t i = 0; i < o_.intermediate; ++i) {
+        sub_norm[i] = 0.75f + static_cast<float>(i % 5) / 8.0f;
+      }
+      absl::StatusOr<void*> d_sub = mem_.Upload(sub_norm.data(), sub_norm.size() * 4);
+      if (!d_sub.ok()) return d_sub.status();
+      sub_norm_ = static_cast<const float*>(*d_sub);
+    }
     for (int c = 0; c < o_.copies; ++c) {
       std::array<ChainWeight, 3> set;
       for (int w = 0; w < 3; ++w) {
@@ -163,6 +176,9 @@ class BlockBench {
       layers[0].in_features = layers[0].out_features = o_.hidden;
       layers[1].kind = LayerKind::kGatedMlp;
       for (int w = 0; w < 3; ++w) layers[1].weights[w] = set[w];
+      layers[1].gate_activation = act_;
+      layers[1].gamma = sub_norm_;
+      layers[1].epsilon = kEpsilon;
       layers[1].in_features = layers[1].out_features = o_.hidden;
       layers[2].kind = LayerKind::kResidual;
       layers[2].block_start = 0;
@@ -222,13 +238,13 @@ class BlockBench {
          }},
         {"gate", [&](int i) { return gemm(i, 0, *xn, *g); }},
         {"up", [&](int i) { return gemm(i, 1, *xn, *u); }},
-        {"silu_mul",
+        {std::string(ActivationName(act_)) + "_mul",
          [&](int) {
            return cuda::LaunchEpilogue({.x_dtype = DType::kF32,
                                         .x = *g,
                                         .m = m,
                                         .n = inter,
-                                        .act = Activation::kSilu,
+                                        .act = act_,
                                         .up_dtype = DType::kF32,
                                         .up = *u,
                                         .y_dtype = DType::kF16,
@@ -249,6 +265,13 @@ class BlockBench {
                                        stream_);
          }},
     };
+    if (sub_norm_ != nullptr) {
+      kernels.insert(kernels.begin() + 4, {"sub_norm", [&](int) {
+                                             return cuda::LaunchRmsNorm(DType::kF16, *hid, m, inter,
+                                                                        sub_norm_, kEpsilon,
+                                                                        DType::kF16, *hid, stream_);
+                                           }});
+    }
     // Where the plan fuses (ChainPlan), so does this: the down matmul adds the residual
     // itself, and gate, up and their product are one SwiGLU launch.
     if (ops_->takes_residual) {
@@ -260,7 +283,7 @@ class BlockBench {
         return ops_->launch(a);
       });
     }
-    if (ops_->launch_swiglu != nullptr && m <= ops_->swiglu_max_m) {
+    if (ops_->launch_swiglu != nullptr && m <= ops_->swiglu_max_m && act_ == Activation::kSilu) {
       kernels.erase(kernels.begin() + 1, kernels.begin() + 4);
       kernels.insert(kernels.begin() + 1, {"swiglu", [&](int i) {
                                              return ops_->launch_swiglu(
@@ -321,12 +344,14 @@ class BlockBench {
  private:
   const ForwardBenchOptions& o_;
   const Scheme scheme_;
+  const Activation act_;  // the gate's
   cudaStream_t stream_;
   cublasHandle_t cublas_;
   const cuda::KernelOps* ops_ = nullptr;
   WeightShape up_shape_, down_shape_;
   DeviceArena mem_;
-  const float* norm_ = nullptr;  // the RMSNorm's weight
+  const float* norm_ = nullptr;      // the RMSNorm's weight
+  const float* sub_norm_ = nullptr;  // BitNet's ffn_sub_norm weight, or nullptr
   std::vector<std::array<ChainWeight, 3>> weights_;
   std::vector<std::unique_ptr<ChainPlan>> plans_;
 };
@@ -352,12 +377,22 @@ absl::Status RunForwardBench(const ForwardBenchOptions& o) {
     return absl::InternalError("cannot create a cuBLAS handle");
   }
 
-  std::printf("Llama-3-8B MLP block on %s: RMSNorm -> SwiGLU %lld -> 2x%lld -> %lld -> residual\n",
-              prop.name, static_cast<long long>(o.hidden), static_cast<long long>(o.intermediate),
-              static_cast<long long>(o.hidden));
+  const Scheme quantized = o.bitnet ? Scheme::kW2A8 : Scheme::kW4A16;
+  if (o.bitnet) {
+    std::printf(
+        "BitNet b1.58 2B4T MLP block on %s: RMSNorm -> relu2 GLU %lld -> 2x%lld -> sub-norm -> "
+        "%lld -> residual\n",
+        prop.name, static_cast<long long>(o.hidden), static_cast<long long>(o.intermediate),
+        static_cast<long long>(o.hidden));
+  } else {
+    std::printf(
+        "Llama-3-8B MLP block on %s: RMSNorm -> SwiGLU %lld -> 2x%lld -> %lld -> residual\n",
+        prop.name, static_cast<long long>(o.hidden), static_cast<long long>(o.intermediate),
+        static_cast<long long>(o.hidden));
+  }
   std::vector<Result> results;
   absl::Status status;
-  for (Scheme scheme : {Scheme::kW4A16, Scheme::kFp16}) {
+  for (Scheme scheme : {quantized, Scheme::kFp16}) {
     BlockBench bench(o, scheme, stream, cublas);
     status = bench.Setup();
     for (int64_t m : o.ms) {
@@ -385,7 +420,9 @@ absl::Status RunForwardBench(const ForwardBenchOptions& o) {
   nlohmann::json json;
   json["command"] = o.command;
   json["device"] = prop.name;
-  json["block"] = {{"hidden", o.hidden}, {"intermediate", o.intermediate}};
+  json["block"] = {{"name", o.bitnet ? "bitnet" : "llama"},
+                   {"hidden", o.hidden},
+                   {"intermediate", o.intermediate}};
   for (const Result& r : results) {
     nlohmann::json row = {{"scheme", r.scheme},
                           {"m", r.m},
@@ -397,12 +434,14 @@ absl::Status RunForwardBench(const ForwardBenchOptions& o) {
     for (const auto& [name, us] : r.alone) row["alone_us"][name] = us;
     json["results"].push_back(row);
   }
-  for (const Result& w4 : results) {
+  const std::string quantized_name(SchemeName(quantized));
+  for (const Result& q : results) {
     for (const Result& fp16 : results) {
-      if (w4.scheme == "W4A16" && fp16.scheme == "FP16" && w4.m == fp16.m) {
-        std::printf("M=%lld: W4A16 forward %.2fx faster than the cuBLAS fp16 block\n",
-                    static_cast<long long>(w4.m), fp16.forward_us / w4.forward_us);
-        json["speedup_vs_fp16"][std::to_string(w4.m)] = fp16.forward_us / w4.forward_us;
+      if (q.scheme == quantized_name && fp16.scheme == "FP16" && q.m == fp16.m) {
+        std::printf("M=%lld: %s forward %.2fx faster than the cuBLAS fp16 block\n",
+                    static_cast<long long>(q.m), quantized_name.c_str(),
+                    fp16.forward_us / q.forward_us);
+        json["speedup_vs_fp16"][std::to_string(q.m)] = fp16.forward_us / q.forward_us;
       }
     }
   }

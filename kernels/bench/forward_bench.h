@@ -1,6 +1,8 @@
 // qmm-forward-bench: the Forward target of issue 7 on a Llama-3-8B-shaped MLP block,
 // RMSNorm -> SwiGLU (gate, up: 4096 -> 14336; down: 14336 -> 4096) -> residual, at decode
-// sizes (DyT in its place until session 66).
+// sizes (DyT in its place until session 66). With `bitnet`, BitNet b1.58 2B4T's block
+// instead: ternary weights (W2A8), relu2 for SiLU and the product's RMSNorm (ffn_sub_norm)
+// before down, 2560 -> 6912 -> 2560 unless hidden and intermediate say otherwise.
 //
 // Three numbers per (scheme, M), all medians:
 // - "alone": each of the block's kernels timed by itself (the launches the chain plan
@@ -13,8 +15,8 @@
 //   in it may start during the one before it (cuda/dependent_launch.h); "serialized" is
 //   the same graph captured with that off.
 // - "eager": the same block enqueued kernel by kernel (the backend's first run of a shape).
-// The block runs with W4A16 weights (the target) and FP16 weights through cuBLAS (the
-// baseline); the report gives forward / sum(alone) and fp16 forward / W4A16 forward.
+// The block runs with W4A16 (BitNet: W2A8) weights and FP16 weights through cuBLAS (the
+// baseline); the report gives forward / sum(alone) and fp16 forward / quantized forward.
 #ifndef QMM_KERNELS_BENCH_FORWARD_BENCH_H_
 #define QMM_KERNELS_BENCH_FORWARD_BENCH_H_
 
@@ -28,10 +30,11 @@ namespace qmm::bench {
 
 struct ForwardBenchOptions {
   int device = 0;
+  bool bitnet = false;
   int64_t hidden = 4096;
   int64_t intermediate = 14336;
   std::vector<int64_t> ms = {1, 16};
-  int copies = 3;         // weight sets rotated over (each block is > 80 MB at W4A16)
+  int copies = 3;         // weight sets rotated over (Llama's block is > 80 MB at W4A16)
   int iters = 200;        // timed runs per number
   int graph_batch = 48;   // launches per graph for the "alone" numbers
   std::string json_path;  // empty: no JSON

@@ -13,18 +13,24 @@
 #include "kernels/bench/forward_bench.h"
 
 ABSL_FLAG(int, device, 0, "CUDA device ordinal");
-ABSL_FLAG(int64_t, hidden, 4096, "the block's input and output features");
-ABSL_FLAG(int64_t, intermediate, 14336, "the SwiGLU's inner features");
+ABSL_FLAG(std::string, block, "llama",
+          "llama (Llama-3-8B's MLP block, W4A16) or bitnet (BitNet b1.58 2B4T's, W2A8 with "
+          "relu2 and its ffn_sub_norm)");
+ABSL_FLAG(int64_t, hidden, 0, "the block's input and output features (0: the block's own)");
+ABSL_FLAG(int64_t, intermediate, 0, "the MLP's inner features (0: the block's own)");
 ABSL_FLAG(std::string, m, "1,16", "comma-separated row counts M");
-ABSL_FLAG(int, copies, 3, "weight sets rotated over, so that weights stream from HBM");
+ABSL_FLAG(int, copies, 0,
+          "weight sets rotated over, so that weights stream from HBM (0: 3 for llama's "
+          "116 MB at W4A16, 16 for bitnet's 13 MB at W2A8)");
 ABSL_FLAG(int, iters, 200, "timed runs per number (the median is reported)");
 ABSL_FLAG(int, graph_batch, 48, "launches per graph for the kernels-alone numbers");
 ABSL_FLAG(std::string, json, "", "write the results to this JSON file");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "Times the Llama-3-8B MLP block through qmm's chain runner: W4A16 vs cuBLAS fp16, "
-      "and against the sum of its kernels alone.");
+      "Times an LLM's MLP block through qmm's chain runner (Llama-3-8B's with W4A16 weights, "
+      "or BitNet b1.58 2B4T's with W2A8) against cuBLAS fp16, and against the sum of its "
+      "kernels alone.");
   const std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() > 1) {
     std::cerr << "qmm-forward-bench: unexpected argument " << args[1] << "\n";
@@ -33,9 +39,18 @@ int main(int argc, char** argv) {
   qmm::bench::ForwardBenchOptions o;
   o.command = absl::StrJoin(argv, argv + argc, " ");
   o.device = absl::GetFlag(FLAGS_device);
+  const std::string block = absl::GetFlag(FLAGS_block);
+  if (block != "llama" && block != "bitnet") {
+    std::cerr << "qmm-forward-bench: --block is llama or bitnet, not " << block << "\n";
+    return 1;
+  }
+  o.bitnet = block == "bitnet";
   o.hidden = absl::GetFlag(FLAGS_hidden);
+  if (o.hidden == 0) o.hidden = o.bitnet ? 2560 : 4096;
   o.intermediate = absl::GetFlag(FLAGS_intermediate);
+  if (o.intermediate == 0) o.intermediate = o.bitnet ? 6912 : 14336;
   o.copies = absl::GetFlag(FLAGS_copies);
+  if (o.copies == 0) o.copies = o.bitnet ? 16 : 3;
   o.iters = absl::GetFlag(FLAGS_iters);
   o.graph_batch = absl::GetFlag(FLAGS_graph_batch);
   o.json_path = absl::GetFlag(FLAGS_json);

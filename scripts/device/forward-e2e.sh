@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # On the GPU machine: issue 7's block through the real server. Uploads a Llama-3-8B MLP
-# block (W4A16, packed here), creates the model, and runs Forward at M = 1 and 4 with
-# qmmctl, each result checked against the float64 reference of the whole block; qmmctl
-# prints the server-side compute time.
+# block (W4A16, packed here) and BitNet b1.58 2B4T's (W2A8, relu2 and its sub-norm),
+# creates the models, and runs Forward at M = 1 and 4 with qmmctl, each result checked
+# against the float64 reference of the whole block; qmmctl prints the server-side compute
+# time.
 #   usage: forward-e2e.sh BIN_DIR WORK_DIR
 set -euo pipefail
 bin=$1
@@ -28,9 +29,22 @@ cat >"$work/llama-mlp.json" <<'JSON'
   {"residual": 0}]}
 JSON
 ctl create-model "$work/llama-mlp.json"
+ctl upload --name=b1 --scheme=w2a8 --random --n=6912 --k=2560 --seed=11 --pack_locally
+ctl upload --name=b3 --scheme=w2a8 --random --n=6912 --k=2560 --seed=13 --pack_locally
+ctl upload --name=b2 --scheme=w2a8 --random --n=2560 --k=6912 --seed=12 --pack_locally
+cat >"$work/bitnet-mlp.json" <<'JSON'
+{"name": "bitnet-mlp", "layers": [
+  {"rms_norm": {"weight": 1.5, "features": 2560, "epsilon": 1e-5}},
+  {"gated_mlp": {"gate": "b1", "up": "b3", "down": "b2", "activation": "relu2",
+                 "sub_norm": {"weight": 0.75, "features": 6912, "epsilon": 1e-5}}},
+  {"residual": 0}]}
+JSON
+ctl create-model "$work/bitnet-mlp.json"
 for m in 1 4; do
   ctl forward --model=llama-mlp --random --m=$m --dtype=fp16 --repeat=200 \
     --verify_seeds=w1=1,w3=3,w2=2
+  ctl forward --model=bitnet-mlp --random --m=$m --dtype=bf16 --repeat=200 \
+    --verify_seeds=b1=11,b3=13,b2=12
 done
 kill -TERM "$pid"
 wait "$pid"

@@ -158,5 +158,43 @@ TEST_F(ForwardEndToEndTest, LlamaBlockVerifies) {
   EXPECT_EQ(wrong.exit_code, 1) << wrong.output;
 }
 
+// BitNet b1.58 2B4T's MLP block: ternary weights, relu2, and the product's RMSNorm
+// (ffn_sub_norm, over the 640 intermediate features) read from a checkpoint-like file.
+TEST_F(ForwardEndToEndTest, BitNetBlockWithItsSubNormVerifies) {
+  Ok({"upload", "--name=gate", "--scheme=w2a8", "--random", "--n=640", "--k=256", "--seed=2"});
+  Ok({"upload", "--name=up", "--scheme=w2a8", "--random", "--n=640", "--k=256", "--seed=3"});
+  Ok({"upload", "--name=down", "--scheme=w2a8", "--random", "--n=256", "--k=640", "--seed=4"});
+  std::vector<float> sub_norm(640);
+  for (size_t i = 0; i < sub_norm.size(); ++i) {
+    sub_norm[i] = 0.5f + 0.02f * static_cast<float>(i % 53);
+  }
+  const std::filesystem::path checkpoint = Path("bitnet.safetensors");
+  ASSERT_TRUE(WriteSafetensors(checkpoint.string(), {{"model.layers.0.mlp.ffn_sub_norm.weight",
+                                                      FromFloats(DType::kBF16, {640}, sub_norm)}})
+                  .ok());
+  const std::string block = Write("bitnet.json", R"({
+    "name": "bitnet",
+    "layers": [
+      {"rms_norm": {"weight": 1.25, "features": 256, "epsilon": 1e-5}},
+      {"gated_mlp": {"gate": "gate", "up": "up", "down": "down", "activation": "relu2",
+                     "sub_norm": {"weight": {"safetensors": ")" +
+                                                     checkpoint.filename().string() + R"(",
+                                  "tensor": "model.layers.0.mlp.ffn_sub_norm.weight"},
+                                  "epsilon": 1e-5}}},
+      {"residual": 0}
+    ]})");
+  EXPECT_THAT(Ok({"create-model", block}), HasSubstr("created model bitnet"));
+  for (const std::string dtype : {"fp16", "bf16"}) {
+    for (const std::string m : {"1", "5"}) {
+      EXPECT_THAT(Ok({"forward", "--model=bitnet", "--random", "--m=" + m, "--dtype=" + dtype,
+                      "--verify_seeds=gate=2,up=3,down=4"}),
+                  HasSubstr(": PASS"));
+    }
+  }
+  const RunResult wrong =
+      Qmmctl({"forward", "--model=bitnet", "--random", "--verify_seeds=gate=2,up=5,down=4"});
+  EXPECT_EQ(wrong.exit_code, 1) << wrong.output;
+}
+
 }  // namespace
 }  // namespace qmm::e2e
