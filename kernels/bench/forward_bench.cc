@@ -227,17 +227,23 @@ class BlockBench {
       a.cublas = cublas_;
       return a;
     };
-    const auto gemm = [&](int copy, int w, const void* in, void* out) {
-      return ops_->launch(args_of(copy, w, in, DType::kF32, out));
+    // A matmul applying the RMSNorm of weight `norm` to its input where the plan has it
+    // do so (KernelOps::takes_rms_norm): the norm is then no launch of its own.
+    const bool norms_fuse = ops_->takes_rms_norm;
+    const auto gemm = [&](int copy, int w, const void* in, void* out, const float* norm) {
+      cuda::GemmArgs a = args_of(copy, w, in, DType::kF32, out);
+      if (norms_fuse) a.rms_norm = {norm, kEpsilon};
+      return ops_->launch(a);
     };
+    const void* gate_in = norms_fuse ? *x : *xn;
     std::vector<std::pair<std::string, std::function<cudaError_t(int)>>> kernels = {
         {"rms_norm",
          [&](int) {
            return cuda::LaunchRmsNorm(DType::kF16, *x, m, h, norm_, kEpsilon, DType::kF16, *xn,
                                       stream_);
          }},
-        {"gate", [&](int i) { return gemm(i, 0, *xn, *g); }},
-        {"up", [&](int i) { return gemm(i, 1, *xn, *u); }},
+        {"gate", [&](int i) { return gemm(i, 0, gate_in, *g, norm_); }},
+        {"up", [&](int i) { return gemm(i, 1, gate_in, *u, norm_); }},
         {std::string(ActivationName(act_)) + "_mul",
          [&](int) {
            return cuda::LaunchEpilogue({.x_dtype = DType::kF32,
@@ -251,7 +257,7 @@ class BlockBench {
                                         .y = *hid},
                                        stream_);
          }},
-        {"down", [&](int i) { return gemm(i, 2, *hid, *d); }},
+        {"down", [&](int i) { return gemm(i, 2, *hid, *d, sub_norm_); }},
         {"residual",
          [&](int) {
            return cuda::LaunchEpilogue({.x_dtype = DType::kF32,
@@ -265,15 +271,17 @@ class BlockBench {
                                        stream_);
          }},
     };
-    if (sub_norm_ != nullptr) {
+    if (sub_norm_ != nullptr && !norms_fuse) {
       kernels.insert(kernels.begin() + 4, {"sub_norm", [&](int) {
                                              return cuda::LaunchRmsNorm(DType::kF16, *hid, m, inter,
                                                                         sub_norm_, kEpsilon,
                                                                         DType::kF16, *hid, stream_);
                                            }});
     }
-    // Where the plan fuses (ChainPlan), so does this: the down matmul adds the residual
-    // itself, and gate, up and their product are one SwiGLU launch.
+    // Where the plan fuses (ChainPlan), so does this: the matmuls apply the norms, the
+    // down matmul adds the residual itself, and gate, up and their product are one SwiGLU
+    // launch.
+    if (norms_fuse) kernels.erase(kernels.begin());
     if (ops_->takes_residual) {
       kernels.erase(kernels.end() - 2, kernels.end());
       kernels.emplace_back("down+residual", [&](int i) {
@@ -283,7 +291,8 @@ class BlockBench {
         return ops_->launch(a);
       });
     }
-    if (ops_->launch_swiglu != nullptr && m <= ops_->swiglu_max_m && act_ == Activation::kSilu) {
+    if (ops_->launch_swiglu != nullptr && m <= ops_->swiglu_max_m && act_ == Activation::kSilu &&
+        !norms_fuse) {
       kernels.erase(kernels.begin() + 1, kernels.begin() + 4);
       kernels.insert(kernels.begin() + 1, {"swiglu", [&](int i) {
                                              return ops_->launch_swiglu(

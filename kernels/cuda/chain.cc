@@ -67,19 +67,29 @@ void ChainPlan::Build() {
     return v == count ? Operand{kOutput, Storage::kOut} : alloc(Storage::kAct);
   };
 
-  // Whether layer i is a DyT that the matmuls of layer i + 1, its only reader, apply.
-  const auto dyt_fuses = [&](int i) {
-    if (layers_[i].kind != LayerKind::kDyT || i + 1 >= count || block_start[i + 1]) return false;
+  // Whether `w`'s kernel applies a norm layer of `kind` (DyT or RMSNorm) to its input.
+  const auto takes = [](const ChainWeight& w, LayerKind kind) {
+    return kind == LayerKind::kDyT ? w.ops->takes_dyt : w.ops->takes_rms_norm;
+  };
+  // Whether layer i is a DyT or an RMSNorm that the matmuls of layer i + 1, its only
+  // reader, apply.
+  const auto norm_fuses = [&](int i) {
+    const LayerKind kind = layers_[i].kind;
+    if ((kind != LayerKind::kDyT && kind != LayerKind::kRmsNorm) || i + 1 >= count ||
+        block_start[i + 1]) {
+      return false;
+    }
     const ChainLayer& next = layers_[i + 1];
-    if (next.kind == LayerKind::kLinear) return next.weights[0].ops->takes_dyt;
-    return next.kind == LayerKind::kGatedMlp && next.weights[0].ops->takes_dyt &&
-           next.weights[1].ops->takes_dyt;
+    if (next.kind == LayerKind::kLinear) return takes(next.weights[0], kind);
+    return next.kind == LayerKind::kGatedMlp && takes(next.weights[0], kind) &&
+           takes(next.weights[1], kind);
   };
 
   for (int i = 0; i < count;) {
-    // A fused DyT joins the group of the layer after it, whose matmuls read the DyT's input.
-    const ChainLayer* dyt = dyt_fuses(i) ? &layers_[i] : nullptr;
-    const int first = dyt != nullptr ? i + 1 : i;
+    // A fused norm joins the group of the layer after it, whose matmuls read the norm's
+    // input.
+    const ChainLayer* norm = norm_fuses(i) ? &layers_[i] : nullptr;
+    const int first = norm != nullptr ? i + 1 : i;
     const ChainLayer& l = layers_[first];
     const Operand in = where[i];
     int end = first + 1;  // the group of layers [i, end) produces value `end`
@@ -98,10 +108,10 @@ void ChainPlan::Build() {
         ++end;
       }
     };
-    // A matmul of weight `w` on `x` (DyT'd by `x_dyt` if set), then the epilogue of the
-    // tail when there is one (a residual alone the kernel adds itself where it can).
+    // A matmul of weight `w` on `x` (normalized by `x_norm` if set), then the epilogue of
+    // the tail when there is one (a residual alone the kernel adds itself where it can).
     const auto gemm_with_tail = [&](int w, const Operand& x, const float* bias,
-                                    const ChainLayer* x_dyt) {
+                                    const ChainLayer* x_norm) {
       take_tail(true);
       const int64_t n = l.weights[w].shape.n;
       if (bias == nullptr && act == Activation::kIdentity &&
@@ -113,7 +123,7 @@ void ChainPlan::Build() {
                           .skip = skip,
                           .out = dest(end),
                           .n = n,
-                          .dyt = x_dyt});
+                          .norm = x_norm});
         return steps_.back().out;
       }
       const Operand tmp = alloc(Storage::kF32);
@@ -123,7 +133,7 @@ void ChainPlan::Build() {
                         .in = x,
                         .out = tmp,
                         .n = n,
-                        .dyt = x_dyt});
+                        .norm = x_norm});
       const Operand out = dest(end);
       steps_.push_back({.op = Step::Op::kEpilogue,
                         .layer = &l,
@@ -172,7 +182,7 @@ void ChainPlan::Build() {
                           .n = l.out_features});
         break;
       case LayerKind::kLinear:
-        out = gemm_with_tail(0, in, l.bias, dyt);
+        out = gemm_with_tail(0, in, l.bias, norm);
         break;
       case LayerKind::kGatedMlp: {
         const int64_t hidden = l.weights[0].shape.n;
@@ -194,7 +204,7 @@ void ChainPlan::Build() {
                             .out = h,
                             .n = hidden,
                             .fallback = static_cast<int>(unfused_.size()),
-                            .dyt = dyt});
+                            .norm = norm});
         }
         unfused.push_back({.op = Step::Op::kGemm,
                            .layer = &l,
@@ -202,14 +212,14 @@ void ChainPlan::Build() {
                            .in = in,
                            .out = gate,
                            .n = hidden,
-                           .dyt = dyt});
+                           .norm = norm});
         unfused.push_back({.op = Step::Op::kGemm,
                            .layer = &l,
                            .weight = 1,
                            .in = in,
                            .out = up,
                            .n = hidden,
-                           .dyt = dyt});
+                           .norm = norm});
         unfused.push_back({.op = Step::Op::kEpilogue,
                            .layer = &l,
                            .in = gate,
@@ -219,11 +229,13 @@ void ChainPlan::Build() {
                            .n = hidden});
         release(gate);
         release(up);
-        if (l.gamma != nullptr) {
-          // The sub-norm, in place (an RMSNorm's writes follow its reads of the row).
+        // The sub-norm, in the down matmul where it takes one, else in place (an RMSNorm's
+        // writes follow its reads of the row).
+        const bool sub_norm_fuses = l.gamma != nullptr && l.weights[2].ops->takes_rms_norm;
+        if (l.gamma != nullptr && !sub_norm_fuses) {
           steps_.push_back({.op = Step::Op::kRmsNorm, .layer = &l, .in = h, .out = h, .n = hidden});
         }
-        out = gemm_with_tail(2, h, nullptr, nullptr);
+        out = gemm_with_tail(2, h, nullptr, sub_norm_fuses ? &l : nullptr);
         release(h);
         break;
       }
@@ -300,7 +312,7 @@ cudaError_t ChainPlan::PrepareGemm(const ChainRun& run, const Step& step, const 
   // one that applies a DyT every dtype (so that the DyT reads its input as it is).
   DType need = DenseXDType(w.scheme);
   if (need == DType::kF32) need = x_dtype == DType::kF32 ? run.act_dtype : x_dtype;
-  if (step.dyt != nullptr) need = x_dtype;
+  if (step.norm != nullptr) need = x_dtype;
   if (x_dtype != need) {
     void* converted = static_cast<char*>(run.arena) + convert_slot_ * SlotBytes(run.m);
     if (cudaError_t err =
@@ -320,7 +332,11 @@ cudaError_t ChainPlan::PrepareGemm(const ChainRun& run, const Step& step, const 
   args->y = Resolve(run, step.out);
   args->residual = Resolve(run, step.skip);
   args->residual_dtype = ResolveDType(run, step.skip);
-  if (step.dyt != nullptr) args->dyt = {step.dyt->alpha, step.dyt->gamma, step.dyt->beta};
+  if (step.norm != nullptr && step.norm->kind == LayerKind::kDyT) {
+    args->dyt = {step.norm->alpha, step.norm->gamma, step.norm->beta};
+  } else if (step.norm != nullptr) {  // an RMSNorm layer, or a gated MLP's sub-norm
+    args->rms_norm = {step.norm->gamma, step.norm->epsilon};
+  }
   args->workspace = static_cast<char*>(run.arena) + (slots_ + 1) * SlotBytes(run.m);
   args->sync = run.sync;
   args->stream = run.stream;

@@ -6,14 +6,15 @@
 // layers.h, and fusions of neighbours into one element-wise epilogue — a Linear's bias,
 // a following activation and a following residual add (into the matmul itself when the
 // residual is all there is and the kernel adds one: KernelOps::takes_residual); SwiGLU's
-// silu(gate) * up; a DyT into the matmuls that read its output, where they apply it
-// themselves (KernelOps::takes_dyt; W2A8 folds it into its int8 quantization) and no
-// residual reads that output. A gated
-// MLP whose gate and up weights share a scheme with a SwiGLU kernel (KernelOps::
-// launch_swiglu) runs both projections and the product as one launch at the m that kernel
-// takes, and as two matmuls and an epilogue beyond. A value that some residual reads
-// later is never fused away. Intermediate values live in equal
-// slots of one arena, reused once no later layer reads them.
+// silu(gate) * up; a DyT or an RMSNorm into the matmuls that read its output, where they
+// apply it themselves (KernelOps::takes_dyt, takes_rms_norm; W2A8 folds either into its
+// int8 quantization) and no residual reads that output, and a gated MLP's sub-norm into
+// its down matmul the same way (else it runs in place before it). A gated MLP whose gate
+// and up weights share a scheme with a SwiGLU kernel (KernelOps::launch_swiglu) runs both
+// projections and the product as one launch at the m that kernel takes, and as two
+// matmuls and an epilogue beyond. A value that some residual reads later is never fused
+// away. Intermediate values live in equal slots of one arena, reused once no later layer
+// reads them.
 //
 // Dtypes: matmul inputs are `act_dtype` (kF16 or kBF16, picked per run by the caller);
 // a dense FP16/BF16 weight gets its own dtype, converted on the way when needed. Matmul
@@ -118,8 +119,9 @@ class ChainPlan {
     Activation act = Activation::kIdentity;
     int64_t n = 0;  // output features
     int fallback = -1;
-    // kGemm, kSwiGlu: the DyT layer the kernel applies to its input, or nullptr.
-    const ChainLayer* dyt = nullptr;
+    // kGemm, kSwiGlu: the layer whose norm the kernel applies to its input (a DyT, an
+    // RMSNorm, or the gated MLP whose sub-norm precedes its down matmul), or nullptr.
+    const ChainLayer* norm = nullptr;
   };
 
   void Build();

@@ -33,6 +33,14 @@ struct InputDyT {
   const float* beta = nullptr;
 };
 
+// RMSNorm applied to a matmul's input on the way in: x[k] -> weight[k] * x[k] /
+// sqrt(mean(x^2) + epsilon) over each row's K values (weight device fp32 [K], epsilon >
+// 0). Off while weight is nullptr.
+struct InputRmsNorm {
+  const float* weight = nullptr;
+  float epsilon = 0.0f;
+};
+
 // Bytes of GemmArgs::sync.
 inline constexpr int64_t kSyncBytes = int64_t{2} << 20;
 
@@ -59,6 +67,9 @@ struct GemmArgs {
   // Optional: the product is DyT(x) * W^T, for kernels whose registry entry says they
   // take it (KernelOps::takes_dyt); off otherwise.
   InputDyT dyt;
+  // Optional: the product is RMSNorm(x) * W^T, for kernels whose registry entry says they
+  // take it (KernelOps::takes_rms_norm); off otherwise. Not with dyt.
+  InputRmsNorm rms_norm;
   cudaStream_t stream = nullptr;
   void* cublas = nullptr;  // cublasHandle_t bound to `stream` (dense schemes only)
 };

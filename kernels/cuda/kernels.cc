@@ -16,14 +16,17 @@ struct Entry {
 
 constexpr Entry kEntries[] = {
     // scheme, {repack, workspace_bytes, launch, launch_swiglu, swiglu_max_m,
-    //          takes_residual, takes_dyt}
-    {Scheme::kFp16, {RepackDense, DenseWorkspaceBytes, LaunchDenseFp16, nullptr, 0, false, false}},
-    {Scheme::kBf16, {RepackDense, DenseWorkspaceBytes, LaunchDenseBf16, nullptr, 0, false, false}},
-    {Scheme::kW8A16, {RepackW8A16, W8A16WorkspaceBytes, LaunchW8A16, nullptr, 0, false, false}},
+    //          takes_residual, takes_dyt, takes_rms_norm}
+    {Scheme::kFp16,
+     {RepackDense, DenseWorkspaceBytes, LaunchDenseFp16, nullptr, 0, false, false, false}},
+    {Scheme::kBf16,
+     {RepackDense, DenseWorkspaceBytes, LaunchDenseBf16, nullptr, 0, false, false, false}},
+    {Scheme::kW8A16,
+     {RepackW8A16, W8A16WorkspaceBytes, LaunchW8A16, nullptr, 0, false, false, false}},
     {Scheme::kW4A16,
      {RepackW4A16, W4A16WorkspaceBytes, LaunchW4A16, LaunchW4A16SwiGlu, kW4A16SwiGluMaxM, true,
-      false}},
-    {Scheme::kW2A8, {RepackW2A8, W2A8WorkspaceBytes, LaunchW2A8, nullptr, 0, false, true}},
+      false, false}},
+    {Scheme::kW2A8, {RepackW2A8, W2A8WorkspaceBytes, LaunchW2A8, nullptr, 0, false, true, true}},
 };
 
 }  // namespace

@@ -30,6 +30,8 @@ struct KernelOps {
   // Whether `launch` applies GemmArgs::dyt to its input, read in any of kF32, kF16 and
   // kBF16 (a DyT before it is then no launch of its own).
   bool takes_dyt;
+  // Likewise GemmArgs::rms_norm.
+  bool takes_rms_norm;
 };
 
 // The kernel for `scheme`, or nullptr when it has none yet.

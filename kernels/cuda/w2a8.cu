@@ -210,35 +210,41 @@ cudaError_t LaunchOneTileDecode(const GemmArgs& args, const DeviceInfo& info, co
                    : LaunchDecode<1, 1, 1>(args, info, geo, pro, one_group);
 }
 
-// The prologue for x_dtype, with or without a DyT on its input, writing xq or the wgmma
-// GEMM's permuted activations.
-template <bool kDyT, bool kPermuted>
+// The prologue for x_dtype, with a DyT, an RMSNorm or nothing on its input, writing xq
+// or the wgmma GEMM's permuted activations.
+template <w2a8::XTransform kTransform, bool kPermuted>
 cudaError_t LaunchPrologueOf(const cudaLaunchConfig_t& config, const w2a8::PrologueParams& pro,
                              DType x_dtype) {
   using w2a8::XKind;
   switch (x_dtype) {
     case DType::kBF16:
-      return cudaLaunchKernelEx(&config, w2a8::W2A8PrologueKernel<XKind::kBF16, kDyT, kPermuted>,
-                                pro);
+      return cudaLaunchKernelEx(&config,
+                                w2a8::W2A8PrologueKernel<XKind::kBF16, kTransform, kPermuted>, pro);
     case DType::kF32:
-      return cudaLaunchKernelEx(&config, w2a8::W2A8PrologueKernel<XKind::kF32, kDyT, kPermuted>,
-                                pro);
+      return cudaLaunchKernelEx(&config,
+                                w2a8::W2A8PrologueKernel<XKind::kF32, kTransform, kPermuted>, pro);
     case DType::kF16:
-      return cudaLaunchKernelEx(&config, w2a8::W2A8PrologueKernel<XKind::kF16, kDyT, kPermuted>,
-                                pro);
+      return cudaLaunchKernelEx(&config,
+                                w2a8::W2A8PrologueKernel<XKind::kF16, kTransform, kPermuted>, pro);
   }
   return cudaErrorInvalidValue;
 }
 
+template <w2a8::XTransform kTransform>
+cudaError_t LaunchPrologueWith(const cudaLaunchConfig_t& config, const w2a8::PrologueParams& pro,
+                               DType x_dtype) {
+  return pro.permuted != nullptr ? LaunchPrologueOf<kTransform, true>(config, pro, x_dtype)
+                                 : LaunchPrologueOf<kTransform, false>(config, pro, x_dtype);
+}
+
 cudaError_t LaunchPrologue(const cudaLaunchConfig_t& config, const w2a8::PrologueParams& pro,
                            DType x_dtype) {
-  const bool dyt = pro.dyt_gamma != nullptr;
-  if (pro.permuted != nullptr) {
-    return dyt ? LaunchPrologueOf<true, true>(config, pro, x_dtype)
-               : LaunchPrologueOf<false, true>(config, pro, x_dtype);
+  using w2a8::XTransform;
+  if (pro.dyt_gamma != nullptr) return LaunchPrologueWith<XTransform::kDyT>(config, pro, x_dtype);
+  if (pro.norm_weight != nullptr) {
+    return LaunchPrologueWith<XTransform::kRmsNorm>(config, pro, x_dtype);
   }
-  return dyt ? LaunchPrologueOf<true, false>(config, pro, x_dtype)
-             : LaunchPrologueOf<false, false>(config, pro, x_dtype);
+  return LaunchPrologueWith<XTransform::kNone>(config, pro, x_dtype);
 }
 
 }  // namespace
@@ -257,7 +263,9 @@ cudaError_t LaunchW2A8(const GemmArgs& args, const W2A8Options& options) {
       (args.x_dtype != DType::kF16 && args.x_dtype != DType::kBF16 &&
        args.x_dtype != DType::kF32) ||
       (args.y_dtype != DType::kF32 && args.y_dtype != DType::kF16 &&
-       args.y_dtype != DType::kBF16)) {
+       args.y_dtype != DType::kBF16) ||
+      (args.dyt.gamma != nullptr && args.rms_norm.weight != nullptr) ||
+      (args.rms_norm.weight != nullptr && !(args.rms_norm.epsilon > 0.0f))) {
     return cudaErrorInvalidValue;
   }
   wgmma_gemm::Options wgmma_options;
@@ -315,6 +323,8 @@ cudaError_t LaunchW2A8(const GemmArgs& args, const W2A8Options& options) {
   pro.dyt_alpha = args.dyt.alpha;
   pro.dyt_gamma = args.dyt.gamma;
   pro.dyt_beta = args.dyt.beta;
+  pro.norm_weight = args.rms_norm.weight;
+  pro.norm_epsilon = args.rms_norm.epsilon;
   // About four 16-byte stores per thread for the zeroing blocks.
   constexpr int64_t kZeroPerBlock = w2a8::kPrologueThreads * 4;
   const int64_t zero_blocks =

@@ -48,7 +48,14 @@ struct PrologueParams {
   float dyt_alpha;
   const float* dyt_gamma;
   const float* dyt_beta;
+  // RMSNorm applied to x (GemmArgs::rms_norm; off while norm_weight is nullptr).
+  const float* norm_weight;
+  float norm_epsilon;
 };
+
+// What the prologue applies to x before quantizing it (a compile-time choice: the DyT
+// code in the loops made the plain prologue 2-4 us slower on the H200).
+enum class XTransform { kNone, kDyT, kRmsNorm };
 
 // The activation element types the prologue reads: fp32 input is quantized as it is, so
 // that an fp32 request gets exactly the int8 values the CPU backend computes.
@@ -88,9 +95,14 @@ __device__ __forceinline__ int QuantizeInt8(float f, float s, float r) {
 // before its griddepcontrol.wait. This kernel itself may start while the kernel before it
 // (which may write x, or still read the workspace) runs, so it waits before anything else,
 // and lets the matmul launch only then (one kernel ahead at most: dependent_launch.h).
-// kDyT: p.dyt_gamma is set (a compile-time choice: the DyT code in the loops made the plain
-// prologue 2-4 us slower on the H200). kPermuted: p.permuted is set.
-template <XKind kKind, bool kDyT, bool kPermuted>
+// kDyT: p.dyt_gamma is set; kRmsNorm: p.norm_weight is set. kPermuted: p.permuted is set.
+//
+// An RMSNorm costs the row no pass of its own: the row's scale 1 / sqrt(mean(x^2) + eps)
+// is one positive number, so quantizing weight * x * scale gives the int8 values of
+// weight * x (the same quotients of the row's maximum) and a row scale `scale` times
+// theirs. The prologue sums x^2 beside the maximum of |weight * x| and multiplies the
+// scale in at the end.
+template <XKind kKind, XTransform kTransform, bool kPermuted>
 __global__ void __launch_bounds__(kPrologueThreads) W2A8PrologueKernel(const PrologueParams p) {
   WaitForPrerequisiteGrid();
   if (!p.trigger_at_exit) AllowDependentLaunch();
@@ -102,7 +114,9 @@ __global__ void __launch_bounds__(kPrologueThreads) W2A8PrologueKernel(const Pro
     }
     return;
   }
+  constexpr bool kNorm = kTransform == XTransform::kRmsNorm;
   __shared__ float warp_max[kPrologueThreads / 32];
+  __shared__ float warp_squares[kPrologueThreads / 32];
   __shared__ int32_t warp_sum[kPrologueThreads / 32];
   const int64_t row = blockIdx.x;
   // kPer values per 16-byte vector; a row of up to kCached vectors per thread is read once.
@@ -116,16 +130,18 @@ __global__ void __launch_bounds__(kPrologueThreads) W2A8PrologueKernel(const Pro
     const int64_t v = base + i * kPrologueThreads + threadIdx.x;
     return v < vectors ? __ldg(xr + v) : make_uint4(0, 0, 0, 0);
   };
-  // Element e of vector v (in cache[i]) as the matmul sees it: x, or DyT(x) in fp32
-  // (bit for bit the DyT kernel's fp32 output). Beyond the row: 0.
+  // Element e of vector v (in cache[i]) as quantized: x, DyT(x) in fp32 (bit for bit the
+  // DyT kernel's fp32 output) or the RMSNorm's weight * x. Beyond the row: 0.
   auto value = [&](int i, int64_t v, int e) {
     const float x = XElement<kKind>(cache[i], e);
-    if (!kDyT || v >= vectors) return x;
+    if (kTransform == XTransform::kNone || v >= vectors) return x;
     const int64_t k = v * kPer + e;
+    if constexpr (kNorm) return __ldg(p.norm_weight + k) * x;
     return DyTValue(x, p.dyt_alpha, __ldg(p.dyt_gamma + k),
                     p.dyt_beta == nullptr ? 0.0f : __ldg(p.dyt_beta + k));
   };
   float max_abs = 0.0f;
+  float squares = 0.0f;  // of x, for an RMSNorm
   for (int64_t base = 0; base < vectors; base += kStep) {
 #pragma unroll
     for (int i = 0; i < kCached; ++i) cache[i] = load(base, i);
@@ -133,14 +149,24 @@ __global__ void __launch_bounds__(kPrologueThreads) W2A8PrologueKernel(const Pro
     for (int i = 0; i < kCached; ++i) {
       const int64_t v = base + i * kPrologueThreads + threadIdx.x;
 #pragma unroll
-      for (int e = 0; e < kPer; ++e) max_abs = fmaxf(max_abs, fabsf(value(i, v, e)));
+      for (int e = 0; e < kPer; ++e) {
+        max_abs = fmaxf(max_abs, fabsf(value(i, v, e)));
+        if constexpr (kNorm) {
+          const float x = XElement<kKind>(cache[i], e);
+          squares += x * x;
+        }
+      }
     }
   }
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) {
     max_abs = fmaxf(max_abs, __shfl_xor_sync(0xffffffffu, max_abs, offset));
+    if constexpr (kNorm) squares += __shfl_xor_sync(0xffffffffu, squares, offset);
   }
-  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = max_abs;
+  if (threadIdx.x % 32 == 0) {
+    warp_max[threadIdx.x / 32] = max_abs;
+    if constexpr (kNorm) warp_squares[threadIdx.x / 32] = squares;
+  }
   __syncthreads();
   max_abs = warp_max[0];
 #pragma unroll
@@ -192,7 +218,13 @@ __global__ void __launch_bounds__(kPrologueThreads) W2A8PrologueKernel(const Pro
   __syncthreads();
   if (threadIdx.x == 0) {
     for (int w = 1; w < kPrologueThreads / 32; ++w) sum += warp_sum[w];
-    p.x_scale[row] = s;
+    float scale = 1.0f;
+    if constexpr (kNorm) {
+      float total = 0.0f;
+      for (int w = 0; w < kPrologueThreads / 32; ++w) total += warp_squares[w];
+      scale = 1.0f / sqrtf(total / static_cast<float>(p.k) + p.norm_epsilon);
+    }
+    p.x_scale[row] = s * scale;
     p.x_sum[row] = sum;
   }
 }

@@ -1262,6 +1262,95 @@ TEST_F(W2A8Test, DyTInputIsBitIdenticalToDyTThenMatMul) {
   }
 }
 
+// W2A8 with an RMSNorm on its input (GemmArgs::rms_norm) quantizes weight * x and
+// multiplies each row's activation scale by its norm scale 1 / sqrt(mean(x^2) + eps): so
+// its result is that scale times W2A8 of the fp32 values weight * x (the same int8 rows;
+// the two differ by the rounding of the products of scales, and of the norm scale summed
+// in fp32 against float64 here: 1e-5 of the row's largest output). Decode (M <= 16,
+// stream-K with GemmArgs::sync) and wgmma (M = 40) paths, every input dtype, a row of
+// zeros (its output 0), and the arguments a launch refuses.
+TEST_F(W2A8Test, RmsNormInputScalesTheRowsOfWeightTimesX) {
+  const KernelOps& ops = *FindKernel(Scheme::kW2A8);
+  ASSERT_TRUE(ops.takes_rms_norm);
+  const WeightShape shape = {300, 2560, 0};
+  const Weight w = RandomWeight(Scheme::kW2A8, shape, rng_);
+  const std::unique_ptr<DeviceBuffer> dw = UploadLayout(ops, w);
+  ASSERT_TRUE(dw != nullptr);
+  SyncWords sync;
+  ASSERT_TRUE(sync.ok());
+  const float epsilon = 1e-5f;
+  for (int64_t m : {1, 9, 40}) {
+    for (DType x_dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+      SCOPED_TRACE(::testing::Message() << "m=" << m << " x=" << DTypeName(x_dtype));
+      std::vector<float> values = RandomNormal(rng_, m * shape.k, 1.5f);
+      if (m > 1) std::fill(values.begin() + shape.k, values.begin() + 2 * shape.k, 0.0f);
+      const Rounded x = RoundTo(x_dtype, values);
+      const std::vector<float> weight = RandomNormal(rng_, shape.k, 1.0f);
+      std::vector<float> scaled(m * shape.k);  // weight * x in fp32, as the prologue has it
+      std::vector<double> norm(m);
+      for (int64_t i = 0; i < m; ++i) {
+        double squares = 0.0;
+        for (int64_t k = 0; k < shape.k; ++k) {
+          const float v = x.values[i * shape.k + k];
+          scaled[i * shape.k + k] = weight[k] * v;
+          squares += double{v} * v;
+        }
+        norm[i] = 1.0 / std::sqrt(squares / static_cast<double>(shape.k) + epsilon);
+      }
+      DeviceBuffer dx(x.bytes.size()), dg(shape.k * 4), ds(scaled.size() * 4);
+      DeviceBuffer dy(m * shape.n * 4), dy2(m * shape.n * 4);
+      DeviceBuffer dws(ops.workspace_bytes(shape, m));
+      ASSERT_TRUE(dx.ok() && dg.ok() && ds.ok() && dy.ok() && dy2.ok() && dws.ok());
+      ASSERT_CUDA(cudaMemcpy(dx.get(), x.bytes.data(), x.bytes.size(), cudaMemcpyHostToDevice));
+      ASSERT_CUDA(cudaMemcpy(dg.get(), weight.data(), shape.k * 4, cudaMemcpyHostToDevice));
+      ASSERT_CUDA(cudaMemcpy(ds.get(), scaled.data(), scaled.size() * 4, cudaMemcpyHostToDevice));
+      ASSERT_CUDA(dy.Poison());
+      ASSERT_CUDA(dy2.Poison());
+
+      GemmArgs args = LaunchArgs(dw->get(), shape, x_dtype, dx.get(), m, DType::kF32, dy.get(),
+                                 dws.get(), stream_);
+      args.sync = sync.get();
+      args.rms_norm = {static_cast<const float*>(dg.get()), epsilon};
+      ASSERT_CUDA(ops.launch(args));
+      GemmArgs plain = args;
+      plain.x_dtype = DType::kF32;
+      plain.x = ds.get();
+      plain.y = dy2.get();
+      plain.rms_norm = {};
+      ASSERT_CUDA(ops.launch(plain));
+      ASSERT_CUDA(cudaStreamSynchronize(stream_));
+      EXPECT_TRUE(sync.LeftZero());
+      const std::vector<float> fused = Download(dy, DType::kF32, m * shape.n);
+      const std::vector<float> unfused = Download(dy2, DType::kF32, m * shape.n);
+      for (int64_t i = 0; i < m; ++i) {
+        double row_max = 0.0;
+        for (int64_t n = 0; n < shape.n; ++n) {
+          row_max = std::max(row_max, std::fabs(norm[i] * unfused[i * shape.n + n]));
+        }
+        if (i == 1) {
+          ASSERT_EQ(row_max, 0.0);
+        } else {
+          ASSERT_GT(row_max, 0.0);
+        }
+        for (int64_t n = 0; n < shape.n; ++n) {
+          const float got = fused[i * shape.n + n];
+          ASSERT_TRUE(std::isfinite(got)) << "row " << i << " column " << n;
+          ASSERT_NEAR(got, norm[i] * unfused[i * shape.n + n], 1e-5 * row_max)
+              << "row " << i << " column " << n;
+        }
+      }
+
+      // Refused: a DyT beside it, and an epsilon that is not positive.
+      GemmArgs both = args;
+      both.dyt = {1.0f, static_cast<const float*>(dg.get()), nullptr};
+      EXPECT_EQ(ops.launch(both), cudaErrorInvalidValue);
+      GemmArgs no_epsilon = args;
+      no_epsilon.rms_norm.epsilon = 0.0f;
+      EXPECT_EQ(ops.launch(no_epsilon), cudaErrorInvalidValue);
+    }
+  }
+}
+
 // The W2A8 prologue's int8 rows, scales and row sums (read back from the launch's
 // workspace, w2a8_layout.h) are QuantizeRowsInt8's bit for bit: for random rows, for rows
 // whose quotients x / s lie on or an ulp beside half-integers (where the prologue's
