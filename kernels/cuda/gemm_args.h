@@ -34,8 +34,8 @@ struct InputDyT {
 };
 
 // RMSNorm applied to a matmul's input on the way in: x[k] -> weight[k] * x[k] /
-// sqrt(mean(x^2) + epsilon) over each row's K values (weight device fp32 [K], epsilon >
-// 0). Off while weight is nullptr.
+// sqrt(mean(x^2) + epsilon) over each row's K values (weight device fp32 [K], 16-byte
+// aligned; epsilon > 0). Off while weight is nullptr.
 struct InputRmsNorm {
   const float* weight = nullptr;
   float epsilon = 0.0f;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <bit>
+#include <cstdint>
 
 #include "kernels/cuda/cluster_fit.h"
 #include "kernels/cuda/decode_launch.h"
@@ -265,7 +266,9 @@ cudaError_t LaunchW2A8(const GemmArgs& args, const W2A8Options& options) {
       (args.y_dtype != DType::kF32 && args.y_dtype != DType::kF16 &&
        args.y_dtype != DType::kBF16) ||
       (args.dyt.gamma != nullptr && args.rms_norm.weight != nullptr) ||
-      (args.rms_norm.weight != nullptr && !(args.rms_norm.epsilon > 0.0f))) {
+      (args.rms_norm.weight != nullptr &&
+       (!(args.rms_norm.epsilon > 0.0f) ||
+        reinterpret_cast<uintptr_t>(args.rms_norm.weight) % 16 != 0))) {
     return cudaErrorInvalidValue;
   }
   wgmma_gemm::Options wgmma_options;

@@ -1340,13 +1340,16 @@ TEST_F(W2A8Test, RmsNormInputScalesTheRowsOfWeightTimesX) {
         }
       }
 
-      // Refused: a DyT beside it, and an epsilon that is not positive.
+      // Refused: a DyT beside it, an epsilon that is not positive, a weight off 16 bytes.
       GemmArgs both = args;
       both.dyt = {1.0f, static_cast<const float*>(dg.get()), nullptr};
       EXPECT_EQ(ops.launch(both), cudaErrorInvalidValue);
       GemmArgs no_epsilon = args;
       no_epsilon.rms_norm.epsilon = 0.0f;
       EXPECT_EQ(ops.launch(no_epsilon), cudaErrorInvalidValue);
+      GemmArgs misaligned = args;
+      misaligned.rms_norm.weight = static_cast<const float*>(dg.get()) + 1;
+      EXPECT_EQ(ops.launch(misaligned), cudaErrorInvalidValue);
     }
   }
 }
