@@ -286,6 +286,7 @@ class BlockBench {
       kernels.erase(kernels.end() - 2, kernels.end());
       kernels.emplace_back("down+residual", [&](int i) {
         cuda::GemmArgs a = args_of(i, 2, *hid, DType::kF16, *y);
+        if (norms_fuse) a.rms_norm = {sub_norm_, kEpsilon};
         a.residual = *x;
         a.residual_dtype = DType::kF16;
         return ops_->launch(a);

@@ -26,7 +26,7 @@ constexpr Entry kEntries[] = {
     {Scheme::kW4A16,
      {RepackW4A16, W4A16WorkspaceBytes, LaunchW4A16, LaunchW4A16SwiGlu, kW4A16SwiGluMaxM, true,
       false, false}},
-    {Scheme::kW2A8, {RepackW2A8, W2A8WorkspaceBytes, LaunchW2A8, nullptr, 0, false, true, true}},
+    {Scheme::kW2A8, {RepackW2A8, W2A8WorkspaceBytes, LaunchW2A8, nullptr, 0, true, true, true}},
 };
 
 }  // namespace

@@ -82,6 +82,8 @@ w2a8::Operands MakeOperands(const GemmArgs& args, const Geometry& geo,
   o.x_sum = pro.x_sum;
   o.y = args.y;
   o.y_dtype = args.y_dtype;
+  o.residual = args.residual;
+  o.residual_dtype = args.residual_dtype;
   // Every count fits in int: m <= kMaxRows, N and K <= kMaxDim.
   o.m = static_cast<int>(args.m);
   o.n = static_cast<int>(geo.n);
@@ -265,6 +267,8 @@ cudaError_t LaunchW2A8(const GemmArgs& args, const W2A8Options& options) {
        args.x_dtype != DType::kF32) ||
       (args.y_dtype != DType::kF32 && args.y_dtype != DType::kF16 &&
        args.y_dtype != DType::kBF16) ||
+      (args.residual != nullptr && args.residual_dtype != DType::kF32 &&
+       args.residual_dtype != DType::kF16 && args.residual_dtype != DType::kBF16) ||
       (args.dyt.gamma != nullptr && args.rms_norm.weight != nullptr) ||
       (args.rms_norm.weight != nullptr &&
        (!(args.rms_norm.epsilon > 0.0f) ||

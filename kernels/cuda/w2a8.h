@@ -42,7 +42,8 @@ size_t W2A8WorkspaceBytes(const WeightShape& shape, int64_t m);
 // Enqueues y = x * W^T, or DyT(x) * W^T with args.dyt (applied in fp32 before the
 // quantization, bit for bit as LaunchDyT's fp32 output would be quantized), or
 // RMSNorm(x) * W^T with args.rms_norm (weight * x quantized, the row's norm scale
-// multiplied into its activation scale; not with a DyT). x_dtype kF16,
+// multiplied into its activation scale; not with a DyT), plus args.residual when set (in
+// fp32, before y's rounding). x_dtype kF16,
 // kBF16 or kF32, y_dtype kF32, kF16 or kBF16, m >= 1,
 // args.x 16-byte aligned and args.workspace W2A8WorkspaceBytes(shape, m) bytes (both
 // 256-byte aligned as cudaMalloc returns them). Never synchronizes.

@@ -258,8 +258,8 @@ __global__ void __launch_bounds__(kDecodeThreads, W2A8DecodeTile<T, kUnits, kGro
     ws.SyncPartials();
     const int32_t* rs = reinterpret_cast<const int32_t*>(red[buf]);
     auto store = [&](int row, int32_t sum) {
-      StoreAs(p.y_dtype, p.y, int64_t{token} * p.n + row,
-              x_scale * __ldg(p.w_scale + row) * static_cast<float>(sum - x_sum));
+      StoreResult(p, token, row,
+                  x_scale * __ldg(p.w_scale + row) * static_cast<float>(sum - x_sum));
     };
     if constexpr (kStream) {
       auto store_element = [&](int e, int32_t sum) {

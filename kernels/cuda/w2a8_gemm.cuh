@@ -164,8 +164,7 @@ __global__ void __launch_bounds__(kGemmThreads, 2) W2A8GemmKernel(const GemmPara
                 const int token = tok0 + tt * kTokensPerTile + 2 * t + i % 2;
                 if (token >= tok_end) continue;
                 const int32_t dot = sum[r][tt][i] - p.x_sum[token];
-                StoreAs(p.y_dtype, p.y, int64_t{token} * p.n + row,
-                        p.x_scale[token] * s * static_cast<float>(dot));
+                StoreResult(p, token, row, p.x_scale[token] * s * static_cast<float>(dot));
               }
             }
           }
@@ -200,8 +199,7 @@ __global__ void __launch_bounds__(kGemmThreads, 2) W2A8GemmKernel(const GemmPara
               for (int token = tok0; token < tok_end; ++token) {
                 const int32_t dot =
                     __ldcg(p.acc + int64_t{token} * p.padded_rows + row) - p.x_sum[token];
-                StoreAs(p.y_dtype, p.y, int64_t{token} * p.n + row,
-                        p.x_scale[token] * s * static_cast<float>(dot));
+                StoreResult(p, token, row, p.x_scale[token] * s * static_cast<float>(dot));
               }
             }
           }

@@ -1,6 +1,7 @@
 // What both W2A8 matmul kernels (w2a8_decode.cuh, w2a8_gemm.cuh) read and write: the
 // weight in its device layout (w2a8_layout.h), the prologue's int8 activations and the
-// result; their parameter structs extend it.
+// result, with the residual it adds; their parameter structs extend it. StoreResult is
+// how both store an element of y.
 #ifndef QMM_KERNELS_CUDA_W2A8_OPERANDS_H_
 #define QMM_KERNELS_CUDA_W2A8_OPERANDS_H_
 
@@ -8,6 +9,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/dtype_device.cuh"
 #include "kernels/dtype.h"
 
 namespace qmm::cuda::w2a8 {
@@ -20,12 +22,22 @@ struct Operands {
   const int32_t* x_sum;  // [m]
   void* y;               // [m, n] of y_dtype
   DType y_dtype;
+  const void* residual;  // [m, n] of residual_dtype, added to y (GemmArgs::residual), or nullptr
+  DType residual_dtype;
   int m;
   int n;
   int k;
   int row_groups;
   int k_blocks;
 };
+
+// y[token][row] = v (+ the residual, in fp32 before y's rounding).
+__device__ __forceinline__ void StoreResult(const Operands& o, int64_t token, int64_t row,
+                                            float v) {
+  const int64_t i = token * o.n + row;
+  if (o.residual != nullptr) v += LoadAs(o.residual_dtype, o.residual, i);
+  StoreAs(o.y_dtype, o.y, i, v);
+}
 
 }  // namespace qmm::cuda::w2a8
 

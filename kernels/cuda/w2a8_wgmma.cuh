@@ -192,6 +192,8 @@ struct WgmmaFormat {
     p->chunks = static_cast<int32_t>(g.k_blocks);
     p->splits = 1;
     p->y_dtype = args.y_dtype;
+    p->residual = args.residual;
+    p->residual_dtype = args.residual_dtype;
     p->x_scale = reinterpret_cast<const float*>(base + ws.x_scale);
     p->x_sum = reinterpret_cast<const int32_t*>(base + ws.x_sum);
     p->row_groups = g.row_groups;

@@ -1195,6 +1195,32 @@ TEST_F(W4A16Test, AddsTheResidual) {
   }
 }
 
+// W2A8 adds GemmArgs::residual (in each dtype) in fp32 before rounding y, on every path:
+// the decode kernel (M = 1, 5, 12; its stream-K grid forced too), the wgmma GEMM (M = 40,
+// 300) and the mma.sync GEMM with a forced K split (M = 5, 40: its atomics and last-block
+// store). Tolerance: the matmul's, the residual exact until y's rounding.
+TEST_F(W2A8Test, AddsTheResidual) {
+  const KernelOps& ops = *FindKernel(Scheme::kW2A8);
+  ASSERT_TRUE(ops.takes_residual);
+  for (const WeightShape& shape : std::vector<WeightShape>{{300, 2560, 0}, {1002, 1152, 0}}) {
+    const Weight w = RandomWeight(Scheme::kW2A8, shape, rng_);
+    GpuWeight gpu(ops, w);
+    ASSERT_TRUE(gpu.ok());
+    for (int64_t m : {1, 5, 12, 40, 300}) {
+      for (DType r_dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+        const DType x_dtype = r_dtype == DType::kBF16 ? DType::kBF16 : DType::kF16;
+        const DType y_dtype = r_dtype == DType::kF32 ? DType::kF16 : DType::kF32;
+        gpu.Check(x_dtype, y_dtype, m, rng_, nullptr, r_dtype);
+        if (m <= 12) gpu.Check(x_dtype, y_dtype, m, rng_, &LaunchW2A8With<0, 0, 0, 0, 2>, r_dtype);
+        if (m == 5 || m == 40) {
+          gpu.Check(x_dtype, y_dtype, m, rng_, &LaunchW2A8With<0, 3>, r_dtype);
+        }
+        if (HasFailure()) return;
+      }
+    }
+  }
+}
+
 // W2A8 with a DyT on its input (GemmArgs::dyt) gives exactly the bytes of the DyT kernel's
 // fp32 output fed to W2A8: the prologue computes the same fp32 DyT values, so it quantizes
 // them to the same int8 values, and the integer matmul is exact. Decode (stream-K: the
