@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the repository root, after build.sh's bundle was unpacked
 # there: the GPU tests, the CUDA end-to-end check, qmm-kernel-bench, qmm-forward-bench
-# with the Forward block through the server, and the batching benchmark. Logs and JSON
+# (the Llama and BitNet blocks) with the blocks through the server, and the batching
+# benchmark. Logs and JSON
 # come back as $OUT/device-out.tgz; a summary is printed last.
 #   usage: .dev-cuda/run.sh [tests] [e2e] [bench] [forward] [batching] [tune]
 #          (default: tests e2e bench forward batching)
@@ -48,6 +49,9 @@ for step in "${steps[@]}"; do
       timeout 300 "$dev/bin/qmm-forward-bench" --m=1,4,16 --json="$out/bench-forward-h200.json" \
         2>&1 | tee "$out/bench-forward.txt"
       summary+=("qmm-forward-bench: exit ${PIPESTATUS[0]}")
+      timeout 300 "$dev/bin/qmm-forward-bench" --block=bitnet --m=1,4,16 \
+        --json="$out/bench-forward-bitnet.json" 2>&1 | tee "$out/bench-forward-bitnet.txt"
+      summary+=("qmm-forward-bench --block=bitnet: exit ${PIPESTATUS[0]}")
       timeout 240 "$dev/forward-e2e.sh" "$dev/bin" "$out/forward-e2e" >"$out/forward-e2e.log" 2>&1
       rc=$?
       grep -E "compute|PASS|FAIL|rror" "$out/forward-e2e.log" | tail -20
