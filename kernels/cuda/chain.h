@@ -48,7 +48,9 @@ struct ChainWeight {
   const void* data = nullptr;
 };
 
-// One checked layer (features line up, weights fit: see server/model.h). Device pointers.
+// One checked layer (features line up, weights fit: see server/model.h). Device pointers,
+// the parameter vectors 16-byte aligned (a W2A8 prologue reads an RMSNorm's weight in
+// 16-byte loads).
 struct ChainLayer {
   LayerKind kind = LayerKind::kLinear;
   // kEmbedding: {table} (FP16/BF16); kLinear: {weight}; kGatedMlp: {gate, up, down}.
