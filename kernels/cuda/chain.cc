@@ -309,7 +309,8 @@ cudaError_t ChainPlan::PrepareGemm(const ChainRun& run, const Step& step, const 
   const void* x = Resolve(run, step.in);
   DType x_dtype = ResolveDType(run, step.in);
   // Dense weights take their own dtype; the quantized kernels take either 16-bit type, and
-  // one that applies a DyT every dtype (so that the DyT reads its input as it is).
+  // one that applies a norm (DyT or RMSNorm) every dtype (so that the norm reads its input
+  // as it is).
   DType need = DenseXDType(w.scheme);
   if (need == DType::kF32) need = x_dtype == DType::kF32 ? run.act_dtype : x_dtype;
   if (step.norm != nullptr) need = x_dtype;
