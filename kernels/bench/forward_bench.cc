@@ -292,14 +292,17 @@ class BlockBench {
         return ops_->launch(a);
       });
     }
-    if (ops_->launch_swiglu != nullptr && m <= ops_->swiglu_max_m && act_ == Activation::kSilu &&
-        !norms_fuse) {
-      kernels.erase(kernels.begin() + 1, kernels.begin() + 4);
-      kernels.insert(kernels.begin() + 1, {"swiglu", [&](int i) {
-                                             return ops_->launch_swiglu(
-                                                 args_of(i, 0, *xn, DType::kF16, *hid),
-                                                 weights_[i % o_.copies][1].data);
-                                           }});
+    if (ops_->launch_glu != nullptr && m <= ops_->glu_max_m &&
+        (act_ == Activation::kSilu || !ops_->glu_silu_only)) {
+      // gate, up and their product: the three entries from "gate" on.
+      const auto gate = std::find_if(kernels.begin(), kernels.end(),
+                                     [](const auto& k) { return k.first == "gate"; });
+      const auto at = kernels.erase(gate, gate + 3);
+      kernels.insert(at, {act_ == Activation::kSilu ? "swiglu" : "glu", [&](int i) {
+                            cuda::GemmArgs a = args_of(i, 0, gate_in, DType::kF16, *hid);
+                            if (norms_fuse) a.rms_norm = {norm_, kEpsilon};
+                            return ops_->launch_glu(a, weights_[i % o_.copies][1].data, act_);
+                          }});
     }
     const int batch = std::max(o_.copies, o_.graph_batch / o_.copies * o_.copies);
     for (const auto& [name, launch] : kernels) {

@@ -191,14 +191,15 @@ void ChainPlan::Build() {
         const Operand h = alloc(Storage::kAct);
         const ChainWeight& wg = l.weights[0];
         const ChainWeight& wu = l.weights[1];
-        const bool fusable = wg.ops == wu.ops && wg.ops->launch_swiglu != nullptr &&
+        const bool fusable = wg.ops == wu.ops && wg.ops->launch_glu != nullptr &&
                              wg.shape.n == wu.shape.n && wg.shape.k == wu.shape.k &&
                              wg.shape.group_size == wu.shape.group_size &&
                              wg.shape.zero_points == wu.shape.zero_points && !wg.shape.act_order &&
-                             !wu.shape.act_order && l.gate_activation == Activation::kSilu;
+                             !wu.shape.act_order &&
+                             (l.gate_activation == Activation::kSilu || !wg.ops->glu_silu_only);
         std::vector<Step>& unfused = fusable ? unfused_ : steps_;
         if (fusable) {
-          steps_.push_back({.op = Step::Op::kSwiGlu,
+          steps_.push_back({.op = Step::Op::kGlu,
                             .layer = &l,
                             .in = in,
                             .out = h,
@@ -275,12 +276,12 @@ size_t ChainPlan::ArenaBytes(int64_t m) const {
 
 int ChainPlan::launches(int64_t m) const {
   int count = 0;
-  for (const Step& s : steps_) count += s.op == Step::Op::kSwiGlu && !SwiGluFused(s, m) ? 3 : 1;
+  for (const Step& s : steps_) count += s.op == Step::Op::kGlu && !GluFused(s, m) ? 3 : 1;
   return count;
 }
 
-bool ChainPlan::SwiGluFused(const Step& step, int64_t m) const {
-  return m <= step.layer->weights[0].ops->swiglu_max_m;
+bool ChainPlan::GluFused(const Step& step, int64_t m) const {
+  return m <= step.layer->weights[0].ops->glu_max_m;
 }
 
 void* ChainPlan::Resolve(const ChainRun& run, const Operand& o) const {
@@ -395,8 +396,8 @@ cudaError_t ChainPlan::EnqueueStep(const ChainRun& run, const Step& step) const 
       if (cudaError_t err = PrepareGemm(run, step, w, &args); err != cudaSuccess) return err;
       return w.ops->launch(args);
     }
-    case Step::Op::kSwiGlu: {
-      if (!SwiGluFused(step, run.m)) {
+    case Step::Op::kGlu: {
+      if (!GluFused(step, run.m)) {
         for (int i = step.fallback; i < step.fallback + 3; ++i) {
           if (cudaError_t err = EnqueueStep(run, unfused_[i]); err != cudaSuccess) return err;
         }
@@ -405,7 +406,7 @@ cudaError_t ChainPlan::EnqueueStep(const ChainRun& run, const Step& step) const 
       const ChainWeight& gate = l.weights[0];
       GemmArgs args;
       if (cudaError_t err = PrepareGemm(run, step, gate, &args); err != cudaSuccess) return err;
-      return gate.ops->launch_swiglu(args, l.weights[1].data);
+      return gate.ops->launch_glu(args, l.weights[1].data, l.gate_activation);
     }
   }
   return cudaErrorInvalidValue;

@@ -5,16 +5,16 @@
 // creation: the matmuls through the kernel registry (kernels.h), the layer kernels of
 // layers.h, and fusions of neighbours into one element-wise epilogue — a Linear's bias,
 // a following activation and a following residual add (into the matmul itself when the
-// residual is all there is and the kernel adds one: KernelOps::takes_residual); SwiGLU's
-// silu(gate) * up; a DyT or an RMSNorm into the matmuls that read its output, where they
+// residual is all there is and the kernel adds one: KernelOps::takes_residual); a gated
+// MLP's act(gate) * up; a DyT or an RMSNorm into the matmuls that read its output, where they
 // apply it themselves (KernelOps::takes_dyt, takes_rms_norm; W2A8 folds either into its
 // int8 quantization) and no residual reads that output, and a gated MLP's sub-norm into
 // its down matmul the same way (else it runs in place before it). A gated MLP whose gate
-// and up weights share a scheme with a SwiGLU kernel (KernelOps::launch_swiglu) runs both
-// projections and the product as one launch at the m that kernel takes, and as two
-// matmuls and an epilogue beyond. A value that some residual reads later is never fused
-// away. Intermediate values live in equal slots of one arena, reused once no later layer
-// reads them.
+// and up weights share a scheme with a gated kernel for its activation (KernelOps::
+// launch_glu: W4A16's SwiGLU, W2A8's any) runs both projections and the product as one
+// launch at the m that kernel takes, and as two matmuls and an epilogue beyond. A value that some
+// residual reads later is never fused away. Intermediate values live in equal slots of one arena,
+// reused once no later layer reads them.
 //
 // Dtypes: matmul inputs are `act_dtype` (kF16 or kBF16, picked per run by the caller);
 // a dense FP16/BF16 weight gets its own dtype, converted on the way when needed. Matmul
@@ -110,9 +110,9 @@ class ChainPlan {
     Storage storage = Storage::kAct;
   };
   struct Step {
-    // kSwiGlu: the gated MLP's gate, up and product in one launch, or beyond the
+    // kGlu: the gated MLP's gate, up and product in one launch, or beyond the
     // kernel's m its three unfused steps, unfused_[fallback .. fallback + 2].
-    enum class Op : uint8_t { kEmbedding, kGemm, kDyT, kRmsNorm, kEpilogue, kSwiGlu };
+    enum class Op : uint8_t { kEmbedding, kGemm, kDyT, kRmsNorm, kEpilogue, kGlu };
     Op op = Op::kGemm;
     const ChainLayer* layer = nullptr;
     int weight = 0;  // kGemm: index into layer->weights
@@ -121,7 +121,7 @@ class ChainPlan {
     Activation act = Activation::kIdentity;
     int64_t n = 0;  // output features
     int fallback = -1;
-    // kGemm, kSwiGlu: the layer whose norm the kernel applies to its input (a DyT, an
+    // kGemm, kGlu: the layer whose norm the kernel applies to its input (a DyT, an
     // RMSNorm, or the gated MLP whose sub-norm precedes its down matmul), or nullptr.
     const ChainLayer* norm = nullptr;
   };
@@ -131,7 +131,7 @@ class ChainPlan {
   size_t WorkspaceBytes(int64_t m) const;
   void* Resolve(const ChainRun& run, const Operand& o) const;
   DType ResolveDType(const ChainRun& run, const Operand& o) const;
-  bool SwiGluFused(const Step& step, int64_t m) const;
+  bool GluFused(const Step& step, int64_t m) const;
   cudaError_t EnqueueStep(const ChainRun& run, const Step& step) const;
   // The arguments of step's matmul of weight `w` (its input, output, residual and DyT),
   // the input converted first (into the convert slot) when the kernel takes another dtype.
@@ -140,7 +140,7 @@ class ChainPlan {
 
   std::vector<ChainLayer> layers_;
   std::vector<Step> steps_;
-  std::vector<Step> unfused_;  // kSwiGlu steps' fallbacks
+  std::vector<Step> unfused_;  // kGlu steps' fallbacks
   int slots_ = 0;
   int convert_slot_ = 0;  // scratch for a matmul input in another dtype
   int64_t max_features_ = 1;

@@ -7,6 +7,7 @@
 #include <span>
 #include <vector>
 
+#include "kernels/activation.h"
 #include "kernels/cuda/gemm_args.h"
 #include "kernels/format.h"
 
@@ -20,10 +21,11 @@ struct KernelOps {
   // Enqueues the product on args.stream; returns the launch error, never synchronizes.
   cudaError_t (*launch)(const GemmArgs& args);
   // Optional (nullptr if the scheme has none): a gated MLP's gate and up projections and
-  // silu(gate) * up in one launch, args.weight the gate and `up` the up weight of the
-  // same shape, for m <= swiglu_max_m.
-  cudaError_t (*launch_swiglu)(const GemmArgs& args, const void* up);
-  int64_t swiglu_max_m;
+  // act(gate) * up in one launch, args.weight the gate and `up` the up weight of the
+  // same shape, for m <= glu_max_m and, with glu_silu_only, act = kSilu alone.
+  cudaError_t (*launch_glu)(const GemmArgs& args, const void* up, Activation act);
+  int64_t glu_max_m;
+  bool glu_silu_only;
   // Whether `launch` adds GemmArgs::residual (a Linear closed by a residual is then one
   // launch).
   bool takes_residual;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "kernels/cuda/activation_device.cuh"
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/dependent_launch.h"
 #include "kernels/cuda/dtype_device.cuh"
@@ -35,26 +36,6 @@ template <typename... Params, typename... Args>
 cudaError_t Launch(void (*kernel)(Params...), int blocks, cudaStream_t stream, Args... args) {
   return LaunchDependent(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), stream,
                          args...);
-}
-
-__device__ __forceinline__ float Silu(float v) { return v / (1.0f + expf(-v)); }
-
-__device__ __forceinline__ float Apply(Activation act, float v) {
-  switch (act) {
-    case Activation::kSilu:
-      return Silu(v);
-    case Activation::kGeluTanh: {
-      const float inner =
-          static_cast<float>(kGeluTanhScale) * (v + static_cast<float>(kGeluTanhCubic) * v * v * v);
-      return 0.5f * v * (1.0f + tanhf(inner));
-    }
-    case Activation::kRelu:
-      return v < 0.0f ? 0.0f : v;  // NaN stays NaN
-    case Activation::kReluSquared:
-      return v < 0.0f ? 0.0f : v * v;
-    default:
-      return v;
-  }
 }
 
 __global__ void __launch_bounds__(kThreads)
@@ -164,7 +145,7 @@ __global__ void __launch_bounds__(kThreads) EpilogueKernel(const EpilogueArgs a,
        i += stride) {
     float v = LoadAs(a.x_dtype, a.x, i);
     if (a.bias != nullptr) v += a.bias[i % a.n];
-    v = Apply(a.act, v);
+    v = ApplyActivation(a.act, v);
     if (a.up != nullptr) v *= LoadAs(a.up_dtype, a.up, i);
     if (a.skip != nullptr) v += LoadAs(a.skip_dtype, a.skip, i);
     StoreAs(a.y_dtype, a.y, i, v);

@@ -250,6 +250,45 @@ cudaError_t LaunchPrologue(const cudaLaunchConfig_t& config, const w2a8::Prologu
   return LaunchPrologueWith<XTransform::kNone>(config, pro, x_dtype);
 }
 
+// The contract of w2a8.h: shapes, dtypes, pointers, at most one input transform.
+bool ArgsOk(const GemmArgs& args) {
+  return !(args.m < 1 || args.m > kMaxRows || args.weight == nullptr || args.x == nullptr ||
+           args.y == nullptr || args.workspace == nullptr || args.shape.n < 1 ||
+           args.shape.n > kMaxDim || args.shape.k < w2a8::kKPerBlock || args.shape.k > kMaxDim ||
+           args.shape.k % w2a8::kKPerBlock != 0 ||
+           (args.x_dtype != DType::kF16 && args.x_dtype != DType::kBF16 &&
+            args.x_dtype != DType::kF32) ||
+           (args.y_dtype != DType::kF32 && args.y_dtype != DType::kF16 &&
+            args.y_dtype != DType::kBF16) ||
+           (args.residual != nullptr && args.residual_dtype != DType::kF32 &&
+            args.residual_dtype != DType::kF16 && args.residual_dtype != DType::kBF16) ||
+           (args.dyt.gamma != nullptr && args.rms_norm.weight != nullptr) ||
+           (args.rms_norm.weight != nullptr &&
+            (!(args.rms_norm.epsilon > 0.0f) ||
+             reinterpret_cast<uintptr_t>(args.rms_norm.weight) % 16 != 0)));
+}
+
+// The prologue's parameters for `args`: its rows into the workspace, no zeroing and no
+// wgmma permute (the caller sets those where its matmul needs them).
+w2a8::PrologueParams PrologueOf(const GemmArgs& args, const Geometry& geo) {
+  const Workspace ws(geo, args.m);
+  auto* base = static_cast<uint8_t*>(args.workspace);
+  w2a8::PrologueParams pro{};
+  pro.x = args.x;
+  pro.m = args.m;
+  pro.k = geo.k;
+  pro.xq = reinterpret_cast<int8_t*>(base + ws.xq);
+  pro.x_scale = reinterpret_cast<float*>(base + ws.x_scale);
+  pro.x_sum = reinterpret_cast<int32_t*>(base + ws.x_sum);
+  pro.zero = reinterpret_cast<uint4*>(base + ws.acc);
+  pro.dyt_alpha = args.dyt.alpha;
+  pro.dyt_gamma = args.dyt.gamma;
+  pro.dyt_beta = args.dyt.beta;
+  pro.norm_weight = args.rms_norm.weight;
+  pro.norm_epsilon = args.rms_norm.epsilon;
+  return pro;
+}
+
 }  // namespace
 
 size_t W2A8WorkspaceBytes(const WeightShape& shape, int64_t m) {
@@ -259,22 +298,7 @@ size_t W2A8WorkspaceBytes(const WeightShape& shape, int64_t m) {
 cudaError_t LaunchW2A8(const GemmArgs& args) { return LaunchW2A8(args, W2A8Options{}); }
 
 cudaError_t LaunchW2A8(const GemmArgs& args, const W2A8Options& options) {
-  if (args.m < 1 || args.m > kMaxRows || args.weight == nullptr || args.x == nullptr ||
-      args.y == nullptr || args.workspace == nullptr || args.shape.n < 1 ||
-      args.shape.n > kMaxDim || args.shape.k < w2a8::kKPerBlock || args.shape.k > kMaxDim ||
-      args.shape.k % w2a8::kKPerBlock != 0 ||
-      (args.x_dtype != DType::kF16 && args.x_dtype != DType::kBF16 &&
-       args.x_dtype != DType::kF32) ||
-      (args.y_dtype != DType::kF32 && args.y_dtype != DType::kF16 &&
-       args.y_dtype != DType::kBF16) ||
-      (args.residual != nullptr && args.residual_dtype != DType::kF32 &&
-       args.residual_dtype != DType::kF16 && args.residual_dtype != DType::kBF16) ||
-      (args.dyt.gamma != nullptr && args.rms_norm.weight != nullptr) ||
-      (args.rms_norm.weight != nullptr &&
-       (!(args.rms_norm.epsilon > 0.0f) ||
-        reinterpret_cast<uintptr_t>(args.rms_norm.weight) % 16 != 0))) {
-    return cudaErrorInvalidValue;
-  }
+  if (!ArgsOk(args)) return cudaErrorInvalidValue;
   wgmma_gemm::Options wgmma_options;
   wgmma_options.groups = options.wgmma_groups;
   wgmma_options.splits = options.wgmma_splits;
@@ -306,14 +330,7 @@ cudaError_t LaunchW2A8(const GemmArgs& args, const W2A8Options& options) {
   const GemmPlan plan = gemm ? MakeGemmPlan(geo, args.m, info.sms, options) : GemmPlan{};
   auto* base = static_cast<uint8_t*>(args.workspace);
 
-  w2a8::PrologueParams pro{};
-  pro.x = args.x;
-  pro.m = args.m;
-  pro.k = geo.k;
-  pro.xq = reinterpret_cast<int8_t*>(base + ws.xq);
-  pro.x_scale = reinterpret_cast<float*>(base + ws.x_scale);
-  pro.x_sum = reinterpret_cast<int32_t*>(base + ws.x_sum);
-  pro.zero = reinterpret_cast<uint4*>(base + ws.acc);
+  w2a8::PrologueParams pro = PrologueOf(args, geo);
   pro.zero_vectors = gemm && plan.atomics ? (ws.zero_end - ws.acc) / 16 : 0;
   if (wgmma) {
     pro.permuted = w2a8::WgmmaFormat::PermutedX(args);
@@ -327,11 +344,6 @@ cudaError_t LaunchW2A8(const GemmArgs& args, const W2A8Options& options) {
     pro.trigger_at_exit =
         pro.permuted_nt > 32 || wgmma_options.groups == 2 || wgmma_options.splits < 4;
   }
-  pro.dyt_alpha = args.dyt.alpha;
-  pro.dyt_gamma = args.dyt.gamma;
-  pro.dyt_beta = args.dyt.beta;
-  pro.norm_weight = args.rms_norm.weight;
-  pro.norm_epsilon = args.rms_norm.epsilon;
   // About four 16-byte stores per thread for the zeroing blocks.
   constexpr int64_t kZeroPerBlock = w2a8::kPrologueThreads * 4;
   const int64_t zero_blocks =
@@ -382,6 +394,48 @@ cudaError_t LaunchW2A8(const GemmArgs& args, const W2A8Options& options) {
   config.attrs = pdl;
   config.numAttrs = pdl_count;
   return cudaLaunchKernelEx(&config, w2a8::W2A8GemmKernel<kGemmDepth>, gp);
+}
+
+cudaError_t LaunchW2A8Glu(const GemmArgs& args, const void* up, Activation act) {
+  if (!ArgsOk(args) || args.m > kW2A8GluMaxM || args.residual != nullptr || up == nullptr ||
+      reinterpret_cast<uintptr_t>(up) % 16 != 0) {
+    return cudaErrorInvalidValue;
+  }
+  DeviceInfo info;
+  if (cudaError_t err = CurrentDeviceInfo(&info); err != cudaSuccess) return err;
+  const Geometry geo(args.shape.n, args.shape.k);
+  // One prologue for both projections, as a dependent launch (as LaunchW2A8's up to 16
+  // rows).
+  const w2a8::PrologueParams pro = PrologueOf(args, geo);
+  cudaLaunchAttribute pdl[1];
+  cudaLaunchConfig_t pro_config{};
+  pro_config.gridDim = dim3(static_cast<unsigned>(args.m));
+  pro_config.blockDim = dim3(w2a8::kPrologueThreads);
+  pro_config.stream = args.stream;
+  pro_config.attrs = pdl;
+  pro_config.numAttrs = AppendDependentLaunch(info.cc_major, pdl, 0);
+  if (const cudaError_t err = LaunchPrologue(pro_config, pro, args.x_dtype); err != cudaSuccess) {
+    return err;
+  }
+  // The grid of two-group row sets, planned as one weight of the gate's and up's row
+  // groups together (a set's pair), whole sets a CTA: no clusters, no stream-K grid.
+  Geometry pair = geo;
+  pair.row_groups *= 2;
+  DecodePlan plan;
+  if (const cudaError_t err = PlanDecode<1, 1, 2>(args, info, pair, 1, 1, &plan);
+      err != cudaSuccess) {
+    return err;
+  }
+  w2a8::DecodeParams p{};
+  static_cast<w2a8::Operands&>(p) = MakeOperands(args, geo, pro);
+  p.split_shift = plan.grid.split_shift();
+  p.cluster_shift = plan.grid.cluster_shift();
+  p.early_trigger = EarlyTrigger(plan.grid.ctas, plan.slots);
+  p.codes_up = static_cast<const uint4*>(up);
+  p.w_scale_up = reinterpret_cast<const float*>(static_cast<const uint8_t*>(up) + geo.code_bytes());
+  p.glu_act = act;
+  const DecodeLaunch launch(plan.grid, w2a8::kDecodeThreads, args.stream, info.cc_major);
+  return launch(w2a8::W2A8DecodeKernel<1, 1, false, false, 2, true>, p);
 }
 
 }  // namespace qmm::cuda

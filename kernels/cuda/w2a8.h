@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/activation.h"
 #include "kernels/cuda/gemm_args.h"
 #include "kernels/format.h"
 
@@ -48,6 +49,15 @@ size_t W2A8WorkspaceBytes(const WeightShape& shape, int64_t m);
 // args.x 16-byte aligned and args.workspace W2A8WorkspaceBytes(shape, m) bytes (both
 // 256-byte aligned as cudaMalloc returns them). Never synchronizes.
 cudaError_t LaunchW2A8(const GemmArgs& args);
+
+// The most rows LaunchW2A8Glu takes (one token tile of the decode kernel).
+inline constexpr int64_t kW2A8GluMaxM = 8;
+
+// A gated MLP's gate and up projections and act(gate) * up in one launch: args.weight is
+// the gate and `up` the up weight of the same shape (device layout, 16-byte aligned),
+// args.y [m, n] gets act(x W_gate^T) * (x W_up^T), with args.dyt or args.rms_norm applied
+// to x once for both; m <= kW2A8GluMaxM. No residual. Otherwise as LaunchW2A8.
+cudaError_t LaunchW2A8Glu(const GemmArgs& args, const void* up, Activation act);
 
 // Tuning knobs for tests and benchmarks; a default-constructed value is what LaunchW2A8
 // uses.

@@ -17,6 +17,12 @@
 // kernel wrote (w2a8_prologue.cuh). Where whole row sets per CTA would leave many of the
 // CTAs that fit idle, the stream-K grid (kStream, decode_stream.cuh) gives every CTA an
 // equal range of the sets' chunks instead.
+//
+// kGlu: a gated MLP's gate and up projections in one launch (LaunchW2A8Glu). Each row set
+// is gate row group s and up row group s (two groups a set, read from p.codes and
+// p.codes_up), and the set's end stores act(gate) * up for the gate's rows: the
+// activations are quantized once and streamed by one grid, and the product needs no
+// launch of its own.
 #ifndef QMM_KERNELS_CUDA_W2A8_DECODE_CUH_
 #define QMM_KERNELS_CUDA_W2A8_DECODE_CUH_
 
@@ -25,6 +31,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/cuda/activation_device.cuh"
 #include "kernels/cuda/decode_split.cuh"
 #include "kernels/cuda/decode_stream.cuh"
 #include "kernels/cuda/dtype_device.cuh"
@@ -49,6 +56,11 @@ struct DecodeParams : Operands {
   int cluster_shift;  // log2(C)
   bool early_trigger;
   uint64_t* stream_sums;  // the stream-K grid's (decode_stream.cuh): GemmArgs::sync
+  // kGlu: the up weight (its layout as codes / w_scale, the gate's shape) and the gate's
+  // activation.
+  const uint4* codes_up;
+  const float* w_scale_up;
+  Activation glu_act;
 };
 
 // T tiles of 8 tokens; slots of kUnits units (k blocks) of each of kGroups row groups. In
@@ -64,12 +76,14 @@ struct W2A8DecodeTile {
 // (decode_split.cuh); without it the cluster terms fold away. kStream: the row sets split
 // by work over the grid (decode_stream.cuh), S = 8, the sets shared by two CTAs summed
 // through p.stream_sums. kGroups: row groups a set, 1, or 2 for one token tile without
-// clusters.
-template <int T, int kUnits, bool kCluster = false, bool kStream = false, int kGroups = 1>
+// clusters. kGlu: a gated MLP's row sets (above), two groups, whole sets a CTA.
+template <int T, int kUnits, bool kCluster = false, bool kStream = false, int kGroups = 1,
+          bool kGlu = false>
 __global__ void __launch_bounds__(kDecodeThreads, W2A8DecodeTile<T, kUnits, kGroups>::kMinBlocks)
     W2A8DecodeKernel(const __grid_constant__ DecodeParams p) {
   constexpr int kSlots = W2A8DecodeTile<T, kUnits, kGroups>::kSlots;
   static_assert(kSlots >= 2 && (kGroups == 1 || (kGroups == 2 && T == 1 && !kCluster)));
+  static_assert(!kGlu || (kGroups == 2 && !kStream));
   constexpr int kSetBlocks = kGroups * kBlocksPerGroup;  // 16-row blocks a set
   // Accumulators per block and token tile: one per field of the codes, or one per two
   // fields (fields 2 and 3 shifted down onto 0 and 1, one shift more per word) with two
@@ -77,7 +91,7 @@ __global__ void __launch_bounds__(kDecodeThreads, W2A8DecodeTile<T, kUnits, kGro
   // faster on the H200 (121-122 registers instead of 128; M = 16: 8192 x 28672 28.4 -> 26.7
   // us, 4096 x 11008 11.05 -> 10.14, with clusters 14336 x 4096 13.74 -> 13.33).
   constexpr int kFields = (kGroups == 2 || T == 2) ? 2 : 4;
-  const int sets = (p.row_groups + kGroups - 1) / kGroups;
+  const int sets = kGlu ? p.row_groups : (p.row_groups + kGroups - 1) / kGroups;
   constexpr int kUnitVectors = kUnitBytes / 16;          // 64 16-byte vectors a unit
   constexpr int kBlockVectors = kBytesPerRowBlock / 16;  // 32, one a lane
   // One warp's partial tile: [r][tile][lane] x 4 int32.
@@ -111,8 +125,9 @@ __global__ void __launch_bounds__(kDecodeThreads, W2A8DecodeTile<T, kUnits, kGro
       if (kUnits > 1 && kb >= p.k_blocks) break;
 #pragma unroll
       for (int q = 0; q < kGroups; ++q) {
-        const int group = min(set * kGroups + q, p.row_groups - 1);
-        const uint4* src = p.codes + (int64_t{group} * p.k_blocks + kb) * kUnitVectors + lane;
+        const int group = kGlu ? set : min(set * kGroups + q, p.row_groups - 1);
+        const uint4* codes = kGlu && q == 1 ? p.codes_up : p.codes;
+        const uint4* src = codes + (int64_t{group} * p.k_blocks + kb) * kUnitVectors + lane;
 #pragma unroll
         for (int r = 0; r < kBlocksPerGroup; ++r) {
           wq[slot][h][q * kBlocksPerGroup + r] =
@@ -257,7 +272,7 @@ __global__ void __launch_bounds__(kDecodeThreads, W2A8DecodeTile<T, kUnits, kGro
     }
     ws.SyncPartials();
     const int32_t* rs = reinterpret_cast<const int32_t*>(red[buf]);
-    auto store = [&](int row, int32_t sum) {
+    [[maybe_unused]] auto store = [&](int row, int32_t sum) {
       StoreResult(p, token, row,
                   x_scale * __ldg(p.w_scale + row) * static_cast<float>(sum - x_sum));
     };
@@ -271,6 +286,23 @@ __global__ void __launch_bounds__(kDecodeThreads, W2A8DecodeTile<T, kUnits, kGro
                                                       store_element);
       } else {
         ws.template Reduce<kWarpInts, kDecodeThreads>(unit, rs, p.stream_sums, store_element);
+      }
+    } else if constexpr (kGlu) {
+      // The gate's half of each set's tile; element f's up partner is f + kWarpInts / 2
+      // (block r + kBlocksPerGroup, the same lane and token).
+      constexpr int kHalf = kWarpInts / 2;
+      const int total = ws.sets_per_cta * kWarpInts;
+      for (int e = ws.First(total); e < ws.End(total); e += kDecodeThreads) {
+        const int set = unit * ws.sets_per_cta + e / kWarpInts;
+        const int f = e % kWarpInts;
+        const int row =
+            set * kRowsPerGroup + f / (4 * 32 * T) * kRowsPerBlock + f / 16 % 8 + (f % 4 >> 1) * 8;
+        if (f >= kHalf || set >= sets || row >= p.n || token >= p.m) continue;
+        const int32_t gate = ws.SumPartials(rs, e / kWarpInts, f, kWarpInts);
+        const int32_t up = ws.SumPartials(rs, e / kWarpInts, f + kHalf, kWarpInts);
+        const float g_value = x_scale * __ldg(p.w_scale + row) * static_cast<float>(gate - x_sum);
+        const float u_value = x_scale * __ldg(p.w_scale_up + row) * static_cast<float>(up - x_sum);
+        StoreResult(p, token, row, ApplyActivation(p.glu_act, g_value) * u_value);
       }
     } else {
       const int total = ws.sets_per_cta * kWarpInts;

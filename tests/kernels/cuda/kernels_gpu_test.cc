@@ -40,6 +40,7 @@
 #include "kernels/cuda/w8a16.h"
 #include "kernels/dtype.h"
 #include "kernels/format.h"
+#include "kernels/layers_reference.h"
 #include "kernels/quantize.h"
 #include "tests/test_seed.h"
 
@@ -1093,7 +1094,8 @@ TEST_F(W2A8Test, DecodeClustersMatchCpu) {
 // per row; M over both token tiles of the decode kernel.
 TEST_F(W4A16Test, SwiGluMatchesCpu) {
   const KernelOps& ops = *FindKernel(Scheme::kW4A16);
-  ASSERT_NE(ops.launch_swiglu, nullptr);
+  ASSERT_NE(ops.launch_glu, nullptr);
+  ASSERT_TRUE(ops.glu_silu_only);
   for (const WeightShape& shape : std::vector<WeightShape>{{1, 128, kW4GroupSize},
                                                            {200, 384, kW4GroupSize},
                                                            {1000, 1024, 0},
@@ -1138,7 +1140,7 @@ TEST_F(W4A16Test, SwiGluMatchesCpu) {
           ASSERT_CUDA(dy.Poison());
           const GemmArgs args = LaunchArgs(dgate->get(), shape, x_dtype, dx.get(), m, y_dtype,
                                            dy.get(), nullptr, stream_);
-          ASSERT_CUDA(ops.launch_swiglu(args, dup->get()));
+          ASSERT_CUDA(ops.launch_glu(args, dup->get(), Activation::kSilu));
           ASSERT_CUDA(cudaStreamSynchronize(stream_));
           const std::vector<float> got = Download(dy, y_dtype, m * shape.n);
 
@@ -1156,18 +1158,19 @@ TEST_F(W4A16Test, SwiGluMatchesCpu) {
     }
   }
 
-  // Beyond the decode sizes, and an up weight the kernel cannot read: refused, nothing
-  // launched.
+  // Beyond the decode sizes, an up weight the kernel cannot read, another activation than
+  // SiLU: refused, nothing launched.
   GemmArgs args;
   args.shape = {128, 128, kW4GroupSize};
   args.m = kW4A16SwiGluMaxM + 1;
   alignas(16) int dummy[8] = {};
   args.weight = args.x = args.y = dummy;
-  EXPECT_EQ(ops.launch_swiglu(args, dummy), cudaErrorInvalidValue);
+  EXPECT_EQ(ops.launch_glu(args, dummy, Activation::kSilu), cudaErrorInvalidValue);
   args.m = 1;
-  EXPECT_EQ(ops.launch_swiglu(args, nullptr), cudaErrorInvalidValue);
-  EXPECT_EQ(ops.launch_swiglu(args, reinterpret_cast<const char*>(dummy) + 4),
+  EXPECT_EQ(ops.launch_glu(args, nullptr, Activation::kSilu), cudaErrorInvalidValue);
+  EXPECT_EQ(ops.launch_glu(args, reinterpret_cast<const char*>(dummy) + 4, Activation::kSilu),
             cudaErrorInvalidValue);
+  EXPECT_EQ(ops.launch_glu(args, dummy, Activation::kReluSquared), cudaErrorInvalidValue);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 
@@ -1218,6 +1221,97 @@ TEST_F(W2A8Test, AddsTheResidual) {
         if (HasFailure()) return;
       }
     }
+  }
+}
+
+// LaunchW2A8Glu (gate and up in one launch, act(gate) * up stored) against the two
+// matmuls launched apart (the same int8 activations and int32 sums, so the same fp32 gate
+// and up values) and act(gate) * up on the host: within y's rounding and, for the
+// device's expf and tanhf, 1e-6 of each value and 1e-5 of the output's rms. Every activation, 1-8
+// rows, each input dtype, fp16 and fp32 y, with and without an RMSNorm on x; N = 300 (a partial
+// last row group) and BitNet b1.58 2B4T's 6912 x 2560; and the arguments it refuses.
+TEST_F(W2A8Test, GluMatchesTheTwoMatmuls) {
+  const KernelOps& ops = *FindKernel(Scheme::kW2A8);
+  ASSERT_EQ(ops.launch_glu, &LaunchW2A8Glu);
+  ASSERT_FALSE(ops.glu_silu_only);
+  SyncWords sync;
+  ASSERT_TRUE(sync.ok());
+  for (const WeightShape& shape : std::vector<WeightShape>{{300, 2560, 0}, {6912, 2560, 0}}) {
+    const Weight gate = RandomWeight(Scheme::kW2A8, shape, rng_);
+    const Weight up = RandomWeight(Scheme::kW2A8, shape, rng_);
+    const std::unique_ptr<DeviceBuffer> dg = UploadLayout(ops, gate);
+    const std::unique_ptr<DeviceBuffer> du = UploadLayout(ops, up);
+    ASSERT_TRUE(dg != nullptr && du != nullptr);
+    const std::vector<float> norm = RandomNormal(rng_, shape.k, 1.0f);
+    DeviceBuffer dnorm(shape.k * 4);
+    ASSERT_TRUE(dnorm.ok());
+    ASSERT_CUDA(cudaMemcpy(dnorm.get(), norm.data(), shape.k * 4, cudaMemcpyHostToDevice));
+    for (int64_t m : {1, 3, 8}) {
+      for (DType x_dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+        for (Activation act : {Activation::kReluSquared, Activation::kSilu, Activation::kGeluTanh,
+                               Activation::kRelu}) {
+          for (bool with_norm : {false, true}) {
+            const DType y_dtype = act == Activation::kSilu ? DType::kF32 : DType::kF16;
+            SCOPED_TRACE(::testing::Message()
+                         << "n=" << shape.n << " m=" << m << " x=" << DTypeName(x_dtype)
+                         << " act=" << ActivationName(act) << " norm=" << with_norm);
+            const Rounded x = RoundTo(x_dtype, RandomNormal(rng_, m * shape.k, 1.5f));
+            DeviceBuffer dx(x.bytes.size()), dy(m * shape.n * DTypeSize(y_dtype));
+            DeviceBuffer dgate(m * shape.n * 4), dup(m * shape.n * 4);
+            DeviceBuffer dws(ops.workspace_bytes(shape, m));
+            ASSERT_TRUE(dx.ok() && dy.ok() && dgate.ok() && dup.ok() && dws.ok());
+            ASSERT_CUDA(
+                cudaMemcpy(dx.get(), x.bytes.data(), x.bytes.size(), cudaMemcpyHostToDevice));
+            ASSERT_CUDA(dy.Poison());
+            GemmArgs args = LaunchArgs(dg->get(), shape, x_dtype, dx.get(), m, y_dtype, dy.get(),
+                                       dws.get(), stream_);
+            args.sync = sync.get();
+            if (with_norm) args.rms_norm = {static_cast<const float*>(dnorm.get()), 1e-5f};
+            ASSERT_CUDA(LaunchW2A8Glu(args, du->get(), act));
+            ASSERT_CUDA(cudaStreamSynchronize(stream_));
+            const std::vector<float> got = Download(dy, y_dtype, m * shape.n);
+            GemmArgs apart = args;
+            apart.y_dtype = DType::kF32;
+            apart.y = dgate.get();
+            ASSERT_CUDA(ops.launch(apart));
+            apart.weight = du->get();
+            apart.y = dup.get();
+            ASSERT_CUDA(ops.launch(apart));
+            ASSERT_CUDA(cudaStreamSynchronize(stream_));
+            EXPECT_TRUE(sync.LeftZero());
+            const std::vector<float> g = Download(dgate, DType::kF32, m * shape.n);
+            const std::vector<float> u = Download(dup, DType::kF32, m * shape.n);
+            std::vector<double> want(g.size());
+            double sum_sq = 0.0;
+            for (size_t i = 0; i < g.size(); ++i) {
+              want[i] = ReferenceActivation(act, g[i]) * u[i];
+              sum_sq += want[i] * want[i];
+            }
+            const double rms = std::sqrt(sum_sq / static_cast<double>(want.size()));
+            ASSERT_GT(rms, 0.0);
+            for (size_t i = 0; i < want.size(); ++i) {
+              ASSERT_TRUE(std::isfinite(got[i])) << "element " << i;
+              ASSERT_NEAR(got[i], want[i],
+                          (OutputRoundoff(y_dtype) + 1e-6) * std::fabs(want[i]) + 1e-5 * rms)
+                  << "element " << i;
+            }
+          }
+        }
+      }
+    }
+    // Refused: more rows than one token tile, no or a misaligned up weight, a residual.
+    DeviceBuffer dx(9 * shape.k * 2), dy(9 * shape.n * 4), dws(ops.workspace_bytes(shape, 9));
+    ASSERT_TRUE(dx.ok() && dy.ok() && dws.ok());
+    GemmArgs args = LaunchArgs(dg->get(), shape, DType::kF16, dx.get(), 9, DType::kF32, dy.get(),
+                               dws.get(), stream_);
+    EXPECT_EQ(LaunchW2A8Glu(args, du->get(), Activation::kSilu), cudaErrorInvalidValue);
+    args.m = 1;
+    EXPECT_EQ(LaunchW2A8Glu(args, nullptr, Activation::kSilu), cudaErrorInvalidValue);
+    EXPECT_EQ(LaunchW2A8Glu(args, static_cast<const char*>(du->get()) + 4, Activation::kSilu),
+              cudaErrorInvalidValue);
+    args.residual = dx.get();
+    EXPECT_EQ(LaunchW2A8Glu(args, du->get(), Activation::kSilu), cudaErrorInvalidValue);
+    EXPECT_EQ(cudaGetLastError(), cudaSuccess);
   }
 }
 
