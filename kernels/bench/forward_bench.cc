@@ -292,8 +292,7 @@ class BlockBench {
         return ops_->launch(a);
       });
     }
-    if (ops_->launch_glu != nullptr && m <= ops_->glu_max_m &&
-        (act_ == Activation::kSilu || !ops_->glu_silu_only)) {
+    if (ops_->launch_glu != nullptr && m <= ops_->glu_max_m) {
       // gate, up and their product: the three entries from "gate" on.
       const auto gate = std::find_if(kernels.begin(), kernels.end(),
                                      [](const auto& k) { return k.first == "gate"; });
@@ -390,18 +389,19 @@ absl::Status RunForwardBench(const ForwardBenchOptions& o) {
     return absl::InternalError("cannot create a cuBLAS handle");
   }
 
-  const Scheme quantized = o.bitnet ? Scheme::kW2A8 : Scheme::kW4A16;
+  const Scheme quantized = o.scheme;
   if (o.bitnet) {
     std::printf(
-        "BitNet b1.58 2B4T MLP block on %s: RMSNorm -> relu2 GLU %lld -> 2x%lld -> sub-norm -> "
-        "%lld -> residual\n",
-        prop.name, static_cast<long long>(o.hidden), static_cast<long long>(o.intermediate),
-        static_cast<long long>(o.hidden));
+        "BitNet b1.58 2B4T MLP block, %s, on %s: RMSNorm -> relu2 GLU %lld -> 2x%lld -> "
+        "sub-norm -> %lld -> residual\n",
+        std::string(SchemeName(quantized)).c_str(), prop.name, static_cast<long long>(o.hidden),
+        static_cast<long long>(o.intermediate), static_cast<long long>(o.hidden));
   } else {
     std::printf(
-        "Llama-3-8B MLP block on %s: RMSNorm -> SwiGLU %lld -> 2x%lld -> %lld -> residual\n",
-        prop.name, static_cast<long long>(o.hidden), static_cast<long long>(o.intermediate),
-        static_cast<long long>(o.hidden));
+        "Llama-3-8B MLP block, %s, on %s: RMSNorm -> SwiGLU %lld -> 2x%lld -> %lld -> "
+        "residual\n",
+        std::string(SchemeName(quantized)).c_str(), prop.name, static_cast<long long>(o.hidden),
+        static_cast<long long>(o.intermediate), static_cast<long long>(o.hidden));
   }
   std::vector<Result> results;
   absl::Status status;
@@ -434,6 +434,7 @@ absl::Status RunForwardBench(const ForwardBenchOptions& o) {
   json["command"] = o.command;
   json["device"] = prop.name;
   json["block"] = {{"name", o.bitnet ? "bitnet" : "llama"},
+                   {"scheme", std::string(SchemeName(quantized))},
                    {"hidden", o.hidden},
                    {"intermediate", o.intermediate}};
   for (const Result& r : results) {

@@ -15,8 +15,9 @@
 //   in it may start during the one before it (cuda/dependent_launch.h); "serialized" is
 //   the same graph captured with that off.
 // - "eager": the same block enqueued kernel by kernel (the backend's first run of a shape).
-// The block runs with W4A16 (BitNet: W2A8) weights and FP16 weights through cuBLAS (the
-// baseline); the report gives forward / sum(alone) and fp16 forward / quantized forward.
+// The block runs with W4A16 (BitNet: W2A8; or `scheme`) weights and FP16 weights through
+// cuBLAS (the baseline); the report gives forward / sum(alone) and fp16 forward / quantized
+// forward.
 #ifndef QMM_KERNELS_BENCH_FORWARD_BENCH_H_
 #define QMM_KERNELS_BENCH_FORWARD_BENCH_H_
 
@@ -25,12 +26,14 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "kernels/format.h"
 
 namespace qmm::bench {
 
 struct ForwardBenchOptions {
   int device = 0;
   bool bitnet = false;
+  Scheme scheme = Scheme::kW4A16;  // the quantized weights'
   int64_t hidden = 4096;
   int64_t intermediate = 14336;
   std::vector<int64_t> ms = {1, 16};

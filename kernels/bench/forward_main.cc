@@ -16,6 +16,8 @@ ABSL_FLAG(int, device, 0, "CUDA device ordinal");
 ABSL_FLAG(std::string, block, "llama",
           "llama (Llama-3-8B's MLP block, W4A16) or bitnet (BitNet b1.58 2B4T's, W2A8 with "
           "relu2 and its ffn_sub_norm)");
+ABSL_FLAG(std::string, scheme, "",
+          "the quantized weights' scheme: W8A16, W4A16 or W2A8 (empty: the block's own)");
 ABSL_FLAG(int64_t, hidden, 0, "the block's input and output features (0: the block's own)");
 ABSL_FLAG(int64_t, intermediate, 0, "the MLP's inner features (0: the block's own)");
 ABSL_FLAG(std::string, m, "1,16", "comma-separated row counts M");
@@ -45,6 +47,21 @@ int main(int argc, char** argv) {
     return 1;
   }
   o.bitnet = block == "bitnet";
+  const std::string scheme = absl::GetFlag(FLAGS_scheme);
+  o.scheme = o.bitnet ? qmm::Scheme::kW2A8 : qmm::Scheme::kW4A16;
+  if (!scheme.empty()) {
+    bool known = false;
+    for (qmm::Scheme s : {qmm::Scheme::kW8A16, qmm::Scheme::kW4A16, qmm::Scheme::kW2A8}) {
+      if (scheme == qmm::SchemeName(s)) {
+        o.scheme = s;
+        known = true;
+      }
+    }
+    if (!known) {
+      std::cerr << "qmm-forward-bench: --scheme is W8A16, W4A16 or W2A8, not " << scheme << "\n";
+      return 1;
+    }
+  }
   o.hidden = absl::GetFlag(FLAGS_hidden);
   if (o.hidden == 0) o.hidden = o.bitnet ? 2560 : 4096;
   o.intermediate = absl::GetFlag(FLAGS_intermediate);

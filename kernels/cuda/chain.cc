@@ -195,8 +195,7 @@ void ChainPlan::Build() {
                              wg.shape.n == wu.shape.n && wg.shape.k == wu.shape.k &&
                              wg.shape.group_size == wu.shape.group_size &&
                              wg.shape.zero_points == wu.shape.zero_points && !wg.shape.act_order &&
-                             !wu.shape.act_order &&
-                             (l.gate_activation == Activation::kSilu || !wg.ops->glu_silu_only);
+                             !wu.shape.act_order;
         std::vector<Step>& unfused = fusable ? unfused_ : steps_;
         if (fusable) {
           steps_.push_back({.op = Step::Op::kGlu,

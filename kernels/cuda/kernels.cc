@@ -14,26 +14,21 @@ struct Entry {
   KernelOps ops;
 };
 
-// W4A16's SwiGLU kernel, which applies SiLU alone.
-cudaError_t LaunchW4A16Glu(const GemmArgs& args, const void* up, Activation act) {
-  return act == Activation::kSilu ? LaunchW4A16SwiGlu(args, up) : cudaErrorInvalidValue;
-}
-
 constexpr Entry kEntries[] = {
-    // scheme, {repack, workspace_bytes, launch, launch_glu, glu_max_m, glu_silu_only,
-    //          takes_residual, takes_dyt, takes_rms_norm}
+    // scheme, {repack, workspace_bytes, launch, launch_glu, glu_max_m, takes_residual,
+    //          takes_dyt, takes_rms_norm}
     {Scheme::kFp16,
-     {RepackDense, DenseWorkspaceBytes, LaunchDenseFp16, nullptr, 0, false, false, false, false}},
+     {RepackDense, DenseWorkspaceBytes, LaunchDenseFp16, nullptr, 0, false, false, false}},
     {Scheme::kBf16,
-     {RepackDense, DenseWorkspaceBytes, LaunchDenseBf16, nullptr, 0, false, false, false, false}},
+     {RepackDense, DenseWorkspaceBytes, LaunchDenseBf16, nullptr, 0, false, false, false}},
     {Scheme::kW8A16,
-     {RepackW8A16, W8A16WorkspaceBytes, LaunchW8A16, nullptr, 0, false, false, false, false}},
+     {RepackW8A16, W8A16WorkspaceBytes, LaunchW8A16, LaunchW8A16Glu, kW8A16GluMaxM, false, false,
+      false}},
     {Scheme::kW4A16,
-     {RepackW4A16, W4A16WorkspaceBytes, LaunchW4A16, LaunchW4A16Glu, kW4A16SwiGluMaxM, true, true,
-      false, false}},
+     {RepackW4A16, W4A16WorkspaceBytes, LaunchW4A16, LaunchW4A16Glu, kW4A16GluMaxM, true, false,
+      false}},
     {Scheme::kW2A8,
-     {RepackW2A8, W2A8WorkspaceBytes, LaunchW2A8, LaunchW2A8Glu, kW2A8GluMaxM, false, true, true,
-      true}},
+     {RepackW2A8, W2A8WorkspaceBytes, LaunchW2A8, LaunchW2A8Glu, kW2A8GluMaxM, true, true, true}},
 };
 
 }  // namespace

@@ -22,10 +22,9 @@ struct KernelOps {
   cudaError_t (*launch)(const GemmArgs& args);
   // Optional (nullptr if the scheme has none): a gated MLP's gate and up projections and
   // act(gate) * up in one launch, args.weight the gate and `up` the up weight of the
-  // same shape, for m <= glu_max_m and, with glu_silu_only, act = kSilu alone.
+  // same shape, for m <= glu_max_m.
   cudaError_t (*launch_glu)(const GemmArgs& args, const void* up, Activation act);
   int64_t glu_max_m;
-  bool glu_silu_only;
   // Whether `launch` adds GemmArgs::residual (a Linear closed by a residual is then one
   // launch).
   bool takes_residual;

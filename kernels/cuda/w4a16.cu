@@ -113,7 +113,7 @@ int64_t DecodeSets(const WeightShape& shape, int r) {
 }
 
 // Clusters share the row sets of the two-strip tiles only: the others have no clustered
-// instantiation (their row sets are many, as SwiGLU's are).
+// instantiation (their row sets are many, as a gated MLP's are).
 template <int R, bool kGlu>
 inline constexpr bool kDecodeClusters = R == 2 && !kGlu;
 
@@ -138,10 +138,10 @@ cudaError_t PlanDecode(const WeightShape& shape, const DeviceInfo& device, int c
       return err;
     }
   }
-  // SwiGLU: at most two warps per row set. Each set streams two weights, and the longer
+  // A gated MLP: at most two warps per row set. Each set streams two weights, and the longer
   // runs per warp measured faster on the H200 (a 4096 x 14336 pair: 20.0 us against 21.4
   // with eight warps per set at M = 1, 26.0 against 29.2 at M = 16).
-  // CTAs: as many units each (a SwiGLU pair of 4096 x 14336 at M = 1, 896 units on 264
+  // CTAs: as many units each (a gate and up pair of 4096 x 14336 at M = 1, 896 units on 264
   // slots, would otherwise leave 104 CTAs streaming alone at the end).
   static_assert(w4a16::kWarps == 8);
   *grid = MakeDecodeGrid(DecodeSets(shape, kGlu ? 1 : R), static_cast<int>(w4a16::NumChunks(shape)),
@@ -151,12 +151,13 @@ cudaError_t PlanDecode(const WeightShape& shape, const DeviceInfo& device, int c
 }
 
 // The decode kernel (w4a16_decode.cuh) for up to 8T tokens, R strips per warp; with
-// kGlu, silu(x gate^T) * (x up^T) for gate = args.weight and `up` (one strip of each
-// per row set). `cluster`, `stream`: W4A16Options::decode_cluster, decode_stream. kZp:
-// args.weight has zero points, which the kernel takes in its dequantization.
+// kGlu, act(x gate^T) * (x up^T) for gate = args.weight, `up` (one strip of each per row
+// set) and act = `glu_act`. `cluster`, `stream`: W4A16Options::decode_cluster,
+// decode_stream. kZp: args.weight has zero points, which the kernel takes in its
+// dequantization.
 template <int T, int R, bool kBf16, bool kGlu = false, bool kZp = false>
 cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& device, const void* up = nullptr,
-                         int cluster = 0, int stream = 0) {
+                         int cluster = 0, int stream = 0, Activation glu_act = Activation::kSilu) {
   DecodeGrid grid;
   int64_t slots = 0;
   if (const cudaError_t err =
@@ -174,6 +175,7 @@ cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& device, const v
   if (kGlu) {
     p.w_up = static_cast<const uint8_t*>(up);
     p.s_up = p.w_up + w4a16::WeightRegionBytes(shape);
+    p.glu_act = glu_act;
     if (kZp) p.zb_up = p.w_up + w4a16::ZeroBiasesOf(shape, args.x_dtype);
   }
   // The stream-K grid (decode_stream.cuh) on every CTA that fits, where it pays.
@@ -200,7 +202,7 @@ cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& device, const v
   const DecodeLaunch launch(grid, kThreads, args.stream, device.cc_major);
   // The deep tile (twice the bytes in flight per warp, half the CTAs per SM) wherever its
   // grid is as large as the shallow one's (14336 x 4096 at M = 1, before the two-strip
-  // clusters took it: 12.3 us against 15.1; not for SwiGLU, whose deep tile needs all
+  // clusters took it: 12.3 us against 15.1; not for a gated MLP, whose deep tile needs all
   // 128 registers and measured slower; not for two strips, whose tile already holds two
   // CTAs per SM).
   if constexpr (T == 1 && R == 1 && !kGlu) {
@@ -511,8 +513,8 @@ cudaError_t LaunchW4A16(const GemmArgs& args, const W4A16Options& options) {
 
 cudaError_t LaunchW4A16(const GemmArgs& args) { return LaunchW4A16(args, W4A16Options{}); }
 
-cudaError_t LaunchW4A16SwiGlu(const GemmArgs& args, const void* up) {
-  if (args.m > kW4A16SwiGluMaxM || up == nullptr || reinterpret_cast<uintptr_t>(up) % 16 != 0 ||
+cudaError_t LaunchW4A16Glu(const GemmArgs& args, const void* up, Activation act) {
+  if (args.m > kW4A16GluMaxM || up == nullptr || reinterpret_cast<uintptr_t>(up) % 16 != 0 ||
       args.shape.act_order || !ArgsOk(args)) {
     return cudaErrorInvalidValue;
   }
@@ -520,12 +522,13 @@ cudaError_t LaunchW4A16SwiGlu(const GemmArgs& args, const void* up) {
   if (const cudaError_t err = CurrentDeviceInfo(&device); err != cudaSuccess) return err;
   auto launch = [&](auto zp) {
     constexpr bool kZp = decltype(zp)::value;
+    const bool bf16 = args.x_dtype == DType::kBF16;
     if (args.m > 8) {
-      return args.x_dtype == DType::kBF16 ? LaunchDecode<2, 2, true, true, kZp>(args, device, up)
-                                          : LaunchDecode<2, 2, false, true, kZp>(args, device, up);
+      return bf16 ? LaunchDecode<2, 2, true, true, kZp>(args, device, up, 0, 0, act)
+                  : LaunchDecode<2, 2, false, true, kZp>(args, device, up, 0, 0, act);
     }
-    return args.x_dtype == DType::kBF16 ? LaunchDecode<1, 2, true, true, kZp>(args, device, up)
-                                        : LaunchDecode<1, 2, false, true, kZp>(args, device, up);
+    return bf16 ? LaunchDecode<1, 2, true, true, kZp>(args, device, up, 0, 0, act)
+                : LaunchDecode<1, 2, false, true, kZp>(args, device, up, 0, 0, act);
   };
   return args.shape.zero_points ? launch(std::true_type{}) : launch(std::false_type{});
 }

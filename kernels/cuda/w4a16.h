@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/activation.h"
 #include "kernels/cuda/gemm_args.h"
 #include "kernels/format.h"
 
@@ -83,14 +84,14 @@ struct W4A16Options {
 };
 cudaError_t LaunchW4A16(const GemmArgs& args, const W4A16Options& options);
 
-// A gated MLP's gate and up projections and their SwiGLU product in one launch:
-// y = silu(x * W_gate^T) * (x * W_up^T), elementwise, with args.weight = W_gate and `up`
-// the device layout of W_up (same shape, group size and zero points or none). Both weights
-// stream once, the two products stay in fp32 until y is stored. For m <= kW4A16SwiGluMaxM
-// (decode sizes; cudaErrorInvalidValue beyond, for weights in activation order, and for
-// what LaunchW4A16 rejects).
-inline constexpr int64_t kW4A16SwiGluMaxM = 16;
-cudaError_t LaunchW4A16SwiGlu(const GemmArgs& args, const void* up);
+// A gated MLP's gate and up projections and their product in one launch:
+// y = act(x * W_gate^T) * (x * W_up^T), elementwise (SwiGLU with kSilu, GeGLU with
+// kGeluTanh...), with args.weight = W_gate and `up` the device layout of W_up (same shape,
+// group size and zero points or none). Both weights stream once, the two products stay in
+// fp32 until y is stored. For m <= kW4A16GluMaxM (decode sizes; cudaErrorInvalidValue
+// beyond, for weights in activation order, and for what LaunchW4A16 rejects).
+inline constexpr int64_t kW4A16GluMaxM = 16;
+cudaError_t LaunchW4A16Glu(const GemmArgs& args, const void* up, Activation act);
 
 }  // namespace qmm::cuda
 

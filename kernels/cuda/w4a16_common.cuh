@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "kernels/activation.h"
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/dtype_device.cuh"
 #include "kernels/cuda/gemm_args.h"
@@ -57,12 +58,14 @@ struct Params {
   // Decode kernel: let the next kernel launch as soon as this one's wait returns, not
   // only once its last loads are issued (dependent_launch.h says when each pays).
   bool early_trigger = false;
-  // Decode kernel, SwiGLU: the up weight (same shape and layout as w) and its scales.
+  // Decode kernel, gated MLP: the up weight (same shape and layout as w), its scales and
+  // the gate's activation.
   const uint8_t* w_up = nullptr;
   const uint8_t* s_up = nullptr;
+  Activation glu_act = Activation::kSilu;
   // Decode kernel with zero points (kZp): the zero biases of x's dtype, laid out as the
   // scales (w4a16_layout.h); set for every weight with zero points, read by kZp only.
-  // zb_up: the up weight's, for SwiGLU.
+  // zb_up: the up weight's, for a gated MLP.
   const uint8_t* zb = nullptr;
   const uint8_t* zb_up = nullptr;
   // Decode kernel, stream-K grid (decode_stream.cuh): the sums that CTAs hand on

@@ -20,9 +20,10 @@
 // dependent launch (dependent_launch.h), the first slots fill while the previous kernel
 // finishes.
 //
-// SwiGLU (kGlu): a row set is one strip of the gate weight (p.w) and the same strip of
-// the up weight (p.w_up), R = 2, and the reduction writes silu(gate) * up, so a gated
-// MLP's two projections and their product are one launch that streams both weights.
+// A gated MLP (kGlu): a row set is one strip of the gate weight (p.w) and the same strip
+// of the up weight (p.w_up), R = 2, and the reduction writes act(gate) * up (p.glu_act),
+// so a gated MLP's two projections and their product are one launch that streams both
+// weights.
 //
 // Zero points (kZp): each slot also holds its chunk's zero biases (p.zb), which the
 // dequantization adds in place of the symmetric bias (w4a16_ptx.cuh Dequant), so an
@@ -33,6 +34,7 @@
 
 #include <type_traits>
 
+#include "kernels/cuda/activation_device.cuh"
 #include "kernels/cuda/decode_split.cuh"
 #include "kernels/cuda/decode_stream.cuh"
 #include "kernels/cuda/w4a16_common.cuh"
@@ -360,7 +362,7 @@ __global__ void __launch_bounds__(kCtaWarps * 32,
         float v = ws.SumPartials(rf, q, f, kWarpFloats);
         if constexpr (kGlu) {
           const float up = ws.SumPartials(rf, q, kOutFloats + f, kWarpFloats);
-          v = v / (1.0f + expf(-v)) * up;
+          v = ApplyActivation(p.glu_act, v) * up;
         }
         StoreY(p, tok, n, v);
       }

@@ -4,6 +4,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <iterator>
 #include <type_traits>
 
@@ -350,15 +351,15 @@ cudaError_t LaunchTile(const GemmArgs& args, const W8A16Options& options,
   return cudaSuccess;
 }
 
-// CTAs of the decode kernel for up to 8NT tokens, R row tiles per warp (and kWarps warps),
-// that fit on the device at once, and its clusters (`fit`; the same on every device of one
-// kind).
+// CTAs of the decode kernel for up to 8NT tokens, R row tiles per warp (and kWarps warps;
+// kGlu: a gated MLP's), that fit on the device at once, and its clusters (`fit`; the same
+// on every device of one kind).
 template <typename T, int NT, int R, bool kDeep = false, bool kCluster = false,
-          int kWarps = w8a16::kDecodeWarps>
+          int kWarps = w8a16::kDecodeWarps, bool kGlu = false>
 cudaError_t DecodeFit(const DeviceInfo& device, int64_t* slots, KernelFit* fit_out = nullptr) {
   KernelFit fit;
   const cudaError_t err =
-      FitOf<w8a16::DecodeKernel<T, NT, R, kDeep, kCluster, kWarps>, 0, kWarps * 32>(
+      FitOf<w8a16::DecodeKernel<T, NT, R, kDeep, kCluster, kWarps, false, kGlu>, 0, kWarps * 32>(
           device.ordinal, device.cc_major, &fit);
   if (err != cudaSuccess) return err;
   *slots = int64_t{device.sms} * fit.occupancy;
@@ -387,6 +388,22 @@ cudaError_t PlanDecode(const WeightShape& shape, const DeviceInfo& device, int c
                          R * w8a16::DecodeTile<NT, R>::kChunkBytes, device.sms, *slots,
                          fit.clusters, 1, 8, cluster);
   return cudaSuccess;
+}
+
+// The decode kernel's operands for `args`.
+w8a16::DecodeParams MakeDecodeParams(const GemmArgs& args) {
+  w8a16::DecodeParams p{};
+  p.row_tiles = static_cast<int32_t>((args.shape.n + 15) / 16);
+  p.chunks = static_cast<int32_t>(args.shape.k / kChunkK);
+  p.w = static_cast<const uint8_t*>(args.weight);
+  p.scales = reinterpret_cast<const float*>(p.w + int64_t{p.row_tiles} * 16 * args.shape.k);
+  p.x = args.x;
+  p.y = args.y;
+  p.m = args.m;
+  p.n = args.shape.n;
+  p.k = args.shape.k;
+  p.y_dtype = args.y_dtype;
+  return p;
 }
 
 // The decode kernel (w8a16_decode.cuh) for up to 8NT tokens, R row tiles per warp, when
@@ -428,17 +445,7 @@ cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& device, int clu
       err != cudaSuccess) {
     return err;
   }
-  w8a16::DecodeParams p{};
-  p.row_tiles = static_cast<int32_t>((args.shape.n + 15) / 16);
-  p.chunks = static_cast<int32_t>(args.shape.k / kChunkK);
-  p.w = static_cast<const uint8_t*>(args.weight);
-  p.scales = reinterpret_cast<const float*>(p.w + int64_t{p.row_tiles} * 16 * args.shape.k);
-  p.x = args.x;
-  p.y = args.y;
-  p.m = args.m;
-  p.n = args.shape.n;
-  p.k = args.shape.k;
-  p.y_dtype = args.y_dtype;
+  w8a16::DecodeParams p = MakeDecodeParams(args);
   const int64_t sets = (p.row_tiles + R - 1) / R;
   // Where the two-row-tile sets outnumber the 16-warp CTAs that fit, or fit them with
   // more K than one takes, the stream-K grid of those CTAs (W8A16StreamPays,
@@ -601,34 +608,75 @@ cudaError_t LaunchFor(const GemmArgs& args, const W8A16Options& options, const D
   return LaunchTile<T, Tile<8, 4, 4, 1, 4>>(args, options, device);
 }
 
+// A gated MLP's decode kernel (kGlu) for up to 8NT tokens: a row set is a gate row tile
+// and its up row tile, whole sets a CTA on the 8-warp grid, at most kGluMaxSplit warps a
+// set. Each set streams two weights, and W4A16's gated kernel measured faster with the
+// longer runs per warp that two warps a set give (w4a16.cu PlanDecode).
+constexpr int kGluMaxSplit = 2;
+template <typename T, int NT>
+cudaError_t LaunchGlu(const GemmArgs& args, const DeviceInfo& device, const void* up,
+                      Activation act) {
+  constexpr auto kKernel =
+      w8a16::DecodeKernel<T, NT, 2, false, false, w8a16::kDecodeWarps, false, true>;
+  int64_t slots = 0;
+  if (cudaError_t err =
+          DecodeFit<T, NT, 2, false, false, w8a16::kDecodeWarps, true>(device, &slots);
+      err != cudaSuccess) {
+    return err;
+  }
+  w8a16::DecodeParams p = MakeDecodeParams(args);
+  p.w_up = static_cast<const uint8_t*>(up);
+  p.scales_up = reinterpret_cast<const float*>(p.w_up + int64_t{p.row_tiles} * 16 * args.shape.k);
+  p.glu_act = act;
+  const DecodeGrid grid =
+      MakeDecodeGrid(p.row_tiles, p.chunks, 2 * w8a16::DecodeTile<NT, 2>::kChunkBytes, device.sms,
+                     slots, KernelFit{}.clusters, 1, kGluMaxSplit, 1);
+  p.split_shift = grid.split_shift();
+  p.early_trigger = EarlyTrigger(grid.ctas, slots);
+  return DecodeLaunch(grid, w8a16::kDecodeWarps * 32, args.stream, device.cc_major)(kKernel, p);
+}
+
+// The checks every launch makes of `args`.
+bool ArgsOk(const GemmArgs& args) {
+  return args.m >= 1 && args.shape.k % 64 == 0 && args.shape.n >= 1 && args.weight != nullptr &&
+         args.x != nullptr && args.y != nullptr &&
+         (args.x_dtype == DType::kF16 || args.x_dtype == DType::kBF16) &&
+         (args.y_dtype == DType::kF32 || args.y_dtype == DType::kF16 ||
+          args.y_dtype == DType::kBF16);
+}
+
 }  // namespace
 
 cudaError_t LaunchW8A16(const GemmArgs& args, const W8A16Options& options) {
-  if (args.m < 1 || args.shape.k % 64 != 0 || args.shape.n < 1 || args.weight == nullptr ||
-      args.x == nullptr || args.y == nullptr || !wgmma_gemm::Valid(WgmmaOptions(options)) ||
-      options.decode_rows < 0 || options.decode_rows > 2 || options.decode_cluster < 0 ||
-      options.decode_cluster > 4 || options.decode_cluster == 3 || options.decode_stream < 0 ||
-      options.decode_stream > 2 ||
+  if (!ArgsOk(args) || !wgmma_gemm::Valid(WgmmaOptions(options)) || options.decode_rows < 0 ||
+      options.decode_rows > 2 || options.decode_cluster < 0 || options.decode_cluster > 4 ||
+      options.decode_cluster == 3 || options.decode_stream < 0 || options.decode_stream > 2 ||
       (options.decode_warps != 0 && options.decode_warps != w8a16::kDecodeWarps &&
        options.decode_warps != w8a16::kWideWarps) ||
       options.splits < 0 || options.splits > kMaxClusterCtas) {
     return cudaErrorInvalidValue;
   }
-  if (args.y_dtype != DType::kF32 && args.y_dtype != DType::kF16 && args.y_dtype != DType::kBF16) {
+  DeviceInfo device;
+  if (cudaError_t err = CurrentDeviceInfo(&device); err != cudaSuccess) return err;
+  return args.x_dtype == DType::kF16 ? LaunchFor<__half>(args, options, device)
+                                     : LaunchFor<__nv_bfloat16>(args, options, device);
+}
+
+cudaError_t LaunchW8A16(const GemmArgs& args) { return LaunchW8A16(args, W8A16Options{}); }
+
+cudaError_t LaunchW8A16Glu(const GemmArgs& args, const void* up, Activation act) {
+  if (!ArgsOk(args) || args.m > kW8A16GluMaxM || up == nullptr ||
+      reinterpret_cast<uintptr_t>(up) % 16 != 0) {
     return cudaErrorInvalidValue;
   }
   DeviceInfo device;
   if (cudaError_t err = CurrentDeviceInfo(&device); err != cudaSuccess) return err;
-  switch (args.x_dtype) {
-    case DType::kF16:
-      return LaunchFor<__half>(args, options, device);
-    case DType::kBF16:
-      return LaunchFor<__nv_bfloat16>(args, options, device);
-    default:
-      return cudaErrorInvalidValue;
+  if (args.x_dtype == DType::kF16) {
+    return args.m > 8 ? LaunchGlu<__half, 2>(args, device, up, act)
+                      : LaunchGlu<__half, 1>(args, device, up, act);
   }
+  return args.m > 8 ? LaunchGlu<__nv_bfloat16, 2>(args, device, up, act)
+                    : LaunchGlu<__nv_bfloat16, 1>(args, device, up, act);
 }
-
-cudaError_t LaunchW8A16(const GemmArgs& args) { return LaunchW8A16(args, W8A16Options{}); }
 
 }  // namespace qmm::cuda

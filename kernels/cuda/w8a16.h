@@ -44,6 +44,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/activation.h"
 #include "kernels/cuda/gemm_args.h"
 #include "kernels/format.h"
 
@@ -100,6 +101,14 @@ struct W8A16Options {
   bool tile = false;
 };
 cudaError_t LaunchW8A16(const GemmArgs& args, const W8A16Options& options);
+
+// A gated MLP's gate and up projections and their product in one launch:
+// y = act(x * W_gate^T) * (x * W_up^T), elementwise, with args.weight = W_gate and `up`
+// the device layout of W_up (same shape). Both weights stream once through the decode
+// kernel, and the two products stay in fp32 until y is stored. For m <= kW8A16GluMaxM
+// (cudaErrorInvalidValue beyond, and for what LaunchW8A16 rejects).
+inline constexpr int64_t kW8A16GluMaxM = 16;
+cudaError_t LaunchW8A16Glu(const GemmArgs& args, const void* up, Activation act);
 
 }  // namespace qmm::cuda
 

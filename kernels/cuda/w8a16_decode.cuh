@@ -21,6 +21,11 @@
 // MMA chain per warp and tile is enough: 16-32 warps per SM hide its latency. Launched as
 // a dependent launch (dependent_launch.h), the first slots fill while the previous kernel
 // finishes.
+//
+// A gated MLP (kGlu, LaunchW8A16Glu): a row set is row tile s of the gate weight (p.w)
+// and row tile s of the up weight (p.w_up), R = 2, and the set's end stores act(gate) *
+// up for the gate's rows (p.glu_act): both projections stream in one grid and the product
+// needs no launch of its own.
 #ifndef QMM_KERNELS_CUDA_W8A16_DECODE_CUH_
 #define QMM_KERNELS_CUDA_W8A16_DECODE_CUH_
 
@@ -29,6 +34,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/activation.h"
+#include "kernels/cuda/activation_device.cuh"
 #include "kernels/cuda/decode_split.cuh"
 #include "kernels/cuda/decode_stream.cuh"
 #include "kernels/cuda/dependent_launch.cuh"
@@ -68,6 +75,11 @@ struct DecodeParams {
   bool early_trigger = false;
   // The stream-K grid's shared sums (GemmArgs::sync, decode_stream.cuh).
   uint64_t* stream_sums = nullptr;
+  // kGlu: the up weight and its scales (the gate's shape and layout) and the gate's
+  // activation.
+  const uint8_t* w_up = nullptr;
+  const float* scales_up = nullptr;
+  Activation glu_act = Activation::kSilu;
 };
 
 // NT tiles of 8 tokens, R row tiles per warp. kDeep: twice the chunks in flight per
@@ -95,9 +107,9 @@ struct DecodeTile {
 // (decode_split.cuh); without it the cluster terms fold away. kWarps: 8, or kWideWarps
 // (above) with all of them on one row set. kStream (kWideWarps, no cluster): the row sets
 // split by work over the grid (decode_stream.cuh), the sets shared by two CTAs summed
-// through p.stream_sums.
+// through p.stream_sums. kGlu: a gated MLP's row sets (above), whole sets a CTA.
 template <typename T, int NT, int R, bool kDeep = false, bool kCluster = false,
-          int kWarps = kDecodeWarps, bool kStream = false>
+          int kWarps = kDecodeWarps, bool kStream = false, bool kGlu = false>
 __global__ void __launch_bounds__(kWarps * 32, DecodeTile<NT, R, kDeep, kWarps>::kMinBlocks)
     DecodeKernel(const __grid_constant__ DecodeParams p) {
   using Tl = DecodeTile<NT, R, kDeep, kWarps>;
@@ -115,7 +127,8 @@ __global__ void __launch_bounds__(kWarps * 32, DecodeTile<NT, R, kDeep, kWarps>:
   const int g = lane / 4;
   const int t4 = lane % 4;
   static_assert(!kStream || (!kCluster && kWarps == kWideWarps));
-  const int sets = (p.row_tiles + R - 1) / R;
+  static_assert(!kGlu || (R == 2 && !kStream && !kCluster), "a gate tile and its up tile");
+  const int sets = kGlu ? p.row_tiles : (p.row_tiles + R - 1) / R;
   using Split = std::conditional_t<kStream, DecodeStreamOf<kWarps>, DecodeSplitOf<kWarps>>;
   const Split ws = [&] {
     if constexpr (kStream) {
@@ -144,8 +157,9 @@ __global__ void __launch_bounds__(kWarps * 32, DecodeTile<NT, R, kDeep, kWarps>:
   auto load = [&](int slot, int set, int c) {
 #pragma unroll
     for (int r = 0; r < R; ++r) {
-      const int64_t rt = min(set * R + r, p.row_tiles - 1);
-      wq[slot][r] = LoadStream(p.w + (rt * p.chunks + c) * Tl::kChunkBytes + lane * 16);
+      const int64_t rt = kGlu ? set : min(set * R + r, p.row_tiles - 1);
+      const uint8_t* w = kGlu && r == 1 ? p.w_up : p.w;
+      wq[slot][r] = LoadStream(w + (rt * p.chunks + c) * Tl::kChunkBytes + lane * 16);
     }
   };
 
@@ -241,7 +255,21 @@ __global__ void __launch_bounds__(kWarps * 32, DecodeTile<NT, R, kDeep, kWarps>:
       const int64_t tok = token_of(e);
       if (n < p.n && tok < p.m) StoreAs(p.y_dtype, p.y, tok * p.n + n, sum * p.scales[n]);
     };
-    if constexpr (kStream) {
+    if constexpr (kGlu) {
+      // One thread a gate element (r = 0), its up partner kGateFloats further (r = 1).
+      constexpr int kGateFloats = kWarpFloats / 2;
+      const int total = sets_per_cta * kGateFloats;
+      for (int e = ws.First(total); e < ws.End(total); e += kThreads) {
+        const int q = e / kGateFloats;
+        const int f = e % kGateFloats;
+        const int64_t n = (int64_t{unit} * sets_per_cta + q) * 16 + f / 16 % 8 + (f % 4 >> 1) * 8;
+        const int64_t tok = token_of(f);
+        if (n >= p.n || tok >= p.m) continue;
+        const float gate = ws.SumPartials(rf, q, f, kWarpFloats) * p.scales[n];
+        const float up = ws.SumPartials(rf, q, kGateFloats + f, kWarpFloats) * p.scales_up[n];
+        StoreAs(p.y_dtype, p.y, tok * p.n + n, ApplyActivation(p.glu_act, gate) * up);
+      }
+    } else if constexpr (kStream) {
       // One thread an element of the set's tile.
       constexpr int kReducers = kThreads < kWarpFloats ? kThreads : kWarpFloats;
       if (threadIdx.x < kReducers) {

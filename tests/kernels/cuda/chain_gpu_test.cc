@@ -189,7 +189,7 @@ class ChainGpuTest : public ::testing::Test {
     return t;
   }
   // With `zero_points`, each W4A16 weight has them, with `act_order` each is in activation
-  // order (and then the SwiGLU is not fused).
+  // order (and then gate and up are not fused).
   TwinLayer Mlp(Scheme gate_up, Scheme down, int64_t f, int64_t hidden, int64_t out,
                 bool zero_points = false, bool act_order = false,
                 Activation act = Activation::kSilu) {
@@ -381,16 +381,24 @@ TEST_F(ChainGpuTest, EachOtherLayerKind) {
     ExpectChain({DyT(256, true), Act(a, 256)}, std::string(ActivationName(a)));
   }
   ExpectChain({Mlp(Scheme::kW4A16, Scheme::kW4A16, 256, 768, 256)}, "gated mlp W4A16");
-  // A hidden size of a partial strip and group through the SwiGLU kernel.
+  // A hidden size of a partial strip and group through the gated kernel.
   ExpectChain({Mlp(Scheme::kW4A16, Scheme::kFp16, 256, 200, 256)}, "gated mlp W4A16/FP16");
-  ExpectChain({Mlp(Scheme::kW8A16, Scheme::kW2A8, 256, 512, 384)}, "gated mlp W8A16/W2A8");
-  // GeGLU (Gemma), ReGLU and relu2 (BitNet): the unfused gate and up, then their
+  // W8A16's gated launch (gate, up and their product) up to 16 rows, then down.
+  EXPECT_EQ(
+      ExpectChain({Mlp(Scheme::kW8A16, Scheme::kW2A8, 256, 512, 384)}, "gated mlp W8A16/W2A8"), 2);
+  // GeGLU (Gemma), ReGLU and relu2 (BitNet): W4A16's and W8A16's gated launches apply each
+  // activation; FP16 weights (no gated launch) run gate and up apart, then their
   // product's epilogue.
   for (Activation a : {Activation::kGeluTanh, Activation::kRelu, Activation::kReluSquared}) {
-    ExpectChain({Mlp(Scheme::kW4A16, Scheme::kW4A16, 256, 768, 256, false, false, a)},
-                "gated mlp W4A16 " + std::string(ActivationName(a)));
-    ExpectChain({Mlp(Scheme::kW8A16, Scheme::kW2A8, 256, 512, 384, false, false, a)},
-                "gated mlp W8A16/W2A8 " + std::string(ActivationName(a)));
+    EXPECT_EQ(ExpectChain({Mlp(Scheme::kW4A16, Scheme::kW4A16, 256, 768, 256, false, false, a)},
+                          "gated mlp W4A16 " + std::string(ActivationName(a))),
+              2);
+    EXPECT_EQ(ExpectChain({Mlp(Scheme::kW8A16, Scheme::kW2A8, 256, 512, 384, false, false, a)},
+                          "gated mlp W8A16/W2A8 " + std::string(ActivationName(a))),
+              2);
+    EXPECT_EQ(ExpectChain({Mlp(Scheme::kFp16, Scheme::kFp16, 256, 512, 256, false, false, a)},
+                          "gated mlp FP16 " + std::string(ActivationName(a))),
+              4);
   }
   // A sub-norm normalizes the product in place before down: one launch more, after the
   // fused SwiGLU too.
@@ -437,7 +445,7 @@ TEST_F(ChainGpuTest, FusionsCountOnce) {
   // DyT, then SwiGLU (gate, up and silu(gate) * up: one W4A16 launch up to its kernel's
   // m, else two matmuls and an epilogue), then the down matmul closed by its residual:
   // the Llama MLP block in three launches at decode sizes, five beyond. With W8A16
-  // weights the residual is the down matmul's epilogue: six.
+  // weights the residual is the down matmul's epilogue: four, six beyond.
   const std::vector<TwinLayer> block = {
       DyT(256, true), Mlp(Scheme::kW4A16, Scheme::kW4A16, 256, 512, 256), Residual(0, 256)};
   EXPECT_EQ(ExpectChain(block, "llama block"), 3);
@@ -454,10 +462,10 @@ TEST_F(ChainGpuTest, FusionsCountOnce) {
       Residual(0, 256)};
   EXPECT_EQ(ExpectChain(act_block, "llama block, zero points in act_order"), 5);
   EXPECT_EQ(ExpectChain(act_block, "llama block, act_order m 17", {17}), 5);
-  EXPECT_EQ(ExpectChain({DyT(256, true), Mlp(Scheme::kW8A16, Scheme::kW8A16, 256, 512, 256),
-                         Residual(0, 256)},
-                        "W8A16 block"),
-            6);
+  const std::vector<TwinLayer> w8_block = {
+      DyT(256, true), Mlp(Scheme::kW8A16, Scheme::kW8A16, 256, 512, 256), Residual(0, 256)};
+  EXPECT_EQ(ExpectChain(w8_block, "W8A16 block", {1, 9, 16}), 4);
+  EXPECT_EQ(ExpectChain(w8_block, "W8A16 block m 17", {17}), 6);
   // A DyT before W2A8 matmuls is applied by their prologues: none of its own...
   EXPECT_EQ(ExpectChain({DyT(256, true), Linear(Scheme::kW2A8, 256, 256, false)}, "dyt+W2A8"), 1);
   EXPECT_EQ(ExpectChain({DyT(256, false), Mlp(Scheme::kW2A8, Scheme::kW4A16, 256, 512, 256),

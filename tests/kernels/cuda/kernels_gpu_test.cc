@@ -1085,84 +1085,96 @@ TEST_F(W2A8Test, DecodeClustersMatchCpu) {
                 {1, 5, 9, 16}, ClusterVariants<W2A8Options, &LaunchW2A8>(), rng_);
 }
 
-// The SwiGLU launch (gate, up and silu(gate) * up at once) against CpuMatMul of each
-// weight and the product in double. Each matmul carries the tolerance above (c * its
-// rms); through silu(g) * u that is c * (1.1 * rms(g) * |u| + |silu(g)| * rms(u))
-// (|silu'| <= 1.1), plus the output dtype's rounding. Shapes: a single row, a partial
-// strip and group (N = 200), per-row scales, a 4096-class layer, a grid of several turns
-// (N = 9000); with zero points over all of [-8, 8] (FullRangeInt4Weight), per group and
-// per row; M over both token tiles of the decode kernel.
-TEST_F(W4A16Test, SwiGluMatchesCpu) {
-  const KernelOps& ops = *FindKernel(Scheme::kW4A16);
+// The largest |act'(v)| over |v - g| <= e: SiLU's slope stays within 1.1, GELU's (tanh)
+// within 1.13, ReLU's 1; squared ReLU's is 2 max(v, 0).
+double ActivationSlope(Activation act, double g, double e) {
+  switch (act) {
+    case Activation::kSilu:
+      return 1.1;
+    case Activation::kGeluTanh:
+      return 1.13;
+    case Activation::kRelu:
+      return 1.0;
+    case Activation::kReluSquared:
+      return 2.0 * std::max(g + e, 0.0);
+    default:
+      return 1.0;
+  }
+}
+
+// A gated launch (KernelOps::launch_glu: gate, up and act(gate) * up at once) of `scheme`
+// against CpuMatMul of each weight and the product in double, for every activation. Each
+// matmul carries the tolerance of GpuWeight::Check (c * its rms, e_g and e_u); through
+// act(g) * u that is slope * e_g * |u| + |act(g)| * e_u + slope * e_g * e_u (slope:
+// ActivationSlope over g +- e_g), plus the output dtype's rounding. `weight` makes each
+// gate and up weight of a shape; M takes every value of `ms`.
+template <typename MakeWeight>
+void CheckGluMatchesCpu(Scheme scheme, const std::vector<WeightShape>& shapes,
+                        std::initializer_list<int64_t> ms, MakeWeight weight, std::mt19937_64& rng,
+                        cudaStream_t stream) {
+  const KernelOps& ops = *FindKernel(scheme);
   ASSERT_NE(ops.launch_glu, nullptr);
-  ASSERT_TRUE(ops.glu_silu_only);
-  for (const WeightShape& shape : std::vector<WeightShape>{{1, 128, kW4GroupSize},
-                                                           {200, 384, kW4GroupSize},
-                                                           {1000, 1024, 0},
-                                                           {4096, 4096, 128},
-                                                           {9000, 1024, 128},
-                                                           {200, 384, kW4GroupSize, true},
-                                                           {1000, 1024, 0, true},
-                                                           {9000, 1024, 128, true}}) {
-    auto weight = [&] {
-      return shape.zero_points ? FullRangeInt4Weight(Scheme::kW4A16, shape, rng_)
-                               : RandomWeight(Scheme::kW4A16, shape, rng_);
-    };
-    const Weight gate = weight();
-    const Weight up = weight();
+  for (const WeightShape& shape : shapes) {
+    const Weight gate = weight(shape);
+    const Weight up = weight(shape);
     const std::unique_ptr<DeviceBuffer> dgate = UploadLayout(ops, gate);
     const std::unique_ptr<DeviceBuffer> dup = UploadLayout(ops, up);
     ASSERT_TRUE(dgate != nullptr && dup != nullptr);
-    for (int64_t m : {1, 2, 3, 7, 8, 9, 16}) {
+    for (int64_t m : ms) {
+      ASSERT_LE(m, ops.glu_max_m);
       for (DType x_dtype : {DType::kF16, DType::kBF16}) {
+        const Rounded x = RoundTo(x_dtype, RandomNormal(rng, m * shape.k, 1.0f));
+        std::vector<float> g(m * shape.n), u(m * shape.n);
+        CpuMatMul(gate.packed(), x.values.data(), m, g.data(), 0);
+        CpuMatMul(up.packed(), x.values.data(), m, u.data(), 0);
+        double g2 = 0.0, u2 = 0.0;
+        for (size_t i = 0; i < g.size(); ++i) {
+          g2 += static_cast<double>(g[i]) * g[i];
+          u2 += static_cast<double>(u[i]) * u[i];
+        }
+        const double c = x_dtype == DType::kF16 ? 2e-3 : 1.5e-2;
+        const double e_g = c * std::sqrt(g2 / g.size());
+        const double e_u = c * std::sqrt(u2 / u.size());
+        ASSERT_GT(e_g * e_u, 0.0);
+        DeviceBuffer dx(x.bytes.size());
+        ASSERT_TRUE(dx.ok());
+        ASSERT_CUDA(cudaMemcpy(dx.get(), x.bytes.data(), x.bytes.size(), cudaMemcpyHostToDevice));
         for (DType y_dtype : {x_dtype, DType::kF32}) {
-          SCOPED_TRACE(::testing::Message()
-                       << "n=" << shape.n << " k=" << shape.k << " g=" << shape.group_size
-                       << (shape.zero_points ? " zero points" : "") << " m=" << m
-                       << " x=" << DTypeName(x_dtype) << " y=" << DTypeName(y_dtype));
-          const Rounded x = RoundTo(x_dtype, RandomNormal(rng_, m * shape.k, 1.0f));
-          std::vector<float> g(m * shape.n), u(m * shape.n);
-          CpuMatMul(gate.packed(), x.values.data(), m, g.data(), 0);
-          CpuMatMul(up.packed(), x.values.data(), m, u.data(), 0);
-          double g2 = 0.0, u2 = 0.0;
-          for (size_t i = 0; i < g.size(); ++i) {
-            g2 += static_cast<double>(g[i]) * g[i];
-            u2 += static_cast<double>(u[i]) * u[i];
+          for (Activation act : {Activation::kSilu, Activation::kGeluTanh, Activation::kRelu,
+                                 Activation::kReluSquared}) {
+            SCOPED_TRACE(::testing::Message()
+                         << SchemeName(scheme) << " n=" << shape.n << " k=" << shape.k
+                         << " g=" << shape.group_size << (shape.zero_points ? " zero points" : "")
+                         << " m=" << m << " x=" << DTypeName(x_dtype) << " y=" << DTypeName(y_dtype)
+                         << " act=" << ActivationName(act));
+            DeviceBuffer dy(m * shape.n * DTypeSize(y_dtype));
+            ASSERT_TRUE(dy.ok());
+            ASSERT_CUDA(dy.Poison());
+            const GemmArgs args = LaunchArgs(dgate->get(), shape, x_dtype, dx.get(), m, y_dtype,
+                                             dy.get(), nullptr, stream);
+            ASSERT_CUDA(ops.launch_glu(args, dup->get(), act));
+            ASSERT_CUDA(cudaStreamSynchronize(stream));
+            const std::vector<float> got = Download(dy, y_dtype, m * shape.n);
+            ExpectWithin(
+                got, shape.n, [&](size_t i) { return ReferenceActivation(act, g[i]) * u[i]; },
+                [&](size_t i, double want) {
+                  const double slope = ActivationSlope(act, std::fabs(g[i]), e_g);
+                  return slope * e_g * (std::fabs(u[i]) + e_u) +
+                         std::fabs(ReferenceActivation(act, g[i])) * e_u +
+                         OutputRoundoff(y_dtype) * std::fabs(want) + 1e-30;
+                });
+            if (::testing::Test::HasFailure()) return;
           }
-          const double rms_g = std::sqrt(g2 / g.size());
-          const double rms_u = std::sqrt(u2 / u.size());
-          ASSERT_GT(rms_g * rms_u, 0.0);
-
-          DeviceBuffer dx(x.bytes.size());
-          DeviceBuffer dy(m * shape.n * DTypeSize(y_dtype));
-          ASSERT_TRUE(dx.ok() && dy.ok());
-          ASSERT_CUDA(cudaMemcpy(dx.get(), x.bytes.data(), x.bytes.size(), cudaMemcpyHostToDevice));
-          ASSERT_CUDA(dy.Poison());
-          const GemmArgs args = LaunchArgs(dgate->get(), shape, x_dtype, dx.get(), m, y_dtype,
-                                           dy.get(), nullptr, stream_);
-          ASSERT_CUDA(ops.launch_glu(args, dup->get(), Activation::kSilu));
-          ASSERT_CUDA(cudaStreamSynchronize(stream_));
-          const std::vector<float> got = Download(dy, y_dtype, m * shape.n);
-
-          const double c = x_dtype == DType::kF16 ? 2e-3 : 1.5e-2;
-          auto silu = [&](size_t i) { return g[i] / (1.0 + std::exp(-static_cast<double>(g[i]))); };
-          ExpectWithin(
-              got, shape.n, [&](size_t i) { return silu(i) * u[i]; },
-              [&](size_t i, double want) {
-                return c * (1.1 * rms_g * std::fabs(u[i]) + std::fabs(silu(i)) * rms_u) +
-                       OutputRoundoff(y_dtype) * std::fabs(want) + 1e-30;
-              });
-          if (HasFailure()) break;
         }
       }
     }
   }
 
-  // Beyond the decode sizes, an up weight the kernel cannot read, another activation than
-  // SiLU: refused, nothing launched.
+  // Beyond the decode sizes, an up weight the kernel cannot read: refused, nothing
+  // launched.
   GemmArgs args;
-  args.shape = {128, 128, kW4GroupSize};
-  args.m = kW4A16SwiGluMaxM + 1;
+  args.shape = {128, 128, scheme == Scheme::kW4A16 ? kW4GroupSize : 0};
+  args.m = ops.glu_max_m + 1;
   alignas(16) int dummy[8] = {};
   args.weight = args.x = args.y = dummy;
   EXPECT_EQ(ops.launch_glu(args, dummy, Activation::kSilu), cudaErrorInvalidValue);
@@ -1170,8 +1182,47 @@ TEST_F(W4A16Test, SwiGluMatchesCpu) {
   EXPECT_EQ(ops.launch_glu(args, nullptr, Activation::kSilu), cudaErrorInvalidValue);
   EXPECT_EQ(ops.launch_glu(args, reinterpret_cast<const char*>(dummy) + 4, Activation::kSilu),
             cudaErrorInvalidValue);
-  EXPECT_EQ(ops.launch_glu(args, dummy, Activation::kReluSquared), cudaErrorInvalidValue);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+// W4A16's gated launch. Shapes: a single row, a partial strip and group (N = 200),
+// per-row scales, a 4096-class layer, a grid of several turns (N = 9000); with zero points
+// over all of [-8, 8] (FullRangeInt4Weight), per group and per row; M over both token
+// tiles of the decode kernel.
+TEST_F(W4A16Test, GluMatchesCpu) {
+  CheckGluMatchesCpu(
+      Scheme::kW4A16,
+      {{1, 128, kW4GroupSize},
+       {200, 384, kW4GroupSize},
+       {1000, 1024, 0},
+       {4096, 4096, 128},
+       {9000, 1024, 128},
+       {200, 384, kW4GroupSize, true},
+       {1000, 1024, 0, true},
+       {9000, 1024, 128, true}},
+      {1, 2, 3, 7, 8, 9, 16},
+      [&](const WeightShape& shape) {
+        return shape.zero_points ? FullRangeInt4Weight(Scheme::kW4A16, shape, rng_)
+                                 : RandomWeight(Scheme::kW4A16, shape, rng_);
+      },
+      rng_, stream_);
+}
+
+// W8A16's gated launch: a single row, a partial row tile (N = 200), an odd tile count
+// (N = 1000: 63 tiles), a 4096-class layer, a grid of several turns (N = 9000) and K =
+// 8192 (256 chunks a set); M over both token tiles.
+TEST_F(W8A16Test, GluMatchesCpu) {
+  CheckGluMatchesCpu(
+      Scheme::kW8A16,
+      {{1, 64, 0},
+       {200, 384, 0},
+       {1000, 1024, 0},
+       {4096, 4096, 0},
+       {9000, 1024, 0},
+       {512, 8192, 0}},
+      {1, 2, 3, 7, 8, 9, 16},
+      [&](const WeightShape& shape) { return RandomWeight(Scheme::kW8A16, shape, rng_); }, rng_,
+      stream_);
 }
 
 // W4A16 adds GemmArgs::residual (in each dtype) in fp32 before rounding y, on every path:
@@ -1233,7 +1284,6 @@ TEST_F(W2A8Test, AddsTheResidual) {
 TEST_F(W2A8Test, GluMatchesTheTwoMatmuls) {
   const KernelOps& ops = *FindKernel(Scheme::kW2A8);
   ASSERT_EQ(ops.launch_glu, &LaunchW2A8Glu);
-  ASSERT_FALSE(ops.glu_silu_only);
   SyncWords sync;
   ASSERT_TRUE(sync.ok());
   for (const WeightShape& shape : std::vector<WeightShape>{{300, 2560, 0}, {6912, 2560, 0}}) {
@@ -1714,13 +1764,13 @@ TEST_F(W4A16Test, RejectsBadOptions) {
   options.wgmma_tokens = 512;
   EXPECT_EQ(LaunchW4A16(args, options), cudaErrorInvalidValue);
   // Zero points need the workspace (their term's scratch, for the kernels that do not take
-  // them), as activation order does (the gathered inputs), which has no fused SwiGLU.
+  // them), as activation order does (the gathered inputs), which has no gated launch.
   args.shape.zero_points = true;
   EXPECT_EQ(LaunchW4A16(args), cudaErrorInvalidValue);
   args.workspace = dummy;
   args.shape.zero_points = false;
   args.shape.act_order = true;
-  EXPECT_EQ(LaunchW4A16SwiGlu(args, dummy), cudaErrorInvalidValue);
+  EXPECT_EQ(LaunchW4A16Glu(args, dummy, Activation::kSilu), cudaErrorInvalidValue);
   args.workspace = nullptr;
   EXPECT_EQ(LaunchW4A16(args), cudaErrorInvalidValue);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
