@@ -608,19 +608,18 @@ cudaError_t LaunchFor(const GemmArgs& args, const W8A16Options& options, const D
   return LaunchTile<T, Tile<8, 4, 4, 1, 4>>(args, options, device);
 }
 
-// A gated MLP's decode kernel (kGlu) for up to 8NT tokens: a row set is a gate row tile
-// and its up row tile, whole sets a CTA on the 8-warp grid, at most kGluMaxSplit warps a
-// set. Each set streams two weights, and W4A16's gated kernel measured faster with the
-// longer runs per warp that two warps a set give (w4a16.cu PlanDecode).
-constexpr int kGluMaxSplit = 2;
-template <typename T, int NT>
+// A gated MLP's decode kernel (kGlu) for up to 8 tokens: a row set is a gate row tile and
+// its up row tile, whole sets a CTA. kGluWide: the 16-warp CTAs (kWideWarps), all on one
+// set, two an SM, over as many turns of the sets as they need, the CTAs cut so that each
+// has as many sets; else the 8-warp grid (MakeDecodeGrid, up to 8 warps a set).
+constexpr bool kGluWide = false;
+template <typename T>
 cudaError_t LaunchGlu(const GemmArgs& args, const DeviceInfo& device, const void* up,
                       Activation act) {
-  constexpr auto kKernel =
-      w8a16::DecodeKernel<T, NT, 2, false, false, w8a16::kDecodeWarps, false, true>;
+  constexpr int kWarps = kGluWide ? w8a16::kWideWarps : w8a16::kDecodeWarps;
+  constexpr auto kKernel = w8a16::DecodeKernel<T, 1, 2, false, false, kWarps, false, true>;
   int64_t slots = 0;
-  if (cudaError_t err =
-          DecodeFit<T, NT, 2, false, false, w8a16::kDecodeWarps, true>(device, &slots);
+  if (cudaError_t err = DecodeFit<T, 1, 2, false, false, kWarps, true>(device, &slots);
       err != cudaSuccess) {
     return err;
   }
@@ -628,12 +627,19 @@ cudaError_t LaunchGlu(const GemmArgs& args, const DeviceInfo& device, const void
   p.w_up = static_cast<const uint8_t*>(up);
   p.scales_up = reinterpret_cast<const float*>(p.w_up + int64_t{p.row_tiles} * 16 * args.shape.k);
   p.glu_act = act;
-  const DecodeGrid grid =
-      MakeDecodeGrid(p.row_tiles, p.chunks, 2 * w8a16::DecodeTile<NT, 2>::kChunkBytes, device.sms,
-                     slots, KernelFit{}.clusters, 1, kGluMaxSplit, 1);
-  p.split_shift = grid.split_shift();
+  DecodeGrid grid;
+  if constexpr (kGluWide) {
+    const int64_t turns = (p.row_tiles + slots - 1) / slots;
+    grid.split = kWarps;
+    grid.units = p.row_tiles;
+    grid.ctas = (p.row_tiles + turns - 1) / turns;
+  } else {
+    grid = MakeDecodeGrid(p.row_tiles, p.chunks, 2 * w8a16::DecodeTile<1, 2>::kChunkBytes,
+                          device.sms, slots, KernelFit{}.clusters, 1, 8, 1);
+    p.split_shift = grid.split_shift();
+  }
   p.early_trigger = EarlyTrigger(grid.ctas, slots);
-  return DecodeLaunch(grid, w8a16::kDecodeWarps * 32, args.stream, device.cc_major)(kKernel, p);
+  return DecodeLaunch(grid, kWarps * 32, args.stream, device.cc_major)(kKernel, p);
 }
 
 // The checks every launch makes of `args`.
@@ -671,12 +677,8 @@ cudaError_t LaunchW8A16Glu(const GemmArgs& args, const void* up, Activation act)
   }
   DeviceInfo device;
   if (cudaError_t err = CurrentDeviceInfo(&device); err != cudaSuccess) return err;
-  if (args.x_dtype == DType::kF16) {
-    return args.m > 8 ? LaunchGlu<__half, 2>(args, device, up, act)
-                      : LaunchGlu<__half, 1>(args, device, up, act);
-  }
-  return args.m > 8 ? LaunchGlu<__nv_bfloat16, 2>(args, device, up, act)
-                    : LaunchGlu<__nv_bfloat16, 1>(args, device, up, act);
+  return args.x_dtype == DType::kF16 ? LaunchGlu<__half>(args, device, up, act)
+                                     : LaunchGlu<__nv_bfloat16>(args, device, up, act);
 }
 
 }  // namespace qmm::cuda

@@ -1154,15 +1154,25 @@ void CheckGluMatchesCpu(Scheme scheme, const std::vector<WeightShape>& shapes,
                                              dy.get(), nullptr, stream);
             ASSERT_CUDA(ops.launch_glu(args, dup->get(), act));
             ASSERT_CUDA(cudaStreamSynchronize(stream));
-            const std::vector<float> got = Download(dy, y_dtype, m * shape.n);
-            ExpectWithin(
-                got, shape.n, [&](size_t i) { return ReferenceActivation(act, g[i]) * u[i]; },
-                [&](size_t i, double want) {
-                  const double slope = ActivationSlope(act, std::fabs(g[i]), e_g);
-                  return slope * e_g * (std::fabs(u[i]) + e_u) +
-                         std::fabs(ReferenceActivation(act, g[i])) * e_u +
-                         OutputRoundoff(y_dtype) * std::fabs(want) + 1e-30;
-                });
+            std::vector<float> got = Download(dy, y_dtype, m * shape.n);
+            auto want = [&](size_t i) { return ReferenceActivation(act, g[i]) * u[i]; };
+            auto tol = [&](size_t i, double w) {
+              const double slope = ActivationSlope(act, std::fabs(g[i]), e_g);
+              return slope * e_g * (std::fabs(u[i]) + e_u) +
+                     std::fabs(ReferenceActivation(act, g[i])) * e_u +
+                     OutputRoundoff(y_dtype) * std::fabs(w) + 1e-30;
+            };
+            // Squared ReLU's products can pass fp16's range: where the whole tolerance
+            // band lies beyond the largest fp16 (65504; 65520 and up round to infinity),
+            // the store is infinity of the product's sign, which then counts as a match.
+            for (size_t i = 0; i < got.size(); ++i) {
+              const double w = want(i);
+              if (y_dtype == DType::kF16 && std::fabs(w) - tol(i, w) >= 65520.0 &&
+                  std::isinf(got[i]) && (got[i] > 0) == (w > 0)) {
+                got[i] = static_cast<float>(w);
+              }
+            }
+            ExpectWithin(got, shape.n, want, tol);
             if (::testing::Test::HasFailure()) return;
           }
         }
@@ -1210,7 +1220,7 @@ TEST_F(W4A16Test, GluMatchesCpu) {
 
 // W8A16's gated launch: a single row, a partial row tile (N = 200), an odd tile count
 // (N = 1000: 63 tiles), a 4096-class layer, a grid of several turns (N = 9000) and K =
-// 8192 (256 chunks a set); M over both token tiles.
+// 8192 (256 chunks a set); M over its token tile.
 TEST_F(W8A16Test, GluMatchesCpu) {
   CheckGluMatchesCpu(
       Scheme::kW8A16,
@@ -1220,7 +1230,7 @@ TEST_F(W8A16Test, GluMatchesCpu) {
        {4096, 4096, 0},
        {9000, 1024, 0},
        {512, 8192, 0}},
-      {1, 2, 3, 7, 8, 9, 16},
+      {1, 2, 3, 7, 8},
       [&](const WeightShape& shape) { return RandomWeight(Scheme::kW8A16, shape, rng_); }, rng_,
       stream_);
 }
