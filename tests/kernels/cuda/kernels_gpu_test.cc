@@ -1162,12 +1162,13 @@ void CheckGluMatchesCpu(Scheme scheme, const std::vector<WeightShape>& shapes,
                      std::fabs(ReferenceActivation(act, g[i])) * e_u +
                      OutputRoundoff(y_dtype) * std::fabs(w) + 1e-30;
             };
-            // Squared ReLU's products can pass fp16's range: where the whole tolerance
-            // band lies beyond the largest fp16 (65504; 65520 and up round to infinity),
-            // the store is infinity of the product's sign, which then counts as a match.
+            // Squared ReLU's products can pass fp16's range: where the tolerance band
+            // reaches 65520 (from which fp16 rounds to infinity), infinity of the
+            // product's sign counts as a match (beyond the band's reach it fails, and a
+            // band wholly past 65520 leaves no finite fp16 within it).
             for (size_t i = 0; i < got.size(); ++i) {
               const double w = want(i);
-              if (y_dtype == DType::kF16 && std::fabs(w) - tol(i, w) >= 65520.0 &&
+              if (y_dtype == DType::kF16 && std::fabs(w) + tol(i, w) >= 65520.0 &&
                   std::isinf(got[i]) && (got[i] > 0) == (w > 0)) {
                 got[i] = static_cast<float>(w);
               }
