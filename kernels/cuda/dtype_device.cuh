@@ -74,6 +74,14 @@ __device__ __forceinline__ void StoreAs(DType y_dtype, void* y, int64_t index, f
   }
 }
 
+// y[i] = v (+ residual[i], of residual_dtype, where residual is set: GemmArgs::residual,
+// added in fp32 before y's rounding).
+__device__ __forceinline__ void StoreWithResidual(DType y_dtype, void* y, const void* residual,
+                                                  DType residual_dtype, int64_t i, float v) {
+  if (residual != nullptr) v += LoadAs(residual_dtype, residual, i);
+  StoreAs(y_dtype, y, i, v);
+}
+
 // y[0 .. 3] = v in y's type T (float, __half or __nv_bfloat16), one store of 16 or 8
 // bytes, to which y must be aligned.
 template <typename T>

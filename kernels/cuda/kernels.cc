@@ -22,7 +22,7 @@ constexpr Entry kEntries[] = {
     {Scheme::kBf16,
      {RepackDense, DenseWorkspaceBytes, LaunchDenseBf16, nullptr, 0, false, false, false}},
     {Scheme::kW8A16,
-     {RepackW8A16, W8A16WorkspaceBytes, LaunchW8A16, LaunchW8A16Glu, kW8A16GluMaxM, false, false,
+     {RepackW8A16, W8A16WorkspaceBytes, LaunchW8A16, LaunchW8A16Glu, kW8A16GluMaxM, true, false,
       false}},
     {Scheme::kW4A16,
      {RepackW4A16, W4A16WorkspaceBytes, LaunchW4A16, LaunchW4A16Glu, kW4A16GluMaxM, true, false,

@@ -22,7 +22,7 @@ struct KernelOps {
   cudaError_t (*launch)(const GemmArgs& args);
   // Optional (nullptr if the scheme has none): a gated MLP's gate and up projections and
   // act(gate) * up in one launch, args.weight the gate and `up` the up weight of the
-  // same shape, for m <= glu_max_m.
+  // same shape, for m <= glu_max_m; no residual.
   cudaError_t (*launch_glu)(const GemmArgs& args, const void* up, Activation act);
   int64_t glu_max_m;
   // Whether `launch` adds GemmArgs::residual (a Linear closed by a residual is then one

@@ -34,9 +34,7 @@ struct Operands {
 // y[token][row] = v (+ the residual, in fp32 before y's rounding).
 __device__ __forceinline__ void StoreResult(const Operands& o, int64_t token, int64_t row,
                                             float v) {
-  const int64_t i = token * o.n + row;
-  if (o.residual != nullptr) v += LoadAs(o.residual_dtype, o.residual, i);
-  StoreAs(o.y_dtype, o.y, i, v);
+  StoreWithResidual(o.y_dtype, o.y, o.residual, o.residual_dtype, token * o.n + row, v);
 }
 
 }  // namespace qmm::cuda::w2a8

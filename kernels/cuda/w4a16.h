@@ -88,8 +88,9 @@ cudaError_t LaunchW4A16(const GemmArgs& args, const W4A16Options& options);
 // y = act(x * W_gate^T) * (x * W_up^T), elementwise (SwiGLU with kSilu, GeGLU with
 // kGeluTanh...), with args.weight = W_gate and `up` the device layout of W_up (same shape,
 // group size and zero points or none). Both weights stream once, the two products stay in
-// fp32 until y is stored. For m <= kW4A16GluMaxM (decode sizes; cudaErrorInvalidValue
-// beyond, for weights in activation order, and for what LaunchW4A16 rejects).
+// fp32 until y is stored. No residual. For m <= kW4A16GluMaxM (decode sizes;
+// cudaErrorInvalidValue beyond, for weights in activation order, and for what LaunchW4A16
+// rejects).
 inline constexpr int64_t kW4A16GluMaxM = 16;
 cudaError_t LaunchW4A16Glu(const GemmArgs& args, const void* up, Activation act);
 

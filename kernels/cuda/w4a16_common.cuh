@@ -219,9 +219,7 @@ __device__ inline void ApplyScale(uint32_t pair, const float (&part)[T][4], floa
 // y[tok][n] = v (+ the residual), in y's dtype; nothing outside [m, n].
 __device__ inline void StoreY(const Params& p, int64_t tok, int64_t n, float v) {
   if (tok >= p.m || n >= p.n) return;
-  const int64_t i = tok * p.n + n;
-  if (p.residual != nullptr) v += LoadAs(p.residual_dtype, p.residual, i);
-  StoreAs(p.y_dtype, p.y, i, v);
+  StoreWithResidual(p.y_dtype, p.y, p.residual, p.residual_dtype, tok * p.n + n, v);
 }
 
 // The split-K epilogue's tile buffer: a CTA's sums of kTokens tokens by kRows rows (a

@@ -44,6 +44,8 @@ struct Params {
   int32_t groups;
   int32_t chunks_per_split;
   DType y_dtype;
+  const void* residual;  // [m][n], added to y (GemmArgs::residual), or nullptr
+  DType residual_dtype;
 };
 
 // Weights are read exactly once: cp.async.cg bypasses L1 (which keeps the activations
@@ -222,8 +224,10 @@ __global__ void __launch_bounds__(TileT::kThreads) W8A16Kernel(const Params p) {
 #pragma unroll
           for (int j = 0; j < 2; ++j) {
             const int64_t token = token_base + 8 * t + 2 * t4 + j;
-            if (token < p.m)
-              StoreAs(p.y_dtype, p.y, token * p.n + row, acc[r][t][2 * half + j] * scale);
+            if (token < p.m) {
+              StoreWithResidual(p.y_dtype, p.y, p.residual, p.residual_dtype, token * p.n + row,
+                                acc[r][t][2 * half + j] * scale);
+            }
           }
         }
       }
@@ -260,7 +264,10 @@ __global__ void __launch_bounds__(TileT::kThreads) W8A16Kernel(const Params p) {
       }
       const int n = row_base + row;
       const int64_t m = token_base + token;
-      if (n < p.n && m < p.m) StoreAs(p.y_dtype, p.y, m * p.n + n, sum * p.scales[n]);
+      if (n < p.n && m < p.m) {
+        StoreWithResidual(p.y_dtype, p.y, p.residual, p.residual_dtype, m * p.n + n,
+                          sum * p.scales[n]);
+      }
     }
     // No CTA may exit while another still reads its shared memory.
     cluster.sync();
@@ -299,6 +306,7 @@ cudaError_t LaunchTile(const GemmArgs& args, const W8A16Options& options,
   p.scales = reinterpret_cast<const float*>(static_cast<const uint8_t*>(args.weight) +
                                             int64_t{p.rt_count} * 16 * args.shape.k);
   p.y_dtype = args.y_dtype;
+  p.residual_dtype = args.residual_dtype;
   const int64_t rowblocks = (p.rt_count + TileT::kRowTiles - 1) / TileT::kRowTiles;
   const int64_t all_groups = (args.m + TileT::kTokens - 1) / TileT::kTokens;
 
@@ -324,6 +332,10 @@ cudaError_t LaunchTile(const GemmArgs& args, const W8A16Options& options,
     const int64_t token0 = g0 * TileT::kTokens;
     p.x = static_cast<const uint8_t*>(args.x) + token0 * x_row_bytes;
     p.y = static_cast<uint8_t*>(args.y) + token0 * y_row_bytes;
+    p.residual = args.residual == nullptr
+                     ? nullptr
+                     : static_cast<const uint8_t*>(args.residual) +
+                           token0 * args.shape.n * DTypeSize(args.residual_dtype);
     p.m = std::min<int64_t>(args.m - token0, groups * TileT::kTokens);
     p.groups = static_cast<int32_t>(groups);
     const unsigned ctas = static_cast<unsigned>(rowblocks * groups * splits);
@@ -403,6 +415,8 @@ w8a16::DecodeParams MakeDecodeParams(const GemmArgs& args) {
   p.n = args.shape.n;
   p.k = args.shape.k;
   p.y_dtype = args.y_dtype;
+  p.residual = args.residual;
+  p.residual_dtype = args.residual_dtype;
   return p;
 }
 
@@ -641,11 +655,13 @@ cudaError_t LaunchGlu(const GemmArgs& args, const DeviceInfo& device, const void
 
 // The checks every launch makes of `args`.
 bool ArgsOk(const GemmArgs& args) {
+  const auto out_dtype = [](DType d) {
+    return d == DType::kF32 || d == DType::kF16 || d == DType::kBF16;
+  };
   return args.m >= 1 && args.shape.k % 64 == 0 && args.shape.n >= 1 && args.weight != nullptr &&
          args.x != nullptr && args.y != nullptr &&
-         (args.x_dtype == DType::kF16 || args.x_dtype == DType::kBF16) &&
-         (args.y_dtype == DType::kF32 || args.y_dtype == DType::kF16 ||
-          args.y_dtype == DType::kBF16);
+         (args.x_dtype == DType::kF16 || args.x_dtype == DType::kBF16) && out_dtype(args.y_dtype) &&
+         (args.residual == nullptr || out_dtype(args.residual_dtype));
 }
 
 }  // namespace
@@ -668,7 +684,7 @@ cudaError_t LaunchW8A16(const GemmArgs& args, const W8A16Options& options) {
 cudaError_t LaunchW8A16(const GemmArgs& args) { return LaunchW8A16(args, W8A16Options{}); }
 
 cudaError_t LaunchW8A16Glu(const GemmArgs& args, const void* up, Activation act) {
-  if (!ArgsOk(args) || args.m > kW8A16GluMaxM || up == nullptr ||
+  if (!ArgsOk(args) || args.m > kW8A16GluMaxM || args.residual != nullptr || up == nullptr ||
       reinterpret_cast<uintptr_t>(up) % 16 != 0) {
     return cudaErrorInvalidValue;
   }

@@ -60,8 +60,8 @@ std::vector<uint8_t> RepackW8A16(const PackedWeight& packed);
 // in shared memory.
 size_t W8A16WorkspaceBytes(const WeightShape& shape, int64_t m);
 
-// Enqueues y = x * W^T. x_dtype kF16 or kBF16; y_dtype kF32, kF16 or kBF16. Never
-// synchronizes.
+// Enqueues y = x * W^T (+ args.residual when set). x_dtype kF16 or kBF16; y_dtype and
+// residual_dtype kF32, kF16 or kBF16. Never synchronizes.
 cudaError_t LaunchW8A16(const GemmArgs& args);
 
 // Tuning knobs for tests and benchmarks; a default-constructed value is what
@@ -105,7 +105,8 @@ cudaError_t LaunchW8A16(const GemmArgs& args, const W8A16Options& options);
 // A gated MLP's gate and up projections and their product in one launch:
 // y = act(x * W_gate^T) * (x * W_up^T), elementwise, with args.weight = W_gate and `up`
 // the device layout of W_up (same shape). Both weights stream once through the decode
-// kernel, and the two products stay in fp32 until y is stored. For m <= kW8A16GluMaxM, one
+// kernel, and the two products stay in fp32 until y is stored. No residual. For m <=
+// kW8A16GluMaxM, one
 // token tile (cudaErrorInvalidValue beyond, and for what LaunchW8A16 rejects): at 9-16
 // rows its two-token-tile tiles streamed slower than gate and up apart on the H200 (the
 // Llama-3-8B pair: 46.2 us against 17.7 + 17.7 at M = 9).

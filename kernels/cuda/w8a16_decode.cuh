@@ -70,6 +70,9 @@ struct DecodeParams {
   int32_t split_shift;    // log2 of the warps sharing one row set (decode_split.cuh)
   int32_t cluster_shift;  // log2 of the CTAs (a cluster) sharing one row set
   DType y_dtype;
+  // Added to y when set ([m][n], GemmArgs::residual); not with kGlu.
+  const void* residual = nullptr;
+  DType residual_dtype = DType::kF32;
   // Let the next kernel launch as soon as this one's wait returns, not only once its
   // last loads are issued (dependent_launch.h says when each pays).
   bool early_trigger = false;
@@ -253,7 +256,10 @@ __global__ void __launch_bounds__(kWarps * 32, DecodeTile<NT, R, kDeep, kWarps>:
     auto store = [&](int e, float sum) {
       const int64_t n = row_of(e);
       const int64_t tok = token_of(e);
-      if (n < p.n && tok < p.m) StoreAs(p.y_dtype, p.y, tok * p.n + n, sum * p.scales[n]);
+      if (n < p.n && tok < p.m) {
+        StoreWithResidual(p.y_dtype, p.y, p.residual, p.residual_dtype, tok * p.n + n,
+                          sum * p.scales[n]);
+      }
     };
     if constexpr (kGlu) {
       // One thread a gate element (r = 0), its up partner kGateFloats further (r = 1).

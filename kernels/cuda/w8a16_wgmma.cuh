@@ -115,6 +115,8 @@ struct WgmmaFormat : wgmma_gemm::A16Format {
     p->chunks = static_cast<int32_t>(shape.k / 128);
     p->splits = 1;
     p->y_dtype = args.y_dtype;
+    p->residual = args.residual;
+    p->residual_dtype = args.residual_dtype;
     return EncodeRowsMap(&p->tiles, p->w, rows / 16, 16 * shape.k, 16 * shape.k, kRowTileChunkBytes,
                          8);
   }

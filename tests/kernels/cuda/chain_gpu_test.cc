@@ -434,18 +434,21 @@ TEST_F(ChainGpuTest, FusionsCountOnce) {
                          Residual(0, 256)},
                         "linear+gelu+residual"),
             2);
-  // A W4A16 matmul adds a residual itself (here the chain's input, in each input dtype):
-  // one launch.
+  // A W4A16 or W8A16 matmul adds a residual itself (here the chain's input, in each input
+  // dtype): one launch.
   EXPECT_EQ(ExpectChain({Linear(Scheme::kW4A16, 256, 256, false), Residual(0, 256)},
                         "W4A16 linear+residual"),
             1);
   EXPECT_EQ(ExpectChain({Linear(Scheme::kW4A16, 256, 256, false, 128, true), Residual(0, 256)},
                         "W4A16 zero points linear+residual"),
             1);
+  EXPECT_EQ(ExpectChain({Linear(Scheme::kW8A16, 256, 256, false), Residual(0, 256)},
+                        "W8A16 linear+residual", {1, 12, 40}),
+            1);
   // DyT, then SwiGLU (gate, up and silu(gate) * up: one W4A16 launch up to its kernel's
   // m, else two matmuls and an epilogue), then the down matmul closed by its residual:
-  // the Llama MLP block in three launches at decode sizes, five beyond. With W8A16
-  // weights the residual is the down matmul's epilogue: four up to 8 rows, six beyond.
+  // the Llama MLP block in three launches at decode sizes, five beyond; with W8A16
+  // weights, whose gated launch takes up to 8 rows, three up to 8 rows, five beyond.
   const std::vector<TwinLayer> block = {
       DyT(256, true), Mlp(Scheme::kW4A16, Scheme::kW4A16, 256, 512, 256), Residual(0, 256)};
   EXPECT_EQ(ExpectChain(block, "llama block"), 3);
@@ -464,8 +467,8 @@ TEST_F(ChainGpuTest, FusionsCountOnce) {
   EXPECT_EQ(ExpectChain(act_block, "llama block, act_order m 17", {17}), 5);
   const std::vector<TwinLayer> w8_block = {
       DyT(256, true), Mlp(Scheme::kW8A16, Scheme::kW8A16, 256, 512, 256), Residual(0, 256)};
-  EXPECT_EQ(ExpectChain(w8_block, "W8A16 block", {1, 9, 16}), 4);
-  EXPECT_EQ(ExpectChain(w8_block, "W8A16 block m 17", {17}), 6);
+  EXPECT_EQ(ExpectChain(w8_block, "W8A16 block", {1, 8}), 3);
+  EXPECT_EQ(ExpectChain(w8_block, "W8A16 block m 9+", {9, 16, 17}), 5);
   // A DyT before W2A8 matmuls is applied by their prologues: none of its own...
   EXPECT_EQ(ExpectChain({DyT(256, true), Linear(Scheme::kW2A8, 256, 256, false)}, "dyt+W2A8"), 1);
   EXPECT_EQ(ExpectChain({DyT(256, false), Mlp(Scheme::kW2A8, Scheme::kW4A16, 256, 512, 256),

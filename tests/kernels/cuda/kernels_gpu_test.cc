@@ -1181,8 +1181,8 @@ void CheckGluMatchesCpu(Scheme scheme, const std::vector<WeightShape>& shapes,
     }
   }
 
-  // Beyond the decode sizes, an up weight the kernel cannot read: refused, nothing
-  // launched.
+  // Beyond the decode sizes, an up weight the kernel cannot read, a residual: refused,
+  // nothing launched.
   GemmArgs args;
   args.shape = {128, 128, scheme == Scheme::kW4A16 ? kW4GroupSize : 0};
   args.m = ops.glu_max_m + 1;
@@ -1193,6 +1193,8 @@ void CheckGluMatchesCpu(Scheme scheme, const std::vector<WeightShape>& shapes,
   EXPECT_EQ(ops.launch_glu(args, nullptr, Activation::kSilu), cudaErrorInvalidValue);
   EXPECT_EQ(ops.launch_glu(args, reinterpret_cast<const char*>(dummy) + 4, Activation::kSilu),
             cudaErrorInvalidValue);
+  args.residual = dummy;
+  EXPECT_EQ(ops.launch_glu(args, dummy, Activation::kSilu), cudaErrorInvalidValue);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 
@@ -1254,6 +1256,50 @@ TEST_F(W4A16Test, AddsTheResidual) {
         const DType x_dtype = r_dtype == DType::kBF16 ? DType::kBF16 : DType::kF16;
         const DType y_dtype = r_dtype == DType::kF32 ? DType::kF16 : DType::kF32;
         gpu.Check(x_dtype, y_dtype, m, rng_, nullptr, r_dtype);
+        if (HasFailure()) return;
+      }
+    }
+  }
+}
+
+// W8A16 adds GemmArgs::residual (in each dtype) in fp32 before rounding y, on every path:
+// the decode kernel (M = 1, 5, 12) on its 8-warp and 16-warp CTAs, in clusters and on its
+// stream-K grid (forced); the tile kernel alone and with a K split over a cluster (M = 5,
+// 40); the wgmma GEMM (M = 40, 300) and, where K % 128 != 0 (K = 1088), the tile kernel
+// beyond 16 rows. Tolerance: the matmul's, the residual exact until y's rounding.
+TEST_F(W8A16Test, AddsTheResidual) {
+  const KernelOps& ops = *FindKernel(Scheme::kW8A16);
+  ASSERT_TRUE(ops.takes_residual);
+  DeviceInfo device;
+  ASSERT_CUDA(CurrentDeviceInfo(&device));
+  Variants decode = {
+      {"8 warps", &LaunchW8A16DecodeWarps<8>},
+      {"16 warps", &LaunchW8A16DecodeWarps<16>},
+      {"stream-K", &LaunchWith<W8A16Options, &LaunchW8A16, &W8A16Options::decode_stream, 2>}};
+  Variants tile = {{"tile", &LaunchW8A16Tile}};
+  if (device.clusters()) {
+    decode.push_back({"clusters of 2",
+                      &LaunchWith<W8A16Options, &LaunchW8A16, &W8A16Options::decode_cluster, 2>});
+    tile.push_back({"tile, splits 2", &LaunchWithSplits<W8A16Options, &LaunchW8A16, 2>});
+  }
+  for (const WeightShape& shape :
+       std::vector<WeightShape>{{200, 384, 0}, {1002, 1024, 0}, {300, 1088, 0}}) {
+    const Weight w = RandomWeight(Scheme::kW8A16, shape, rng_);
+    GpuWeight gpu(ops, w);
+    ASSERT_TRUE(gpu.ok());
+    for (int64_t m : {1, 5, 12, 40, 300}) {
+      for (DType r_dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+        const DType x_dtype = r_dtype == DType::kBF16 ? DType::kBF16 : DType::kF16;
+        const DType y_dtype = r_dtype == DType::kF32 ? DType::kF16 : DType::kF32;
+        gpu.Check(x_dtype, y_dtype, m, rng_, nullptr, r_dtype);
+        for (const auto& [name, launch] : m <= 12 ? decode : Variants{}) {
+          SCOPED_TRACE(name);
+          gpu.Check(x_dtype, y_dtype, m, rng_, launch, r_dtype);
+        }
+        for (const auto& [name, launch] : m == 5 || m == 40 ? tile : Variants{}) {
+          SCOPED_TRACE(name);
+          gpu.Check(x_dtype, y_dtype, m, rng_, launch, r_dtype);
+        }
         if (HasFailure()) return;
       }
     }
