@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the repository root, after build.sh's bundle was unpacked
 # there: the GPU tests, the CUDA end-to-end check, qmm-kernel-bench, qmm-forward-bench
-# (the Llama and BitNet blocks) with the blocks through the server, and the batching
-# benchmark. Logs and JSON
-# come back as $OUT/device-out.tgz; a summary is printed last.
+# (the Llama block with W4A16 and W8A16 weights, BitNet's) with the blocks through the
+# server, and the batching benchmark. Logs and JSON come back as $OUT/device-out.tgz; a
+# summary is printed last.
 #   usage: .dev-cuda/run.sh [tests] [e2e] [bench] [forward] [batching] [tune]
 #          (default: tests e2e bench forward batching)
 set -uo pipefail
@@ -52,6 +52,9 @@ for step in "${steps[@]}"; do
       timeout 300 "$dev/bin/qmm-forward-bench" --block=bitnet --m=1,4,16 \
         --json="$out/bench-forward-bitnet.json" 2>&1 | tee "$out/bench-forward-bitnet.txt"
       summary+=("qmm-forward-bench --block=bitnet: exit ${PIPESTATUS[0]}")
+      timeout 300 "$dev/bin/qmm-forward-bench" --scheme=W8A16 --m=1,4,16 \
+        --json="$out/bench-forward-w8a16.json" 2>&1 | tee "$out/bench-forward-w8a16.txt"
+      summary+=("qmm-forward-bench --scheme=W8A16: exit ${PIPESTATUS[0]}")
       timeout 240 "$dev/forward-e2e.sh" "$dev/bin" "$out/forward-e2e" >"$out/forward-e2e.log" 2>&1
       rc=$?
       grep -E "compute|PASS|FAIL|rror" "$out/forward-e2e.log" | tail -20
