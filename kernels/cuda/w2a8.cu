@@ -418,9 +418,11 @@ cudaError_t LaunchW2A8Glu(const GemmArgs& args, const void* up, Activation act) 
     return err;
   }
   // The grid of two-group row sets, planned as one weight of the gate's and up's row
-  // groups together (a set's pair), whole sets a CTA: no clusters, no stream-K grid.
+  // groups together (a set's pair) for each token tile (a set each), whole sets a CTA: no
+  // clusters, no stream-K grid.
+  const int tile_shift = args.m > 8 ? 1 : 0;
   Geometry pair = geo;
-  pair.row_groups *= 2;
+  pair.row_groups *= 2 << tile_shift;
   DecodePlan plan;
   if (const cudaError_t err = PlanDecode<1, 1, 2>(args, info, pair, 1, 1, &plan);
       err != cudaSuccess) {
@@ -434,6 +436,7 @@ cudaError_t LaunchW2A8Glu(const GemmArgs& args, const void* up, Activation act) 
   p.codes_up = static_cast<const uint4*>(up);
   p.w_scale_up = reinterpret_cast<const float*>(static_cast<const uint8_t*>(up) + geo.code_bytes());
   p.glu_act = act;
+  p.glu_tile_shift = tile_shift;
   const DecodeLaunch launch(plan.grid, w2a8::kDecodeThreads, args.stream, info.cc_major);
   return launch(w2a8::W2A8DecodeKernel<1, 1, false, false, 2, true>, p);
 }

@@ -50,8 +50,8 @@ size_t W2A8WorkspaceBytes(const WeightShape& shape, int64_t m);
 // 256-byte aligned as cudaMalloc returns them). Never synchronizes.
 cudaError_t LaunchW2A8(const GemmArgs& args);
 
-// The most rows LaunchW2A8Glu takes (one token tile of the decode kernel).
-inline constexpr int64_t kW2A8GluMaxM = 8;
+// The most rows LaunchW2A8Glu takes (two token tiles of the decode kernel, a row set each).
+inline constexpr int64_t kW2A8GluMaxM = 16;
 
 // A gated MLP's gate and up projections and act(gate) * up in one launch: args.weight is
 // the gate and `up` the up weight of the same shape (device layout, 16-byte aligned),

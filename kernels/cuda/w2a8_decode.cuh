@@ -22,7 +22,10 @@
 // is gate row group s and up row group s (two groups a set, read from p.codes and
 // p.codes_up), and the set's end stores act(gate) * up for the gate's rows: the
 // activations are quantized once and streamed by one grid, and the product needs no
-// launch of its own.
+// launch of its own. Beyond one token tile (9-16 rows) each pair of groups is two sets,
+// one a token tile (set v: groups v >> 1, tile v & 1), since the two-token-tile tiles have
+// no registers for two groups: neighbouring sets, their weights are read from HBM once
+// and from L2 the second time.
 #ifndef QMM_KERNELS_CUDA_W2A8_DECODE_CUH_
 #define QMM_KERNELS_CUDA_W2A8_DECODE_CUH_
 
@@ -56,11 +59,12 @@ struct DecodeParams : Operands {
   int cluster_shift;  // log2(C)
   bool early_trigger;
   uint64_t* stream_sums;  // the stream-K grid's (decode_stream.cuh): GemmArgs::sync
-  // kGlu: the up weight (its layout as codes / w_scale, the gate's shape) and the gate's
-  // activation.
+  // kGlu: the up weight (its layout as codes / w_scale, the gate's shape), the gate's
+  // activation and log2 of the token tiles (1 or 2), a set for each.
   const uint4* codes_up;
   const float* w_scale_up;
   Activation glu_act;
+  int glu_tile_shift;
 };
 
 // T tiles of 8 tokens; slots of kUnits units (k blocks) of each of kGroups row groups. In
@@ -91,7 +95,9 @@ __global__ void __launch_bounds__(kDecodeThreads, W2A8DecodeTile<T, kUnits, kGro
   // faster on the H200 (121-122 registers instead of 128; M = 16: 8192 x 28672 28.4 -> 26.7
   // us, 4096 x 11008 11.05 -> 10.14, with clusters 14336 x 4096 13.74 -> 13.33).
   constexpr int kFields = (kGroups == 2 || T == 2) ? 2 : 4;
-  const int sets = kGlu ? p.row_groups : (p.row_groups + kGroups - 1) / kGroups;
+  const int sets = kGlu ? p.row_groups << p.glu_tile_shift : (p.row_groups + kGroups - 1) / kGroups;
+  // kGlu: the token tile of set `set`.
+  auto tile_of = [&](int set) { return kGlu ? set & ((1 << p.glu_tile_shift) - 1) : 0; };
   constexpr int kUnitVectors = kUnitBytes / 16;          // 64 16-byte vectors a unit
   constexpr int kBlockVectors = kBytesPerRowBlock / 16;  // 32, one a lane
   // One warp's partial tile: [r][tile][lane] x 4 int32.
@@ -125,7 +131,7 @@ __global__ void __launch_bounds__(kDecodeThreads, W2A8DecodeTile<T, kUnits, kGro
       if (kUnits > 1 && kb >= p.k_blocks) break;
 #pragma unroll
       for (int q = 0; q < kGroups; ++q) {
-        const int group = kGlu ? set : min(set * kGroups + q, p.row_groups - 1);
+        const int group = kGlu ? set >> p.glu_tile_shift : min(set * kGroups + q, p.row_groups - 1);
         const uint4* codes = kGlu && q == 1 ? p.codes_up : p.codes;
         const uint4* src = codes + (int64_t{group} * p.k_blocks + kb) * kUnitVectors + lane;
 #pragma unroll
@@ -165,18 +171,26 @@ __global__ void __launch_bounds__(kDecodeThreads, W2A8DecodeTile<T, kUnits, kGro
   // The elements a thread stores step by the CTA's threads from its first, so they all
   // have one token (the step is a multiple of 128 T): its activation scale and sum, read
   // now, are in registers by the first store, and no barrier waits for them.
+  // (kGlu: of each token tile, the sets' tiles differing.)
   static_assert(kDecodeThreads % (128 * T) == 0);
+  constexpr int kScaleTiles = kGlu ? 2 : 1;
   const int token = token_of(ws.First(ws.sets_per_cta * kWarpInts));
-  float x_scale = 0;
-  int32_t x_sum = 0;
-  if (token < p.m) {
-    x_scale = __ldg(p.x_scale + token);
-    x_sum = __ldg(p.x_sum + token);
+  float x_scales[kScaleTiles] = {};
+  int32_t x_sums[kScaleTiles] = {};
+#pragma unroll
+  for (int x_tile = 0; x_tile < kScaleTiles; ++x_tile) {
+    if (token + 8 * x_tile < p.m) {
+      x_scales[x_tile] = __ldg(p.x_scale + token + 8 * x_tile);
+      x_sums[x_tile] = __ldg(p.x_sum + token + 8 * x_tile);
+    }
   }
+  const float x_scale = x_scales[0];
+  const int32_t x_sum = x_sums[0];
 
-  // This lane's activations in tile tt: token 8tt + g, k = 16t.. and 64 + 16t.. of a block.
-  auto load_b = [&](int tt, int kb, uint32_t(&lo)[4], uint32_t(&hi)[4]) {
-    const int tok = tt * 8 + g;
+  // This lane's activations in tile tt of the set's token tiles (from x_tile): token
+  // 8(x_tile + tt) + g, k = 16t.. and 64 + 16t.. of a block.
+  auto load_b = [&](int x_tile, int tt, int kb, uint32_t(&lo)[4], uint32_t(&hi)[4]) {
+    const int tok = (x_tile + tt) * 8 + g;
     uint4 v0 = make_uint4(0, 0, 0, 0), v1 = v0;
     if (tok < p.m) {
       const int8_t* src = p.xq + int64_t{tok} * p.k + int64_t{kb} * kKPerBlock + t * 16;
@@ -190,6 +204,7 @@ __global__ void __launch_bounds__(kDecodeThreads, W2A8DecodeTile<T, kUnits, kGro
   int buf = 0;
   for (; unit < units; unit += ws.unit_stride) {
     const bool live = ws.SetOf(unit) < sets;
+    const int x_tile = tile_of(ws.SetOf(unit));
     const WarpSpan following = ws.Span(unit + ws.unit_stride);
     const int rounds = (span.per_warp + kSlots - 1) / kSlots;  // the same for every warp
     // acc[r][tt][f]: the sums over field f of the codes, scaled by 4^f (with two fields,
@@ -228,7 +243,7 @@ __global__ void __launch_bounds__(kDecodeThreads, W2A8DecodeTile<T, kUnits, kGro
           if (kUnits > 1 && kb >= p.k_blocks) break;
           uint32_t b_lo[T][4], b_hi[T][4];
 #pragma unroll
-          for (int tt = 0; tt < T; ++tt) load_b(tt, kb, b_lo[tt], b_hi[tt]);
+          for (int tt = 0; tt < T; ++tt) load_b(x_tile, tt, kb, b_lo[tt], b_hi[tt]);
 #pragma unroll
           for (int r = 0; r < kSetBlocks; ++r) {
             const uint4 w = wq[slot][h][r];
@@ -295,14 +310,19 @@ __global__ void __launch_bounds__(kDecodeThreads, W2A8DecodeTile<T, kUnits, kGro
       for (int e = ws.First(total); e < ws.End(total); e += kDecodeThreads) {
         const int set = unit * ws.sets_per_cta + e / kWarpInts;
         const int f = e % kWarpInts;
-        const int row =
-            set * kRowsPerGroup + f / (4 * 32 * T) * kRowsPerBlock + f / 16 % 8 + (f % 4 >> 1) * 8;
-        if (f >= kHalf || set >= sets || row >= p.n || token >= p.m) continue;
+        const int row = (set >> p.glu_tile_shift) * kRowsPerGroup +
+                        f / (4 * 32 * T) * kRowsPerBlock + f / 16 % 8 + (f % 4 >> 1) * 8;
+        const int tile = tile_of(set);
+        const int tok = token + 8 * tile;
+        if (f >= kHalf || set >= sets || row >= p.n || tok >= p.m) continue;
         const int32_t gate = ws.SumPartials(rs, e / kWarpInts, f, kWarpInts);
         const int32_t up = ws.SumPartials(rs, e / kWarpInts, f + kHalf, kWarpInts);
-        const float g_value = x_scale * __ldg(p.w_scale + row) * static_cast<float>(gate - x_sum);
-        const float u_value = x_scale * __ldg(p.w_scale_up + row) * static_cast<float>(up - x_sum);
-        StoreResult(p, token, row, ApplyActivation(p.glu_act, g_value) * u_value);
+        // (Selects, not an index: the arrays stay in registers.)
+        const float scale = tile != 0 ? x_scales[kScaleTiles - 1] : x_scales[0];
+        const int32_t sum = tile != 0 ? x_sums[kScaleTiles - 1] : x_sums[0];
+        const float g_value = scale * __ldg(p.w_scale + row) * static_cast<float>(gate - sum);
+        const float u_value = scale * __ldg(p.w_scale_up + row) * static_cast<float>(up - sum);
+        StoreResult(p, tok, row, ApplyActivation(p.glu_act, g_value) * u_value);
       }
     } else {
       const int total = ws.sets_per_cta * kWarpInts;

@@ -1335,9 +1335,10 @@ TEST_F(W2A8Test, AddsTheResidual) {
 // LaunchW2A8Glu (gate and up in one launch, act(gate) * up stored) against the two
 // matmuls launched apart (the same int8 activations and int32 sums, so the same fp32 gate
 // and up values) and act(gate) * up on the host: within y's rounding and, for the
-// device's expf and tanhf, 1e-6 of each value and 1e-5 of the output's rms. Every activation, 1-8
-// rows, each input dtype, fp16 and fp32 y, with and without an RMSNorm on x; N = 300 (a partial
-// last row group) and BitNet b1.58 2B4T's 6912 x 2560; and the arguments it refuses.
+// device's expf and tanhf, 1e-6 of each value and 1e-5 of the output's rms. Every activation, 1-16
+// rows (one token tile, and two: a set each), each input dtype, fp16 and fp32 y, with and without
+// an RMSNorm on x; N = 300 (a partial last row group) and BitNet b1.58 2B4T's 6912 x 2560; and the
+// arguments it refuses.
 TEST_F(W2A8Test, GluMatchesTheTwoMatmuls) {
   const KernelOps& ops = *FindKernel(Scheme::kW2A8);
   ASSERT_EQ(ops.launch_glu, &LaunchW2A8Glu);
@@ -1353,7 +1354,7 @@ TEST_F(W2A8Test, GluMatchesTheTwoMatmuls) {
     DeviceBuffer dnorm(shape.k * 4);
     ASSERT_TRUE(dnorm.ok());
     ASSERT_CUDA(cudaMemcpy(dnorm.get(), norm.data(), shape.k * 4, cudaMemcpyHostToDevice));
-    for (int64_t m : {1, 3, 8}) {
+    for (int64_t m : {1, 3, 8, 9, 13, 16}) {
       for (DType x_dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
         for (Activation act : {Activation::kReluSquared, Activation::kSilu, Activation::kGeluTanh,
                                Activation::kRelu}) {
@@ -1406,10 +1407,10 @@ TEST_F(W2A8Test, GluMatchesTheTwoMatmuls) {
         }
       }
     }
-    // Refused: more rows than one token tile, no or a misaligned up weight, a residual.
-    DeviceBuffer dx(9 * shape.k * 2), dy(9 * shape.n * 4), dws(ops.workspace_bytes(shape, 9));
+    // Refused: more rows than two token tiles, no or a misaligned up weight, a residual.
+    DeviceBuffer dx(17 * shape.k * 2), dy(17 * shape.n * 4), dws(ops.workspace_bytes(shape, 17));
     ASSERT_TRUE(dx.ok() && dy.ok() && dws.ok());
-    GemmArgs args = LaunchArgs(dg->get(), shape, DType::kF16, dx.get(), 9, DType::kF32, dy.get(),
+    GemmArgs args = LaunchArgs(dg->get(), shape, DType::kF16, dx.get(), 17, DType::kF32, dy.get(),
                                dws.get(), stream_);
     EXPECT_EQ(LaunchW2A8Glu(args, du->get(), Activation::kSilu), cudaErrorInvalidValue);
     args.m = 1;
