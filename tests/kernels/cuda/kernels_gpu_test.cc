@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <numeric>
 #include <optional>
@@ -1238,98 +1239,91 @@ TEST_F(W8A16Test, GluMatchesCpu) {
       stream_);
 }
 
-// W4A16 adds GemmArgs::residual (in each dtype) in fp32 before rounding y, on every path:
-// M = 1 and 5 (decode), 12 (decode, two token tiles), 40 and 300 (wgmma; 128-token tiles
-// at 300), on rows that the epilogue stores four at a time (N = 200) and value by value
-// (N = 1002's odd tokens and last rows). Tolerance: the matmul's above, the residual itself
-// exact until y's rounding.
-TEST_F(W4A16Test, AddsTheResidual) {
-  const KernelOps& ops = *FindKernel(Scheme::kW4A16);
+// GemmArgs::residual in each dtype through `scheme`'s launch for each weight of `shapes`, at
+// M = 1, 5, 12, 40 and 300: the default launch, then each of `forced(m)` (launchers that
+// force a path at that M). Tolerance: GpuWeight::Check's, the residual exact until y's
+// rounding.
+void CheckAddsTheResidual(Scheme scheme, const std::vector<WeightShape>& shapes,
+                          const std::function<Variants(int64_t)>& forced, std::mt19937_64& rng) {
+  const KernelOps& ops = *FindKernel(scheme);
   ASSERT_TRUE(ops.takes_residual);
-  for (const WeightShape& shape :
-       std::vector<WeightShape>{{200, 384, kW4GroupSize}, {1002, 1024, 0}}) {
-    const Weight w = RandomWeight(Scheme::kW4A16, shape, rng_);
+  for (const WeightShape& shape : shapes) {
+    const Weight w = RandomWeight(scheme, shape, rng);
     GpuWeight gpu(ops, w);
     ASSERT_TRUE(gpu.ok());
     for (int64_t m : {1, 5, 12, 40, 300}) {
+      const Variants variants = forced(m);
       for (DType r_dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
         const DType x_dtype = r_dtype == DType::kBF16 ? DType::kBF16 : DType::kF16;
         const DType y_dtype = r_dtype == DType::kF32 ? DType::kF16 : DType::kF32;
-        gpu.Check(x_dtype, y_dtype, m, rng_, nullptr, r_dtype);
-        if (HasFailure()) return;
+        gpu.Check(x_dtype, y_dtype, m, rng, nullptr, r_dtype);
+        for (const auto& [name, launch] : variants) {
+          SCOPED_TRACE(name);
+          gpu.Check(x_dtype, y_dtype, m, rng, launch, r_dtype);
+        }
+        if (::testing::Test::HasFailure()) return;
       }
     }
   }
 }
 
-// W8A16 adds GemmArgs::residual (in each dtype) in fp32 before rounding y, on every path:
-// the decode kernel (M = 1, 5, 12) on its 8-warp and 16-warp CTAs, in clusters and on its
-// stream-K grid (forced); the tile kernel alone and with a K split over a cluster (M = 5,
-// 40); the wgmma GEMM (M = 40, 300) and, where K % 128 != 0 (K = 1088), the tile kernel
-// beyond 16 rows. Tolerance: the matmul's, the residual exact until y's rounding.
+// W4A16 adds the residual in fp32 before rounding y, on every path: M = 1 and 5 (decode),
+// 12 (decode, two token tiles), 40 and 300 (wgmma; 128-token tiles at 300), on rows that
+// the epilogue stores four at a time (N = 200) and value by value (N = 1002's odd tokens
+// and last rows).
+TEST_F(W4A16Test, AddsTheResidual) {
+  CheckAddsTheResidual(
+      Scheme::kW4A16, {{200, 384, kW4GroupSize}, {1002, 1024, 0}},
+      [](int64_t) { return Variants{}; }, rng_);
+}
+
+// W8A16 adds the residual on every path: the decode kernel (M = 1, 5, 12) on its 8-warp
+// and 16-warp CTAs, in clusters and on its stream-K grid (forced); the tile kernel alone
+// and with a K split over a cluster (M = 5, 40); the wgmma GEMM (M = 40, 300) and, where K
+// % 128 != 0 (K = 1088), the tile kernel beyond 16 rows.
 TEST_F(W8A16Test, AddsTheResidual) {
-  const KernelOps& ops = *FindKernel(Scheme::kW8A16);
-  ASSERT_TRUE(ops.takes_residual);
   DeviceInfo device;
   ASSERT_CUDA(CurrentDeviceInfo(&device));
-  Variants decode = {
-      {"8 warps", &LaunchW8A16DecodeWarps<8>},
-      {"16 warps", &LaunchW8A16DecodeWarps<16>},
-      {"stream-K", &LaunchWith<W8A16Options, &LaunchW8A16, &W8A16Options::decode_stream, 2>}};
-  Variants tile = {{"tile", &LaunchW8A16Tile}};
-  if (device.clusters()) {
-    decode.push_back({"clusters of 2",
-                      &LaunchWith<W8A16Options, &LaunchW8A16, &W8A16Options::decode_cluster, 2>});
-    tile.push_back({"tile, splits 2", &LaunchWithSplits<W8A16Options, &LaunchW8A16, 2>});
-  }
-  for (const WeightShape& shape :
-       std::vector<WeightShape>{{200, 384, 0}, {1002, 1024, 0}, {300, 1088, 0}}) {
-    const Weight w = RandomWeight(Scheme::kW8A16, shape, rng_);
-    GpuWeight gpu(ops, w);
-    ASSERT_TRUE(gpu.ok());
-    for (int64_t m : {1, 5, 12, 40, 300}) {
-      for (DType r_dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
-        const DType x_dtype = r_dtype == DType::kBF16 ? DType::kBF16 : DType::kF16;
-        const DType y_dtype = r_dtype == DType::kF32 ? DType::kF16 : DType::kF32;
-        gpu.Check(x_dtype, y_dtype, m, rng_, nullptr, r_dtype);
-        for (const auto& [name, launch] : m <= 12 ? decode : Variants{}) {
-          SCOPED_TRACE(name);
-          gpu.Check(x_dtype, y_dtype, m, rng_, launch, r_dtype);
+  const bool clusters = device.clusters();
+  CheckAddsTheResidual(
+      Scheme::kW8A16, {{200, 384, 0}, {1002, 1024, 0}, {300, 1088, 0}},
+      [clusters](int64_t m) {
+        Variants v;
+        if (m <= 12) {
+          v.push_back({"8 warps", &LaunchW8A16DecodeWarps<8>});
+          v.push_back({"16 warps", &LaunchW8A16DecodeWarps<16>});
+          v.push_back({"stream-K",
+                       &LaunchWith<W8A16Options, &LaunchW8A16, &W8A16Options::decode_stream, 2>});
+          if (clusters) {
+            v.push_back(
+                {"clusters of 2",
+                 &LaunchWith<W8A16Options, &LaunchW8A16, &W8A16Options::decode_cluster, 2>});
+          }
         }
-        for (const auto& [name, launch] : m == 5 || m == 40 ? tile : Variants{}) {
-          SCOPED_TRACE(name);
-          gpu.Check(x_dtype, y_dtype, m, rng_, launch, r_dtype);
+        if (m == 5 || m == 40) {
+          v.push_back({"tile", &LaunchW8A16Tile});
+          if (clusters) {
+            v.push_back({"tile, splits 2", &LaunchWithSplits<W8A16Options, &LaunchW8A16, 2>});
+          }
         }
-        if (HasFailure()) return;
-      }
-    }
-  }
+        return v;
+      },
+      rng_);
 }
 
-// W2A8 adds GemmArgs::residual (in each dtype) in fp32 before rounding y, on every path:
-// the decode kernel (M = 1, 5, 12; its stream-K grid forced too), the wgmma GEMM (M = 40,
-// 300) and the mma.sync GEMM with a forced K split (M = 5, 40: its atomics and last-block
-// store). Tolerance: the matmul's, the residual exact until y's rounding.
+// W2A8 adds the residual on every path: the decode kernel (M = 1, 5, 12; its stream-K grid
+// forced too), the wgmma GEMM (M = 40, 300) and the mma.sync GEMM with a forced K split (M
+// = 5, 40: its atomics and last-block store).
 TEST_F(W2A8Test, AddsTheResidual) {
-  const KernelOps& ops = *FindKernel(Scheme::kW2A8);
-  ASSERT_TRUE(ops.takes_residual);
-  for (const WeightShape& shape : std::vector<WeightShape>{{300, 2560, 0}, {1002, 1152, 0}}) {
-    const Weight w = RandomWeight(Scheme::kW2A8, shape, rng_);
-    GpuWeight gpu(ops, w);
-    ASSERT_TRUE(gpu.ok());
-    for (int64_t m : {1, 5, 12, 40, 300}) {
-      for (DType r_dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
-        const DType x_dtype = r_dtype == DType::kBF16 ? DType::kBF16 : DType::kF16;
-        const DType y_dtype = r_dtype == DType::kF32 ? DType::kF16 : DType::kF32;
-        gpu.Check(x_dtype, y_dtype, m, rng_, nullptr, r_dtype);
-        if (m <= 12) gpu.Check(x_dtype, y_dtype, m, rng_, &LaunchW2A8With<0, 0, 0, 0, 2>, r_dtype);
-        if (m == 5 || m == 40) {
-          gpu.Check(x_dtype, y_dtype, m, rng_, &LaunchW2A8With<0, 3>, r_dtype);
-        }
-        if (HasFailure()) return;
-      }
-    }
-  }
+  CheckAddsTheResidual(
+      Scheme::kW2A8, {{300, 2560, 0}, {1002, 1152, 0}},
+      [](int64_t m) {
+        Variants v;
+        if (m <= 12) v.push_back({"stream-K", &LaunchW2A8With<0, 0, 0, 0, 2>});
+        if (m == 5 || m == 40) v.push_back({"k split 3", &LaunchW2A8With<0, 3>});
+        return v;
+      },
+      rng_);
 }
 
 // LaunchW2A8Glu (gate and up in one launch, act(gate) * up stored) against the two
