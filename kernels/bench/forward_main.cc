@@ -31,8 +31,8 @@ ABSL_FLAG(std::string, json, "", "write the results to this JSON file");
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Times an LLM's MLP block through qmm's chain runner (Llama-3-8B's with W4A16 weights, "
-      "or BitNet b1.58 2B4T's with W2A8) against cuBLAS fp16, and against the sum of its "
-      "kernels alone.");
+      "or BitNet b1.58 2B4T's with W2A8; --scheme picks others) against cuBLAS fp16, and "
+      "against the sum of its kernels alone.");
   const std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() > 1) {
     std::cerr << "qmm-forward-bench: unexpected argument " << args[1] << "\n";
