@@ -622,11 +622,11 @@ cudaError_t LaunchFor(const GemmArgs& args, const W8A16Options& options, const D
   return LaunchTile<T, Tile<8, 4, 4, 1, 4>>(args, options, device);
 }
 
-// A gated MLP's decode kernel (kGlu) for up to 8 tokens: a row set is a gate row tile and
-// its up row tile, one set a CTA at a time on the 16-warp CTAs (kWideWarps), two an SM,
-// each CTA striding over the sets; the CTAs are as many as give each the same number of
-// sets in the fewest turns. On the 8-warp grid, whose tiles of two row tiles fit two CTAs
-// (16 warps) an SM, the pair streamed slower: on an H100 the Llama-3-8B pair (4096 x 14336
+// A gated MLP's decode kernel (kGlu) for up to 16 tokens: a row set is a gate row tile and
+// its up row tile (for one token tile of two beyond 8 rows), one set a CTA at a time on the 16-warp
+// CTAs (kWideWarps), two an SM, each CTA striding over the sets; the CTAs are as many as give each
+// the same number of sets in the fewest turns. On the 8-warp grid, whose tiles of two row tiles fit
+// two CTAs (16 warps) an SM, the pair streamed slower: on an H100 the Llama-3-8B pair (4096 x 14336
 // twice) at M = 1 took 40.9 us there against 43.8 (and 44.6 as gate, up and their product
 // apart); on the H200 the 8-warp grid took 34.2 us against 34.9 apart. Taking every CTA
 // that fits (uneven sets a CTA) measured 40.1 us against 39.8 on an H100.
@@ -644,11 +644,13 @@ cudaError_t LaunchGlu(const GemmArgs& args, const DeviceInfo& device, const void
   p.w_up = static_cast<const uint8_t*>(up);
   p.scales_up = reinterpret_cast<const float*>(p.w_up + int64_t{p.row_tiles} * 16 * args.shape.k);
   p.glu_act = act;
+  p.glu_tile_shift = args.m > 8 ? 1 : 0;
+  const int64_t sets = int64_t{p.row_tiles} << p.glu_tile_shift;
   DecodeGrid grid;
   grid.split = kWarps;
-  grid.units = p.row_tiles;
-  const int64_t turns = (p.row_tiles + slots - 1) / slots;
-  grid.ctas = (p.row_tiles + turns - 1) / turns;
+  grid.units = sets;
+  const int64_t turns = (sets + slots - 1) / slots;
+  grid.ctas = (sets + turns - 1) / turns;
   p.early_trigger = EarlyTrigger(grid.ctas, slots);
   return DecodeLaunch(grid, kWarps * 32, args.stream, device.cc_major)(kKernel, p);
 }

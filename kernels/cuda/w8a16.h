@@ -106,11 +106,10 @@ cudaError_t LaunchW8A16(const GemmArgs& args, const W8A16Options& options);
 // y = act(x * W_gate^T) * (x * W_up^T), elementwise, with args.weight = W_gate and `up`
 // the device layout of W_up (same shape). Both weights stream once through the decode
 // kernel, and the two products stay in fp32 until y is stored. No residual. For m <=
-// kW8A16GluMaxM, one
-// token tile (cudaErrorInvalidValue beyond, and for what LaunchW8A16 rejects): at 9-16
-// rows its two-token-tile tiles streamed slower than gate and up apart on the H200 (the
-// Llama-3-8B pair: 46.2 us against 17.7 + 17.7 at M = 9).
-inline constexpr int64_t kW8A16GluMaxM = 8;
+// kW8A16GluMaxM (cudaErrorInvalidValue beyond, and for what LaunchW8A16 rejects): beyond 8
+// rows a row set a token tile, since the two-token-tile tiles streamed slower than gate
+// and up apart on the H200 (the Llama-3-8B pair: 46.2 us against 17.7 + 17.7 at M = 9).
+inline constexpr int64_t kW8A16GluMaxM = 16;
 cudaError_t LaunchW8A16Glu(const GemmArgs& args, const void* up, Activation act);
 
 }  // namespace qmm::cuda

@@ -25,7 +25,9 @@
 // A gated MLP (kGlu, LaunchW8A16Glu): a row set is row tile s of the gate weight (p.w)
 // and row tile s of the up weight (p.w_up), R = 2, and the set's end stores act(gate) *
 // up for the gate's rows (p.glu_act): both projections stream in one grid and the product
-// needs no launch of its own.
+// needs no launch of its own. Beyond one token tile (9-16 rows) each pair of row tiles is
+// two sets, one a token tile (set v: tiles v >> 1, token tile v & 1), as W2A8's gated sets
+// are: neighbours, the second reads the weights from L2.
 #ifndef QMM_KERNELS_CUDA_W8A16_DECODE_CUH_
 #define QMM_KERNELS_CUDA_W8A16_DECODE_CUH_
 
@@ -83,6 +85,7 @@ struct DecodeParams {
   const uint8_t* w_up = nullptr;
   const float* scales_up = nullptr;
   Activation glu_act = Activation::kSilu;
+  int32_t glu_tile_shift = 0;  // kGlu: log2 of the token tiles, a set each
 };
 
 // NT tiles of 8 tokens, R row tiles per warp. kDeep: twice the chunks in flight per
@@ -130,8 +133,11 @@ __global__ void __launch_bounds__(kWarps * 32, DecodeTile<NT, R, kDeep, kWarps>:
   const int g = lane / 4;
   const int t4 = lane % 4;
   static_assert(!kStream || (!kCluster && kWarps == kWideWarps));
-  static_assert(!kGlu || (R == 2 && !kStream && !kCluster), "a gate tile and its up tile");
-  const int sets = kGlu ? p.row_tiles : (p.row_tiles + R - 1) / R;
+  static_assert(!kGlu || (NT == 1 && R == 2 && !kStream && !kCluster),
+                "a gate tile and its up tile, one token tile");
+  const int sets = kGlu ? p.row_tiles << p.glu_tile_shift : (p.row_tiles + R - 1) / R;
+  // kGlu: the token tile of set `set`.
+  auto tile_of = [&](int set) { return kGlu ? set & ((1 << p.glu_tile_shift) - 1) : 0; };
   using Split = std::conditional_t<kStream, DecodeStreamOf<kWarps>, DecodeSplitOf<kWarps>>;
   const Split ws = [&] {
     if constexpr (kStream) {
@@ -144,15 +150,19 @@ __global__ void __launch_bounds__(kWarps * 32, DecodeTile<NT, R, kDeep, kWarps>:
   const int units = ws.Units(sets);
   auto set_of = [&](int unit) { return ws.SetOf(unit); };
 
-  // This lane's activations: token g of each tile, k = 32c + 8t4 .. +7 (one uint4).
+  // This lane's activations: token g of each tile (from token tile x_tile), k = 32c +
+  // 8t4 .. +7 (one uint4).
   const uint4* xp[NT];
+  auto point_x = [&](int x_tile) {
 #pragma unroll
-  for (int tile = 0; tile < NT; ++tile) {
-    const int tok = tile * 8 + g;
-    xp[tile] = tok < p.m
-                   ? reinterpret_cast<const uint4*>(static_cast<const T*>(p.x) + tok * p.k) + t4
-                   : nullptr;
-  }
+    for (int tile = 0; tile < NT; ++tile) {
+      const int tok = (x_tile + tile) * 8 + g;
+      xp[tile] = tok < p.m
+                     ? reinterpret_cast<const uint4*>(static_cast<const T*>(p.x) + tok * p.k) + t4
+                     : nullptr;
+    }
+  };
+  point_x(0);
 
   uint4 wq[kSlots][R];
   // Slot `slot` <- chunk `c` of row set `set`. A set past the last row tile (odd tile
@@ -160,7 +170,7 @@ __global__ void __launch_bounds__(kWarps * 32, DecodeTile<NT, R, kDeep, kWarps>:
   auto load = [&](int slot, int set, int c) {
 #pragma unroll
     for (int r = 0; r < R; ++r) {
-      const int64_t rt = kGlu ? set : min(set * R + r, p.row_tiles - 1);
+      const int64_t rt = kGlu ? set >> p.glu_tile_shift : min(set * R + r, p.row_tiles - 1);
       const uint8_t* w = kGlu && r == 1 ? p.w_up : p.w;
       wq[slot][r] = LoadStream(w + (rt * p.chunks + c) * Tl::kChunkBytes + lane * 16);
     }
@@ -180,6 +190,7 @@ __global__ void __launch_bounds__(kWarps * 32, DecodeTile<NT, R, kDeep, kWarps>:
   int buf = 0;
   for (; unit < units; unit += ws.unit_stride) {
     const bool live = set_of(unit) < sets;
+    if constexpr (kGlu) point_x(tile_of(set_of(unit)));
     const WarpSpan following = ws.Span(unit + ws.unit_stride);
     // The same for every warp, so all reach each barrier.
     const int rounds = (span.per_warp + kSlots - 1) / kSlots;
@@ -268,9 +279,10 @@ __global__ void __launch_bounds__(kWarps * 32, DecodeTile<NT, R, kDeep, kWarps>:
       for (int e = ws.First(total); e < ws.End(total); e += kThreads) {
         const int q = e / kGateFloats;
         const int f = e % kGateFloats;
-        const int64_t n = (int64_t{unit} * sets_per_cta + q) * 16 + f / 16 % 8 + (f % 4 >> 1) * 8;
-        const int64_t tok = token_of(f);
-        if (n >= p.n || tok >= p.m) continue;
+        const int set = unit * sets_per_cta + q;
+        const int64_t n = int64_t{set >> p.glu_tile_shift} * 16 + f / 16 % 8 + (f % 4 >> 1) * 8;
+        const int64_t tok = tile_of(set) * 8 + token_of(f);
+        if (set >= sets || n >= p.n || tok >= p.m) continue;
         const float gate = ws.SumPartials(rf, q, f, kWarpFloats) * p.scales[n];
         const float up = ws.SumPartials(rf, q, kGateFloats + f, kWarpFloats) * p.scales_up[n];
         StoreAs(p.y_dtype, p.y, tok * p.n + n, ApplyActivation(p.glu_act, gate) * up);

@@ -1224,7 +1224,7 @@ TEST_F(W4A16Test, GluMatchesCpu) {
 
 // W8A16's gated launch: a single row, a partial row tile (N = 200), an odd tile count
 // (N = 1000: 63 tiles), a 4096-class layer, a grid of several turns (N = 9000) and K =
-// 8192 (256 chunks a set); M over its token tile.
+// 8192 (256 chunks a set); M over one token tile and two (a set each).
 TEST_F(W8A16Test, GluMatchesCpu) {
   CheckGluMatchesCpu(
       Scheme::kW8A16,
@@ -1234,7 +1234,7 @@ TEST_F(W8A16Test, GluMatchesCpu) {
        {4096, 4096, 0},
        {9000, 1024, 0},
        {512, 8192, 0}},
-      {1, 2, 3, 7, 8},
+      {1, 2, 3, 7, 8, 9, 13, 16},
       [&](const WeightShape& shape) { return RandomWeight(Scheme::kW8A16, shape, rng_); }, rng_,
       stream_);
 }
