@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the repository root: an A/B of kernel variants in one call.
-# Unpacks build.sh's bundle (.dev-pack/dev-cuda.tgz) and every other .dev-pack/NAME.gz
-# (a variant's binary, gzipped here: gzip -c build-cuda/kernels/bench/qmm-kernel-bench >
-# .dev-pack/mine-bench.gz) into .dev-cuda/bin/NAME; optionally runs a test binary; then
+# Unpacks build.sh's bundle (.dev-pack/dev-cuda.txz) and every .dev-pack/NAME.gz or
+# NAME.xz (a variant's binary, compressed here: xz -c build-cuda/kernels/bench/qmm-kernel-bench
+# > .dev-pack/mine-bench.xz, a tenth smaller than gzip's) into .dev-cuda/bin/NAME;
+# optionally runs a test binary; then
 # ROUNDS rounds of qmm-kernel-bench over the variants, interleaved, so that each round
 # runs every variant once. Logs and JSON (VARIANT-rROUND.json, which
 # scripts/bench-compare.py reads) come back as $OUT/ab.tgz.
@@ -13,11 +14,17 @@
 set -u
 shopt -s nullglob
 work=$(mktemp -d)
-tar xzf .dev-pack/dev-cuda.tgz
-for f in .dev-pack/*.gz; do
-  [[ $f == */dev-cuda.tgz ]] && continue
-  b=$(basename "$f" .gz)
-  gunzip -c "$f" >".dev-cuda/bin/$b"
+# python3, not tar: the GPU machine's tar may have no xz.
+python3 -m tarfile -e .dev-pack/dev-cuda.txz .
+for f in .dev-pack/*.gz .dev-pack/*.xz; do
+  [[ $f == */dev-cuda.txz ]] && continue
+  b=$(basename "${f%.*}")
+  if [[ $f == *.xz ]]; then
+    python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
+      "$f" ".dev-cuda/bin/$b"
+  else
+    gunzip -c "$f" >".dev-cuda/bin/$b"
+  fi
   chmod +x ".dev-cuda/bin/$b"
 done
 export LD_LIBRARY_PATH=$PWD/.dev-cuda/lib:/usr/local/cuda/lib64

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Builds the GPU binaries on this (GPU-less) machine and bundles them, with the Debian
 # shared libraries they need, into .dev-cuda/ at the repository root, for run.sh on the
-# GPU machine, and packs that into .dev-pack/dev-cuda.tgz (the device tool carries at most
-# 64 MiB; the folder is larger, the archive a third of it). The CUDA libraries (cudart,
-# cuBLAS) are left out: the GPU machine has the same CUDA 13.0 under /usr/local/cuda.
+# GPU machine, and packs that into .dev-pack/dev-cuda.txz. The device tool carries at most
+# 64 MiB, the working tree included: the folder is 133 MB, and gzip made 71 MB of it,
+# xz 63 (session 70). The GPU machine's python3 unpacks xz (its tar may not). The CUDA
+# libraries (cudart, cuBLAS) are left out: the GPU machine has the same CUDA 13.0 under
+# /usr/local/cuda.
 #   usage: scripts/device/build.sh        (env: BUILD_DIR, DEST, BUNDLE_LIBS, JOBS)
 #   then:  run tool, carry [".dev-pack"], command
-#          "tar xzf .dev-pack/dev-cuda.tgz && .dev-cuda/run.sh [steps]"
-#   or, for an A/B of variant binaries gzipped beside the bundle, scripts/device/ab.sh.
+#          "python3 -m tarfile -e .dev-pack/dev-cuda.txz . && .dev-cuda/run.sh [steps]"
+#   or, for an A/B of variant binaries beside the bundle, scripts/device/ab.sh.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${BUILD_DIR:-$root/build-cuda}
@@ -33,5 +35,7 @@ git -C "$root" rev-parse --short HEAD >"$dest/commit"
 git -C "$root" status --porcelain | grep -q . && echo "plus uncommitted work" >>"$dest/commit"
 du -sh "$dest"
 mkdir -p "$root/.dev-pack"
-tar czf "$root/.dev-pack/dev-cuda.tgz" -C "$(dirname "$dest")" "$(basename "$dest")"
-du -sh "$root/.dev-pack/dev-cuda.tgz"
+rm -f "$root/.dev-pack/dev-cuda.tgz"
+tar cf - -C "$(dirname "$dest")" "$(basename "$dest")" |
+  xz -T"${JOBS:-2}" -6 >"$root/.dev-pack/dev-cuda.txz"
+du -sh "$root/.dev-pack/dev-cuda.txz"
