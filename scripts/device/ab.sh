@@ -16,8 +16,7 @@ shopt -s nullglob
 work=$(mktemp -d)
 # python3, not tar: the GPU machine's tar may have no xz.
 python3 -m tarfile -e .dev-pack/dev-cuda.txz .
-for f in .dev-pack/*.gz .dev-pack/*.xz; do
-  [[ $f == */dev-cuda.txz ]] && continue
+for f in .dev-pack/*.gz .dev-pack/*.xz; do  # (the bundle is .txz: not matched)
   b=$(basename "${f%.*}")
   if [[ $f == *.xz ]]; then
     python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \

@@ -35,7 +35,7 @@ git -C "$root" rev-parse --short HEAD >"$dest/commit"
 git -C "$root" status --porcelain | grep -q . && echo "plus uncommitted work" >>"$dest/commit"
 du -sh "$dest"
 mkdir -p "$root/.dev-pack"
-rm -f "$root/.dev-pack/dev-cuda.tgz"
+rm -f "$root/.dev-pack/dev-cuda.tgz"  # an older bundle's format: carried, it would not fit
 tar cf - -C "$(dirname "$dest")" "$(basename "$dest")" |
   xz -T"${JOBS:-2}" -6 >"$root/.dev-pack/dev-cuda.txz"
 du -sh "$root/.dev-pack/dev-cuda.txz"
