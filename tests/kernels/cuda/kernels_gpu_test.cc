@@ -579,7 +579,21 @@ class W4A16Test : public SeededStreamTest {
   void CheckEveryPath(std::initializer_list<WeightShape> shapes, const WeightShape& large,
                       std::initializer_list<int64_t> large_rows);
 };
-class W2A8Test : public SeededStreamTest {};
+class W2A8Test : public SeededStreamTest {
+ protected:
+  // The weight the input-transform tests (DyT, RMSNorm) launch on: random, 300 x 2560, in
+  // its device layout, with the zeroed words its stream-K grid takes (GemmArgs::sync).
+  struct Launchable {
+    explicit Launchable(std::mt19937_64& rng)
+        : weight(RandomWeight(Scheme::kW2A8, shape, rng)), layout(UploadLayout(ops, weight)) {}
+    bool ok() const { return layout != nullptr && sync.ok(); }
+    const KernelOps& ops = *FindKernel(Scheme::kW2A8);
+    const WeightShape shape = {300, 2560, 0};
+    const Weight weight;
+    const std::unique_ptr<DeviceBuffer> layout;
+    SyncWords sync;
+  };
+};
 using DependentLaunchTest = SeededStreamTest;
 
 // The W8A16 wgmma GEMM at every M with G groups per CTA and a forced split (0: the
@@ -1423,14 +1437,11 @@ TEST_F(W2A8Test, GluMatchesTheTwoMatmuls) {
 // launches have GemmArgs::sync) and row-group paths, every input dtype, with and without
 // beta; and a DyT that is all zeros (gamma = 0, no beta) quantizes to zero rows: y = 0.
 TEST_F(W2A8Test, DyTInputIsBitIdenticalToDyTThenMatMul) {
-  const KernelOps& ops = *FindKernel(Scheme::kW2A8);
+  Launchable w(rng_);
+  ASSERT_TRUE(w.ok());
+  const KernelOps& ops = w.ops;
+  const WeightShape& shape = w.shape;
   ASSERT_TRUE(ops.takes_dyt);
-  const WeightShape shape = {300, 2560, 0};
-  const Weight w = RandomWeight(Scheme::kW2A8, shape, rng_);
-  const std::unique_ptr<DeviceBuffer> dw = UploadLayout(ops, w);
-  ASSERT_TRUE(dw != nullptr);
-  SyncWords sync;
-  ASSERT_TRUE(sync.ok());
   for (int64_t m : {1, 9, 40}) {
     for (DType x_dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
       for (int variant = 0; variant < 3; ++variant) {  // beta, no beta, gamma = 0 and no beta
@@ -1453,9 +1464,9 @@ TEST_F(W2A8Test, DyTInputIsBitIdenticalToDyTThenMatMul) {
         const float* d_beta = variant == 0 ? static_cast<const float*>(db.get()) : nullptr;
         const auto* d_gamma = static_cast<const float*>(dg.get());
 
-        GemmArgs args = LaunchArgs(dw->get(), shape, x_dtype, dx.get(), m, DType::kF32, dy.get(),
-                                   dws.get(), stream_);
-        args.sync = sync.get();
+        GemmArgs args = LaunchArgs(w.layout->get(), shape, x_dtype, dx.get(), m, DType::kF32,
+                                   dy.get(), dws.get(), stream_);
+        args.sync = w.sync.get();
         args.dyt = {alpha, d_gamma, d_beta};
         ASSERT_CUDA(ops.launch(args));
         ASSERT_CUDA(LaunchDyT(x_dtype, dx.get(), m, shape.k, alpha, d_gamma, d_beta, DType::kF32,
@@ -1466,7 +1477,7 @@ TEST_F(W2A8Test, DyTInputIsBitIdenticalToDyTThenMatMul) {
         args.dyt = {};
         ASSERT_CUDA(ops.launch(args));
         ASSERT_CUDA(cudaStreamSynchronize(stream_));
-        EXPECT_TRUE(sync.LeftZero());
+        EXPECT_TRUE(w.sync.LeftZero());
         const std::vector<float> fused = Download(dy, DType::kF32, m * shape.n);
         const std::vector<float> unfused = Download(dy2, DType::kF32, m * shape.n);
         ASSERT_EQ(0, std::memcmp(fused.data(), unfused.data(), fused.size() * 4));
@@ -1492,14 +1503,11 @@ TEST_F(W2A8Test, DyTInputIsBitIdenticalToDyTThenMatMul) {
 // stream-K with GemmArgs::sync) and wgmma (M = 40) paths, every input dtype, a row of
 // zeros (its output 0), and the arguments a launch refuses.
 TEST_F(W2A8Test, RmsNormInputScalesTheRowsOfWeightTimesX) {
-  const KernelOps& ops = *FindKernel(Scheme::kW2A8);
+  Launchable w(rng_);
+  ASSERT_TRUE(w.ok());
+  const KernelOps& ops = w.ops;
+  const WeightShape& shape = w.shape;
   ASSERT_TRUE(ops.takes_rms_norm);
-  const WeightShape shape = {300, 2560, 0};
-  const Weight w = RandomWeight(Scheme::kW2A8, shape, rng_);
-  const std::unique_ptr<DeviceBuffer> dw = UploadLayout(ops, w);
-  ASSERT_TRUE(dw != nullptr);
-  SyncWords sync;
-  ASSERT_TRUE(sync.ok());
   const float epsilon = 1e-5f;
   for (int64_t m : {1, 9, 40}) {
     for (DType x_dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
@@ -1529,9 +1537,9 @@ TEST_F(W2A8Test, RmsNormInputScalesTheRowsOfWeightTimesX) {
       ASSERT_CUDA(dy.Poison());
       ASSERT_CUDA(dy2.Poison());
 
-      GemmArgs args = LaunchArgs(dw->get(), shape, x_dtype, dx.get(), m, DType::kF32, dy.get(),
-                                 dws.get(), stream_);
-      args.sync = sync.get();
+      GemmArgs args = LaunchArgs(w.layout->get(), shape, x_dtype, dx.get(), m, DType::kF32,
+                                 dy.get(), dws.get(), stream_);
+      args.sync = w.sync.get();
       args.rms_norm = {static_cast<const float*>(dg.get()), epsilon};
       ASSERT_CUDA(ops.launch(args));
       GemmArgs plain = args;
@@ -1541,7 +1549,7 @@ TEST_F(W2A8Test, RmsNormInputScalesTheRowsOfWeightTimesX) {
       plain.rms_norm = {};
       ASSERT_CUDA(ops.launch(plain));
       ASSERT_CUDA(cudaStreamSynchronize(stream_));
-      EXPECT_TRUE(sync.LeftZero());
+      EXPECT_TRUE(w.sync.LeftZero());
       const std::vector<float> fused = Download(dy, DType::kF32, m * shape.n);
       const std::vector<float> unfused = Download(dy2, DType::kF32, m * shape.n);
       for (int64_t i = 0; i < m; ++i) {
