@@ -74,6 +74,13 @@ struct GemmArgs {
   void* cublas = nullptr;  // cublasHandle_t bound to `stream` (dense schemes only)
 };
 
+// The checks every gated launch (a registry entry's launch_glu) makes beyond its scheme's
+// own: at most max_m rows, no residual, and the up weight present and 16-byte aligned.
+inline bool GluArgsOk(const GemmArgs& args, const void* up, int64_t max_m) {
+  return args.m <= max_m && args.residual == nullptr && up != nullptr &&
+         reinterpret_cast<uintptr_t>(up) % 16 == 0;
+}
+
 }  // namespace qmm::cuda
 
 #endif  // QMM_KERNELS_CUDA_GEMM_ARGS_H_

@@ -397,8 +397,7 @@ cudaError_t LaunchW2A8(const GemmArgs& args, const W2A8Options& options) {
 }
 
 cudaError_t LaunchW2A8Glu(const GemmArgs& args, const void* up, Activation act) {
-  if (!ArgsOk(args) || args.m > kW2A8GluMaxM || args.residual != nullptr || up == nullptr ||
-      reinterpret_cast<uintptr_t>(up) % 16 != 0) {
+  if (!ArgsOk(args) || !GluArgsOk(args, up, kW2A8GluMaxM)) {
     return cudaErrorInvalidValue;
   }
   DeviceInfo info;

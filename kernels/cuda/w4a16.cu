@@ -514,8 +514,7 @@ cudaError_t LaunchW4A16(const GemmArgs& args, const W4A16Options& options) {
 cudaError_t LaunchW4A16(const GemmArgs& args) { return LaunchW4A16(args, W4A16Options{}); }
 
 cudaError_t LaunchW4A16Glu(const GemmArgs& args, const void* up, Activation act) {
-  if (args.m > kW4A16GluMaxM || args.residual != nullptr || up == nullptr ||
-      reinterpret_cast<uintptr_t>(up) % 16 != 0 || args.shape.act_order || !ArgsOk(args)) {
+  if (!ArgsOk(args) || !GluArgsOk(args, up, kW4A16GluMaxM) || args.shape.act_order) {
     return cudaErrorInvalidValue;
   }
   DeviceInfo device;

@@ -686,8 +686,7 @@ cudaError_t LaunchW8A16(const GemmArgs& args, const W8A16Options& options) {
 cudaError_t LaunchW8A16(const GemmArgs& args) { return LaunchW8A16(args, W8A16Options{}); }
 
 cudaError_t LaunchW8A16Glu(const GemmArgs& args, const void* up, Activation act) {
-  if (!ArgsOk(args) || args.m > kW8A16GluMaxM || args.residual != nullptr || up == nullptr ||
-      reinterpret_cast<uintptr_t>(up) % 16 != 0) {
+  if (!ArgsOk(args) || !GluArgsOk(args, up, kW8A16GluMaxM)) {
     return cudaErrorInvalidValue;
   }
   DeviceInfo device;
