@@ -149,6 +149,24 @@ inline bool StreamPays(const DecodeGrid& grid, int64_t slots, int64_t sets, bool
   return grid.ctas * 10 < slots * 9 || (one_tile && sets <= slots);
 }
 
+// Whether a W4A16 decode launch of one token tile takes the stream-K grid rather than
+// `grid` (row sets of `chunks` chunks of `chunk_bytes`) where clusters of two share its
+// sets: where a warp's share of a set in its cluster is under kW4A16StreamClusterWarpBytes.
+// On an H100 (session 71, two rounds, M = 1 / 4 / 8; two-strip sets, 1 KB a strip's chunk)
+// the stream-K grid took 6912 x 2560 (6.75 KB a warp) 7.11 / 7.46 / 7.71 -> 5.87 / 5.97 /
+// 6.11 us, 8192 x 2048 (8 KB) 6.96 / 7.01 / 7.16 -> 6.24 / 6.59 / 6.29, 8192 x 3072 6-11%
+// off, 11008 x 2048 (10.75 KB) 8.64 / 8.76 / 9.00 -> 7.99 / 8.15 / 8.29, 11008 x 4096 3-5%
+// and 8960 x 1536 2-3% off; from 14 KB the clusters were as fast or faster (14336 x 4096
+// within 0.8%, 14336 x 2048 2-3% faster, 28672 x 2048 14-15%), as on the H200 (14336 x
+// 4096 and 28672 x 2048 above). At 9-16 tokens the clusters won on all of these (8192 x
+// 2048 16%, 11008 x 2048 23%).
+inline constexpr int kW4A16StreamClusterWarpBytes = 12 << 10;
+inline bool W4A16StreamBeatsClusters(const DecodeGrid& grid, int64_t chunks, int chunk_bytes) {
+  constexpr int kWarps = 8;
+  return grid.cluster == 2 &&
+         chunks * chunk_bytes < int64_t{grid.cluster} * kWarps * kW4A16StreamClusterWarpBytes;
+}
+
 // The same for a W2A8 decode launch (`sets` row sets of `chunks` chunks of `chunk_k` k), whose
 // stream-K grid pays less: only where the row sets outnumber the CTAs that fit, and the grid of
 // whole sets leaves a fifth of them idle, or an eighth with runs of at least kStreamMinRunK a

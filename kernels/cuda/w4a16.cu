@@ -178,10 +178,15 @@ cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& device, const v
     p.glu_act = glu_act;
     if (kZp) p.zb_up = p.w_up + w4a16::ZeroBiasesOf(shape, args.x_dtype);
   }
-  // The stream-K grid (decode_stream.cuh) on every CTA that fits, where it pays.
+  // The stream-K grid (decode_stream.cuh) on every CTA that fits, where it pays, and up to
+  // 8 tokens where it beats the clusters the plan chose (not where `cluster` forces them).
   if constexpr (kDecodeStream<R, kGlu>) {
     const int64_t sets = DecodeSets(shape, R);
-    const bool on = stream == 2 || (stream == 0 && StreamPays(grid, slots, sets, T == 1));
+    const bool beats_clusters =
+        T == 1 && cluster == 0 &&
+        W4A16StreamBeatsClusters(grid, w4a16::NumChunks(shape), R * w4a16::kStripChunkBytes);
+    const bool on =
+        stream == 2 || (stream == 0 && (StreamPays(grid, slots, sets, T == 1) || beats_clusters));
     if (on && args.sync != nullptr) {
       auto stream_grid = [&](auto early_x) {
         return LaunchStreamGrid(
@@ -407,7 +412,9 @@ cudaError_t LaunchForM(const GemmArgs& args, const W4A16Options& options) {
   // 1, 8192 x 8192 10.2 against 12.7 us, 4096 x 6144 5.4 against 7.7, 14336 x 8192 16.0
   // against 20.4; with 128 sets for 132 SMs, 14336 x 4096 took 12.0 against 12.3 (one
   // strip, deep) before clusters of two took it to 10.55 (28672 x 2048, clusters of four:
-  // 19.3 -> 14.7), and 4096 x 4096 (too few bytes a warp for clusters) 4.9 against 4.6.
+  // 19.3 -> 14.7), and 4096 x 4096 (too few bytes a warp for clusters) 4.9 against 4.6;
+  // where a cluster's warps would stream under 12 KB each, the stream-K grid on the same
+  // two-strip sets (W4A16StreamBeatsClusters, decode_plan.h; session 71, H100).
   // Beyond those, the cluster kernels (one strip's grid in several turns left SMs with
   // few bytes in flight in its last: 40-42 against 36 us on 8192 x 28672). At 9-16
   // tokens, the wide CTAs where the two-strip sets would leave SMs starved

@@ -949,7 +949,9 @@ TEST_F(W4A16Test, WideDecodeMatchesCpu) {
 // The decode kernel's stream-K grid, forced on and off, and as the default launch takes
 // it on a GPU of up to 140 SMs: where the row sets outnumber the two-strip CTAs that fit
 // (282 sets for N = 9000, the last one partial; 625 for N = 20000, two to three a CTA)
-// and, at M <= 8, where each CTA has one (157 for N = 5000). K = 1024 splits a set
+// and, at M <= 8, where each CTA has one (157 for N = 5000) or where clusters of two
+// would give each warp less than 12 KB (63 sets of K = 6912, 6.75 KB; "no stream" takes
+// the clusters there; W4A16StreamBeatsClusters). K = 1024 splits a set
 // between two CTAs at any chunk; K = 384 and 256 leave most warps of a CTA's part of a set
 // one chunk or none (a CTA's range is a little over one set); K = 4224 (33 chunks, more
 // than two rounds a warp) takes the two-token-tile instance that loads the activations
@@ -962,7 +964,8 @@ TEST_F(W4A16Test, DecodeStreamMatchesCpu) {
                  {8704, 256, kW4GroupSize},
                  {20000, 640, kW4GroupSize},
                  {5000, 1152, kW4GroupSize},
-                 {1000, 4224, kW4GroupSize}},
+                 {1000, 4224, kW4GroupSize},
+                 {2000, 6912, kW4GroupSize}},
                 {1, 5, 8, 9, 16}, StreamVariants<W4A16Options, &LaunchW4A16>(), rng_);
 }
 
@@ -1007,7 +1010,8 @@ Variants ClusterVariants() {
 }
 
 // The decode kernels with clusters sharing the row sets, over both token tiles: a narrow
-// N with a long K, where the default launch takes clusters (32 two-strip W4A16 sets, 32
+// N with a long K, where the default launch takes clusters (32 two-strip W4A16 sets, from
+// 9 tokens: up to 8 the stream-K grid, as a cluster's warps would have 8 KB each; 32
 // W2A8 row groups of K = 16384; 32 W8A16 pairs whose K of 16384 only a cluster brings
 // within the decode kernel's reach, which the default launch gives the tile kernel); few chunks a
 // CTA (K = 1152 / 1088: most warps of a cluster of 4 have one chunk or none, and the last set is
