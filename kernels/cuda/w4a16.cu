@@ -184,7 +184,7 @@ cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& device, const v
     const int64_t sets = DecodeSets(shape, R);
     const bool beats_clusters =
         T == 1 && cluster == 0 &&
-        W4A16StreamBeatsClusters(grid, w4a16::NumChunks(shape), R * w4a16::kStripChunkBytes);
+        W4A16StreamBeatsClusters(grid, w4a16::NumChunks(shape), R * w4a16::kStripChunkBytes, kZp);
     const bool on =
         stream == 2 || (stream == 0 && (StreamPays(grid, slots, sets, T == 1) || beats_clusters));
     if (on && args.sync != nullptr) {
