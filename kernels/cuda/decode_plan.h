@@ -157,11 +157,11 @@ inline bool StreamPays(const DecodeGrid& grid, int64_t slots, int64_t sets, bool
 // 6.11 us, 8192 x 2048 (8 KB) 6.96 / 7.01 / 7.16 -> 6.24 / 6.59 / 6.29, 8192 x 3072 6-11%
 // off, 11008 x 2048 (10.75 KB) 8.64 / 8.76 / 9.00 -> 7.99 / 8.15 / 8.29, 11008 x 4096 3-5%
 // and 8960 x 1536 2-3% off; from 14 KB the clusters were as fast or faster (14336 x 4096
-// within 0.8%, 14336 x 2048 2-3% faster, 28672 x 2048 14-15%), as on the H200 (14336 x
-// 4096 and 28672 x 2048 above). At 9-16 tokens the clusters won on all of these (8192 x
-// 2048 16%, 11008 x 2048 23%). With zero points (`zero_points`) only under 8 KB: 6912 x
-// 2560 13-15% off, but 8192 x 2048 and 8192 x 3072 (8 KB) from 5.5% faster to 1% slower,
-// 8960 x 1536 (8.75 KB) 5-7% and 11008 x 2048 1-2% slower.
+// within 0.8%, 14336 x 2048 2-3% faster, 28672 x 2048 14-15%), as on the H200 (14336 x 4096
+// and 28672 x 2048: w4a16.cu, LaunchForM). At 9-16 tokens the clusters won on all of these
+// (8192 x 2048 16%, 11008 x 2048 23%). With zero points (`zero_points`) only under 8 KB:
+// 6912 x 2560 13-15% off, but 8192 x 2048 and 8192 x 3072 (8 KB) from 5.5% faster to 1%
+// slower, 8960 x 1536 (8.75 KB) 5-7% and 11008 x 2048 1-2% slower.
 inline constexpr int kW4A16StreamClusterWarpBytes = 12 << 10;
 inline constexpr int kW4A16ZpStreamClusterWarpBytes = 8 << 10;
 inline bool W4A16StreamBeatsClusters(const DecodeGrid& grid, int64_t chunks, int chunk_bytes,
