@@ -623,13 +623,14 @@ cudaError_t LaunchFor(const GemmArgs& args, const W8A16Options& options, const D
 }
 
 // A gated MLP's decode kernel (kGlu) for up to 16 tokens: a row set is a gate row tile and
-// its up row tile (for one token tile of two beyond 8 rows), one set a CTA at a time on the 16-warp
-// CTAs (kWideWarps), two an SM, each CTA striding over the sets; the CTAs are as many as give each
-// the same number of sets in the fewest turns. On the 8-warp grid, whose tiles of two row tiles fit
-// two CTAs (16 warps) an SM, the pair streamed slower: on an H100 the Llama-3-8B pair (4096 x 14336
-// twice) at M = 1 took 40.9 us there against 43.8 (and 44.6 as gate, up and their product
-// apart); on the H200 the 8-warp grid took 34.2 us against 34.9 apart. Taking every CTA
-// that fits (uneven sets a CTA) measured 40.1 us against 39.8 on an H100.
+// its up row tile (for one token tile of two beyond 8 rows), one set a CTA at a time on the
+// 16-warp CTAs (kWideWarps), two an SM, each CTA striding over the sets; the CTAs are as
+// many as give each the same number of sets in the fewest turns. On the 8-warp grid, whose
+// tiles of two row tiles fit two CTAs (16 warps) an SM, the pair streamed slower: on an
+// H100 the Llama-3-8B pair (4096 x 14336 twice) at M = 1 took 40.9 us there against 43.8
+// (and 44.6 as gate, up and their product apart); on the H200 the 8-warp grid took 34.2 us
+// against 34.9 apart. Taking every CTA that fits (uneven sets a CTA) measured 40.1 us
+// against 39.8 on an H100.
 template <typename T>
 cudaError_t LaunchGlu(const GemmArgs& args, const DeviceInfo& device, const void* up,
                       Activation act) {
