@@ -131,9 +131,10 @@ cudaError_t PlanDecode(const GemmArgs& args, const DeviceInfo& info, const Geome
   // (K <= kMaxDim needs at most 4 of the 8).
   const int min_split = static_cast<int>(std::bit_ceil(static_cast<uint64_t>(
       (geo.k_blocks + w2a8::kDecodeMaxBlocksPerWarp - 1) / w2a8::kDecodeMaxBlocksPerWarp)));
-  plan->grid = MakeDecodeGrid(plan->sets, static_cast<int>(chunks),
-                              kGroups * kUnits * w2a8::kUnitBytes, info.sms, plan->slots,
-                              fit.clusters, min_split, 8, cluster, kW2A8MinClusterWarpBytes);
+  plan->grid =
+      MakeDecodeGrid(plan->sets, static_cast<int>(chunks), kGroups * kUnits * w2a8::kUnitBytes,
+                     info.sms, plan->slots, fit.clusters, min_split, 8, cluster,
+                     T == 1 ? kW2A8OneTileMinClusterWarpBytes : kW2A8MinClusterWarpBytes);
   // The stream-K grid where it pays (W2A8StreamPays, decode_plan.h).
   const bool pays = W2A8StreamPays(plan->grid, plan->slots, plan->sets, chunks,
                                    kUnits * w2a8::kKPerBlock, T == 1, kGroups == 2);
