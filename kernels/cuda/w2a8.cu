@@ -134,7 +134,7 @@ cudaError_t PlanDecode(const GemmArgs& args, const DeviceInfo& info, const Geome
   plan->grid =
       MakeDecodeGrid(plan->sets, static_cast<int>(chunks), kGroups * kUnits * w2a8::kUnitBytes,
                      info.sms, plan->slots, fit.clusters, min_split, 8, cluster,
-                     T == 1 ? kW2A8OneTileMinClusterWarpBytes : kW2A8MinClusterWarpBytes);
+                     W2A8MinClusterWarpBytes(T == 1, plan->sets, info.sms));
   // The stream-K grid where it pays (W2A8StreamPays, decode_plan.h).
   const bool pays = W2A8StreamPays(plan->grid, plan->slots, plan->sets, chunks,
                                    kUnits * w2a8::kKPerBlock, T == 1, kGroups == 2);

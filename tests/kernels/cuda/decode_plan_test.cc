@@ -47,17 +47,23 @@ TEST(DecodePlanTest, NoClusterWhereItCannotPay) {
 }
 
 // W2A8's one-unit row groups (32 rows, 1 KB a 128-k chunk): clusters of two from 5 KB a
-// warp, and with one token tile from 4 KB. 8192 x 2048 (64 groups, 4 KB a warp) takes them
-// only with one tile; 6912 x 2560 (80 groups, 3.4 KB) never; 10240 x 2048 (5 KB) always.
-TEST(DecodePlanTest, W2A8ClustersFromLessWithOneTokenTile) {
-  auto cluster = [](int64_t sets, int chunks, int min_bytes) {
-    return MakeDecodeGrid(sets, chunks, 1024, kSms, kSlots, kClusterSlots, 1, 8, 0, min_bytes)
+// warp, and from 4 KB with one token tile where the sets leave a quarter of the SMs idle.
+// 8192 x 2048 (64 groups, 4 KB a warp) and 8192 x 3072 (96) take them only with one tile,
+// 8192 x 4096 (128) never; 6912 x 2560 (80 groups, 3.4 KB) never; 10240 x 2048 (5 KB)
+// always.
+TEST(DecodePlanTest, W2A8ClustersFromLessWithOneTokenTileOnFewSets) {
+  auto cluster = [](int64_t sets, int chunks, bool one_tile) {
+    return MakeDecodeGrid(sets, chunks, 1024, kSms, kSlots, kClusterSlots, 1, 8, 0,
+                          W2A8MinClusterWarpBytes(one_tile, sets, kSms))
         .cluster;
   };
-  EXPECT_EQ(cluster(64, 64, kW2A8OneTileMinClusterWarpBytes), 2);
-  EXPECT_EQ(cluster(64, 64, kW2A8MinClusterWarpBytes), 1);
-  EXPECT_EQ(cluster(80, 54, kW2A8OneTileMinClusterWarpBytes), 1);
-  EXPECT_EQ(cluster(64, 80, kW2A8MinClusterWarpBytes), 2);
+  EXPECT_EQ(cluster(64, 64, true), 2);
+  EXPECT_EQ(cluster(96, 64, true), 2);
+  EXPECT_EQ(cluster(64, 64, false), 1);
+  EXPECT_EQ(cluster(128, 64, true), 1);
+  EXPECT_EQ(cluster(80, 54, true), 1);
+  EXPECT_EQ(cluster(64, 80, false), 2);
+  EXPECT_EQ(cluster(128, 80, true), 2);
 }
 
 // A forced cluster size holds anywhere; beyond the clusters that fit, the grid takes equal
