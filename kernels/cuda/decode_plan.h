@@ -29,13 +29,14 @@ struct DecodeGrid {
 inline constexpr int kMinClusterWarpBytes = 6 << 10;
 inline constexpr int kW2A8MinClusterWarpBytes = 5 << 10;
 // With one token tile (up to 8 tokens) and sets that leave a quarter of the SMs idle,
-// W2A8's clusters of two pay from 4 KB a warp. On an H100 (session 73, the plan with this
-// rule against the plan before it, M = 1 / 4 / 8) 8192 x 2048 (64 sets) 7.23 / 7.40 / 7.48
+// W2A8's clusters of two pay from 4 KB a warp. On an H100 (session 73, clusters from 4 KB
+// against the plan before, M = 1 / 4 / 8) 8192 x 2048 (64 sets) 7.23 / 7.40 / 7.48
 // us -> 6.73 / 7.23 / 7.38, 8192 x 3072 (96) -2.9 / -2.4 / -0.7%, 8960 x 1536 (48) -5.2 /
 // -5.7 / -6.0%; but 8192 x 4096 (128 sets, 4 SMs idle without clusters) +1.5 / +3.1 /
 // +9.2%. At 16 tokens clusters at 4 KB cost 2-5% (session 71), and at 2.5-3.4 KB a warp
 // (5120 x 2048, 6912 x 2560) 5-10% at every M.
 inline constexpr int kW2A8OneTileMinClusterWarpBytes = 4 << 10;
+// MakeDecodeGrid's min_cluster_warp_bytes for a W2A8 decode launch of `sets` row sets.
 inline int W2A8MinClusterWarpBytes(bool one_tile, int64_t sets, int sms) {
   return one_tile && sets * 4 <= int64_t{sms} * 3 ? kW2A8OneTileMinClusterWarpBytes
                                                   : kW2A8MinClusterWarpBytes;

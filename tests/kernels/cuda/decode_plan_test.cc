@@ -49,8 +49,8 @@ TEST(DecodePlanTest, NoClusterWhereItCannotPay) {
 // W2A8's one-unit row groups (32 rows, 1 KB a 128-k chunk): clusters of two from 5 KB a
 // warp, and from 4 KB with one token tile where the sets leave a quarter of the SMs idle.
 // 8192 x 2048 (64 groups, 4 KB a warp) and 8192 x 3072 (96) take them only with one tile,
-// 8192 x 4096 (128) never; 6912 x 2560 (80 groups, 3.4 KB) never; 10240 x 2048 (5 KB)
-// always.
+// 8192 x 4096 (128) never; 6912 x 2560 (80 groups, 3.4 KB) never; 10240 x 2048 and
+// 10240 x 4096 (5 KB) always.
 TEST(DecodePlanTest, W2A8ClustersFromLessWithOneTokenTileOnFewSets) {
   auto cluster = [](int64_t sets, int chunks, bool one_tile) {
     return MakeDecodeGrid(sets, chunks, 1024, kSms, kSlots, kClusterSlots, 1, 8, 0,
