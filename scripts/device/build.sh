@@ -3,7 +3,9 @@
 # shared libraries they need, into .dev-cuda/ at the repository root, for run.sh on the
 # GPU machine, and packs that into .dev-pack/dev-cuda.txz. The device tool carries at most
 # 64 MiB, the working tree included: the folder is 133 MB, and gzip made 71 MB of it,
-# xz 63 (session 70). The GPU machine's python3 unpacks xz (its tar may not). The CUDA
+# xz -6 63 (session 70), xz -9 on one thread 16 (session 74: its 64 MiB window spans the
+# binaries, which each hold the same kernels). The GPU machine's python3 unpacks xz (its
+# tar may not). The CUDA
 # libraries (cudart, cuBLAS) are left out: the GPU machine has the same CUDA 13.0 under
 # /usr/local/cuda.
 #   usage: scripts/device/build.sh        (env: BUILD_DIR, DEST, BUNDLE_LIBS, JOBS)
@@ -37,5 +39,5 @@ du -sh "$dest"
 mkdir -p "$root/.dev-pack"
 rm -f "$root/.dev-pack/dev-cuda.tgz"  # an older bundle's format: carried, it would not fit
 tar cf - -C "$(dirname "$dest")" "$(basename "$dest")" |
-  xz -T"${JOBS:-2}" -6 >"$root/.dev-pack/dev-cuda.txz"
+  xz -T1 -9 >"$root/.dev-pack/dev-cuda.txz"
 du -sh "$root/.dev-pack/dev-cuda.txz"
