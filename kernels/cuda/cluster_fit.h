@@ -89,16 +89,16 @@ struct SplitChoice {
   double cost = 0;  // chunks on the busiest SM
 };
 
-// Work on the busiest SM, in chunks, for each split count up to 8 (clusters along z):
-// the least wins. CTAs beyond what fits at once (clusters included) run in a later turn,
-// each CTA costing `fill_chunks` more (its pipeline fill and reduction). Each extra split
-// costs a little reduction. For one token tile (pure streaming) one CTA per SM keeps too
-// few bytes in flight where more could fit; with more tokens per CTA the longer per-CTA
-// runs measured faster.
+// Work on the busiest SM, in chunks, for each split count up to 8 (clusters along z),
+// every count or (`any_count` false) the powers of two: the least wins. CTAs beyond what
+// fits at once (clusters included) run in a later turn, each CTA costing `fill_chunks`
+// more (its pipeline fill and reduction). Each extra split costs a little reduction. For
+// one token tile (pure streaming) one CTA per SM keeps too few bytes in flight where more
+// could fit; with more tokens per CTA the longer per-CTA runs measured faster.
 inline SplitChoice ChooseSplits(int64_t base_ctas, int chunks, int sms, const KernelFit& fit,
-                                bool streaming, int fill_chunks = 0) {
+                                bool streaming, int fill_chunks = 0, bool any_count = false) {
   SplitChoice best;
-  for (int s = 1; s <= 8 && (s == 1 || s <= chunks); s *= 2) {
+  for (int s = 1; s <= 8 && (s == 1 || s <= chunks); s = any_count ? s + 1 : s * 2) {
     const int64_t ctas = base_ctas * s;
     const int64_t room = int64_t{sms} * fit.occupancy;
     const int64_t slots = SplitSlots(s, sms, fit);

@@ -36,17 +36,18 @@ struct GroupPlans {
 
 // The plans for `token_tiles` x `groups` tiles (128 rows each) over `chunks` chunks of K,
 // of CTAs that fit as `one_fit` (one group) and `two_fit` (two groups) on `sms` SMs, each
-// CTA filling and reducing as `fill` counts.
+// CTA filling and reducing as `fill` counts, split K any number of ways up to 8
+// (`any_splits`) or in powers of two.
 inline GroupPlans MakeGroupPlans(int64_t token_tiles, int64_t groups, int chunks, int sms,
                                  const KernelFit& one_fit, const KernelFit& two_fit,
-                                 const GroupFill& fill = {}) {
+                                 const GroupFill& fill = {}, bool any_splits = false) {
   GroupPlans plans;
-  plans.one = ChooseSplits(token_tiles * groups, chunks, sms, one_fit, false, fill.one);
+  plans.one = ChooseSplits(token_tiles * groups, chunks, sms, one_fit, false, fill.one, any_splits);
   plans.one_ctas = token_tiles * groups * plans.one.splits;
   plans.paired = one_fit.occupancy >= 2 && plans.one_ctas > sms &&
                  plans.one_ctas <= int64_t{sms} * one_fit.occupancy;
   const int64_t pairs = token_tiles * ((groups + 1) / 2);
-  plans.two = ChooseSplits(pairs, chunks, sms, two_fit, false, fill.two);
+  plans.two = ChooseSplits(pairs, chunks, sms, two_fit, false, fill.two, any_splits);
   plans.two_ctas = pairs * plans.two.splits;
   return plans;
 }

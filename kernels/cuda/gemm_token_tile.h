@@ -17,11 +17,9 @@ struct Options {
   int tokens = 0;
 };
 
-// Whether forced knobs are ones the GEMM has: a split is a cluster of at most 8 CTAs and
-// a power of two (the split-K reduction divides the tile by it).
+// Whether forced knobs are ones the GEMM has: a split is a cluster of at most 8 CTAs.
 inline bool Valid(const Options& options) {
   return options.groups >= 0 && options.groups <= 2 && options.splits >= 0 && options.splits <= 8 &&
-         (options.splits & (options.splits - 1)) == 0 &&
          (options.tokens == 0 || options.tokens == 64 || options.tokens == 128 ||
           options.tokens == 256);
 }

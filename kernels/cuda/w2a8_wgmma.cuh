@@ -61,6 +61,9 @@ struct WgmmaFormat {
   static constexpr bool kWholeChunks = true;
   // 256-token tiles, six stages of 36 KB.
   static constexpr bool kWideTiles = true;
+  // K splits in powers of two only: any count (A16Format::kAnySplits) took W2A8 at 64
+  // tokens 4-9% longer on 11008-28672 x 4096 (H100, session 74).
+  static constexpr bool kAnySplits = false;
   static constexpr int kGroupStageBytes = 4 * kUnitBytes;
   // What a one-group CTA's chunk costs against a two-group one's (wgmma_gemm_launch.cuh
   // Plan). One-group tiles run two CTAs an SM (`paired` where the plan puts two on an SM

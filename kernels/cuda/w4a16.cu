@@ -486,8 +486,8 @@ bool ArgsOk(const GemmArgs& args) {
 }  // namespace
 
 cudaError_t LaunchW4A16(const GemmArgs& args, const W4A16Options& options) {
-  // The K split: 1, 2, 4 or w4a16::kMaxSplits, as the wgmma GEMM's.
-  static_assert(w4a16::kMaxSplits == 8);
+  // The K split: 1 to w4a16::kMaxSplits, as the wgmma GEMM's.
+  static_assert(w4a16::kMaxSplits == kMaxClusterCtas);
   const bool wgmma_ok = wgmma_gemm::Valid(WgmmaOptions(options));
   const bool strips_ok = options.decode_strips >= 0 && options.decode_strips <= 2;
   const bool cluster_ok =

@@ -285,8 +285,8 @@ template <int kTokens, int kRows, typename Store>
 __device__ inline void SumSlice(const float* tile, int splits, int split, bool clustered,
                                 Store&& store) {
   constexpr int kQuads = kTokens * kRows / 4;
-  const int per = kQuads / splits;  // splits: a power of two up to kMaxSplits
-  const int end = (split + 1) * per;
+  const int per = (kQuads + splits - 1) / splits;  // splits: up to kMaxSplits
+  const int end = min((split + 1) * per, kQuads);
   constexpr int kBatch = 4;
   for (int q0 = split * per + static_cast<int>(threadIdx.x); q0 < end; q0 += kBatch * kThreads) {
     float4 v[kBatch];

@@ -39,6 +39,13 @@ struct A16Format {
   // and its 256-token tiles took 8-11% longer than 128-token ones at 192 and 256 tokens
   // on the shapes whose row groups fill the SMs (H200, session 44).
   static constexpr bool kWideTiles = false;
+  // K splits of any count up to 8 for one token tile of up to 64 tokens (MakeGroupPlans),
+  // where powers of two left SMs idle or their clusters a second turn: H100, session 74,
+  // against powers of two, 32 / 64 tokens, W4A16 14336 x 4096 21.43 / 27.61 -> 17.73 /
+  // 23.22 us (two groups split 6 ways, 96 CTAs, against 4 ways, 64), 28672 x 4096 -23%,
+  // 4096 x 4096 at 64 -12%; W8A16 14336 x 4096 -16 / -10%, 28672 x 4096 -19 / -16%. At 128
+  // and 256 tokens they were mixed (W8A16 14336 x 4096 at 256 +7%, 28672 x 4096 -5%).
+  static constexpr bool kAnySplits = true;
 
   // What a one-group CTA's chunk costs against a two-group one's (wgmma_gemm_launch.cuh
   // Plan) at NT tokens, where the one-group plan splits K `splits` ways (`paired`: its

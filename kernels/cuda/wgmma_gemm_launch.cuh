@@ -4,6 +4,7 @@
 #ifndef QMM_KERNELS_CUDA_WGMMA_GEMM_LAUNCH_CUH_
 #define QMM_KERNELS_CUDA_WGMMA_GEMM_LAUNCH_CUH_
 
+#include <algorithm>
 #include <atomic>
 #include <climits>
 #include <cstdint>
@@ -55,8 +56,10 @@ cudaError_t Plan(const GemmArgs& args, const DeviceInfo& device, Options* option
   if constexpr (NT < 128) {
     if ((err = FitGemm<F, NT, 2, kBf16>(device, &two_fit)) != cudaSuccess) return err;
   }
+  // Any split count only for one tile of up to 64 tokens (F::kAnySplits says where it paid).
+  const bool any_splits = F::kAnySplits && token_tiles == 1 && NT <= 64;
   const GroupPlans plans = MakeGroupPlans(token_tiles, groups, chunks, device.sms, one_fit, two_fit,
-                                          F::GroupFillChunks(NT));
+                                          F::GroupFillChunks(NT), any_splits);
   if (NT >= 128) {
     options->groups = 1;
   } else if (options->groups == 0) {
@@ -67,7 +70,7 @@ cudaError_t Plan(const GemmArgs& args, const DeviceInfo& device, Options* option
     options->splits = options->groups == 1 ? plans.one.splits : plans.two.splits;
   }
   // Every CTA must own at least one chunk (the kernel's accumulators start at its first).
-  while (options->splits > chunks) options->splits /= 2;
+  options->splits = std::min(options->splits, chunks);
   return cudaSuccess;
 }
 

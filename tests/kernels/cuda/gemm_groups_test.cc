@@ -68,23 +68,50 @@ Choice PlanOf(Format format, int nt, int64_t m, int64_t k, int64_t n) {
   const bool two_an_sm = nt == 32 ? format != Format::kW8A16 : format == Format::kW2A8;
   const KernelFit& one_fit = two_an_sm ? kTwoCtasAnSm : kOneCtaAnSm;
   const int chunks = static_cast<int>(k / kChunkK);
-  const GroupPlans plans = MakeGroupPlans((m + nt - 1) / nt, (n + 127) / 128, chunks, kSms, one_fit,
-                                          kOneCtaAnSm, GroupFillChunks(format, nt));
+  const int64_t token_tiles = (m + nt - 1) / nt;
+  // Any split count (A16Format::kAnySplits) for the 16-bit formats' one tile of up to 64.
+  const bool any_splits = format != Format::kW2A8 && token_tiles == 1 && nt <= 64;
+  const GroupPlans plans = MakeGroupPlans(token_tiles, (n + 127) / 128, chunks, kSms, one_fit,
+                                          kOneCtaAnSm, GroupFillChunks(format, nt), any_splits);
   const double cost = OneGroupChunkCost(format, nt, plans.one.splits, plans.paired);
   return TakesTwoGroups(nt, m, chunks, kSms, plans, cost) ? Choice{2, plans.two.splits}
                                                           : Choice{1, plans.one.splits};
 }
 
-// Both plans run 64 CTAs in one turn at 33-64 tokens on N = 4096, K = 8192 (one group
-// split two ways, two four): two groups, W8A16 20.08 -> 17.96 us at 64 tokens, W4A16
-// 19.77 -> 18.06. At K = 4096 one group stays (0.5-3% faster).
+// Both plans run as many CTAs in one turn at 33-64 tokens on N = 4096, K = 8192: two
+// groups (session 53, split 4 ways against one group 2: W8A16 20.08 -> 17.96 us at 64
+// tokens, W4A16 19.77 -> 18.06; since session 74 split 6 ways against 3, 96 CTAs, on an
+// H100 W4A16 18.39 -> 16.56 and W8A16 19.09 -> 18.73 against 4 ways). At K = 4096 one
+// group stays (0.5-3% faster), split 3 ways since session 74 (H100, 64 tokens: W4A16
+// 11.64 -> 10.27 us, W8A16 11.46 -> 10.49 against 2).
 TEST(GemmGroupsTest, EvenPlansOfLongKTakeTwoGroups) {
-  EXPECT_EQ(PlanOf(Format::kW8A16, 64, 64, 8192, 4096), (Choice{2, 4}));
-  EXPECT_EQ(PlanOf(Format::kW4A16, 64, 64, 8192, 4096), (Choice{2, 4}));
+  EXPECT_EQ(PlanOf(Format::kW8A16, 64, 64, 8192, 4096), (Choice{2, 6}));
+  EXPECT_EQ(PlanOf(Format::kW4A16, 64, 64, 8192, 4096), (Choice{2, 6}));
   EXPECT_EQ(PlanOf(Format::kW8A16, 64, 64, 8192, 6144), (Choice{2, 4}));   // 21.07 -> 19.73
   EXPECT_EQ(PlanOf(Format::kW4A16, 64, 64, 14336, 6144), (Choice{2, 4}));  // 30.72 -> 29.19
-  EXPECT_EQ(PlanOf(Format::kW4A16, 64, 64, 4096, 4096), (Choice{1, 2}));
-  EXPECT_EQ(PlanOf(Format::kW8A16, 64, 64, 4096, 4096), (Choice{1, 2}));
+  EXPECT_EQ(PlanOf(Format::kW4A16, 64, 64, 4096, 4096), (Choice{1, 3}));
+  EXPECT_EQ(PlanOf(Format::kW8A16, 64, 64, 4096, 4096), (Choice{1, 3}));
+}
+
+// The 16-bit formats split K any number of ways for one tile of up to 64 tokens: on N =
+// 4096 at long K two groups split 6 ways, 96 CTAs in 16 clusters of 6 (17 fit), where 4
+// ways ran 64 CTAs and 8 ways 128, more than the 15 clusters of 8 that fit (H100, session
+// 74, 32 / 64 tokens, us: W4A16 14336 x 4096 21.43 / 27.61 -> 17.73 / 23.22, 28672 x 4096
+// 37.99 / 49.40 -> 29.12 / 37.65; W8A16 14336 x 4096 29.11 / 31.20 -> 24.49 / 28.06).
+// (W4A16 at 17-32 tokens on such weights takes two groups whatever the costs, w4a16.cu's
+// LaunchDecodeForM.) W2A8 keeps powers of two (4-9% slower at 64 tokens with any count),
+// and so do tiles beyond one (mixed at 128-256 tokens).
+TEST(GemmGroupsTest, AnySplitCountForOneTokenTile) {
+  for (int64_t k : {11008, 14336, 28672}) {
+    EXPECT_EQ(PlanOf(Format::kW8A16, 32, 32, k, 4096), (Choice{2, 6})) << k;
+    EXPECT_EQ(PlanOf(Format::kW8A16, 64, 64, k, 4096), (Choice{2, 6})) << k;
+    EXPECT_EQ(PlanOf(Format::kW4A16, 64, 64, k, 4096), (Choice{2, 6})) << k;
+    const GroupPlans w4a16_32 = MakeGroupPlans(1, 32, static_cast<int>(k / kChunkK), kSms,
+                                               kTwoCtasAnSm, kOneCtaAnSm, {6, 6}, true);
+    EXPECT_EQ(w4a16_32.two.splits, 6) << k;
+  }
+  EXPECT_EQ(PlanOf(Format::kW2A8, 64, 64, 28672, 4096), (Choice{2, 4}));
+  EXPECT_EQ(PlanOf(Format::kW4A16, 64, 192, 4096, 2048), (Choice{2, 4}));
 }
 
 // 8192 x 8192 at 64 tokens: two groups would run 64 CTAs where one runs 128 (30-45%

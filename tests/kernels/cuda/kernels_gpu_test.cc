@@ -626,8 +626,9 @@ cudaError_t LaunchW8A16Tile(const GemmArgs& args) {
 
 // Every split count of W8A16, not only the ones the heuristic picks, and the wgmma GEMM
 // with each row-group count, alone and split 4 ways (one group also 8, the largest
-// cluster), also at the M the default launch gives the other kernels (K = 1088 is not a
-// multiple of 128: the fallback).
+// cluster, and 7; two groups 3, whose slices of the tile are uneven), also at the M the
+// default launch gives the other kernels (K = 1088 is not a multiple of 128: the
+// fallback).
 TEST_F(W8A16Test, EverySplitMatchesCpu) {
   DeviceInfo device;
   ASSERT_CUDA(CurrentDeviceInfo(&device));
@@ -639,6 +640,8 @@ TEST_F(W8A16Test, EverySplitMatchesCpu) {
     variants.push_back({"wgmma 1 group, splits 4", &LaunchW8A16Wgmma<1, 4>});
     variants.push_back({"wgmma 2 groups, splits 4", &LaunchW8A16Wgmma<2, 4>});
     variants.push_back({"wgmma 1 group, splits 8", &LaunchW8A16Wgmma<1, 8>});
+    variants.push_back({"wgmma 2 groups, splits 3", &LaunchW8A16Wgmma<2, 3>});
+    variants.push_back({"wgmma 1 group, splits 7", &LaunchW8A16Wgmma<1, 7>});
   }
   variants.push_back({"decode 1 row tile", &LaunchW8A16DecodeRows<1>});
   variants.push_back({"decode 2 row tiles", &LaunchW8A16DecodeRows<2>});
@@ -673,9 +676,9 @@ cudaError_t LaunchW2A8With(const GemmArgs& args) {
 // (K = 1152: an odd count of k blocks, so the last two-unit slot is half empty) and its
 // row sets of one and two row groups (N = 300: 10 groups, the last partial), the mma.sync
 // GEMM at every M, and the wgmma GEMM, also at the M the default gives the others, also
-// split along K (one group, 4 ways: K = 1152's 9 chunks leave a CTA an odd count, the
-// whole-chunk loop's tail; two groups 8 ways, the largest cluster), also on 256-token
-// tiles beyond 128 tokens (split 4 and 8 ways).
+// split along K (one group, 4 and 7 ways: K = 1152's 9 chunks leave a CTA an odd count,
+// the whole-chunk loop's tail; two groups 8 ways, the largest cluster, and 5), also on
+// 256-token tiles beyond 128 tokens (split 4 and 8 ways).
 TEST_F(W2A8Test, EveryPathMatchesCpu) {
   CheckVariants(Scheme::kW2A8, {{1000, 2048, 0}, {300, 1152, 0}},
                 {1, 5, 8, 9, 16, 17, 40, 64, 100, 129, 300},
@@ -690,6 +693,8 @@ TEST_F(W2A8Test, EveryPathMatchesCpu) {
                  {"wgmma 1 group, splits 4", &LaunchW2A8With<1, 0, 0, 0, 0, 4>},
                  {"wgmma 2 groups, splits 2", &LaunchW2A8With<2, 0, 0, 0, 0, 2>},
                  {"wgmma 2 groups, splits 8", &LaunchW2A8With<2, 0, 0, 0, 0, 8>},
+                 {"wgmma 2 groups, splits 5", &LaunchW2A8With<2, 0, 0, 0, 0, 5>},
+                 {"wgmma 1 group, splits 7", &LaunchW2A8With<1, 0, 0, 0, 0, 7>},
                  {"wgmma 64-token tiles", &LaunchW2A8With<1, 0, 0, 0, 0, 0, 64>},
                  {"wgmma 256-token tiles", &LaunchW2A8With<1, 0, 0, 0, 0, 0, 256>},
                  {"wgmma 256-token tiles, splits 4", &LaunchW2A8With<1, 0, 0, 0, 0, 4, 256>},
@@ -713,10 +718,10 @@ TEST_F(W2A8Test, DecodeGridsMatchCpu) {
 
 // Every W4A16 path beyond the main sweep: token counts around the kernels' tile sizes
 // through the default launch, the cluster kernels through every forced split count
-// (which the default launch never picks for some M on an H200), and the wgmma kernel
-// with each row-group count, alone and split 4 ways, also at the M the default launch
-// gives the decode kernels; beyond 128 tokens with each token tile (the shapes' few row
-// groups would take 128).
+// (which the default launch never picks for some M on an H200; 3 and 6 as well), and the
+// wgmma kernel with each row-group count, alone and split 4 ways (two groups also 6, one
+// 3 on 256-token tiles), also at the M the default launch gives the decode kernels;
+// beyond 128 tokens with each token tile (the shapes' few row groups would take 128).
 TEST_F(W4A16Test, EveryPathMatchesCpu) {
   DeviceInfo device;
   ASSERT_CUDA(CurrentDeviceInfo(&device));
@@ -730,6 +735,10 @@ TEST_F(W4A16Test, EveryPathMatchesCpu) {
     variants.push_back({"wgmma 1 group, splits 4", &LaunchW4A16Wgmma<1, 4>});
     variants.push_back({"wgmma 2 groups, splits 4", &LaunchW4A16Wgmma<2, 4>});
     variants.push_back({"wgmma 1 group, splits 4, 256-token tiles", &LaunchW4A16Wgmma<1, 4, 256>});
+    variants.push_back({"wgmma 2 groups, splits 6", &LaunchW4A16Wgmma<2, 6>});
+    variants.push_back({"splits 3", &LaunchWithSplits<W4A16Options, &LaunchW4A16, 3>});
+    variants.push_back({"splits 6", &LaunchWithSplits<W4A16Options, &LaunchW4A16, 6>});
+    variants.push_back({"wgmma 1 group, splits 3, 256-token tiles", &LaunchW4A16Wgmma<1, 3, 256>});
   }
   variants.push_back({"decode 1 strip", &LaunchW4A16DecodeStrips<1>});
   variants.push_back({"decode 2 strips", &LaunchW4A16DecodeStrips<2>});
@@ -1763,7 +1772,7 @@ TEST_F(W8A16Test, RejectsBadArguments) {
   EXPECT_EQ(LaunchW8A16(args, options), cudaErrorInvalidValue);
   options.splits = -1;
   EXPECT_EQ(LaunchW8A16(args, options), cudaErrorInvalidValue);
-  options.splits = 3;
+  options.splits = 9;
   options.wgmma_groups = 1;
   EXPECT_EQ(LaunchW8A16(args, options), cudaErrorInvalidValue);
   options = {};
@@ -1797,7 +1806,7 @@ TEST_F(W4A16Test, RejectsBadOptions) {
   alignas(16) int dummy[8] = {};
   args.weight = args.x = args.y = dummy;
   W4A16Options options;
-  options.splits = 3;
+  options.splits = 9;
   EXPECT_EQ(LaunchW4A16(args, options), cudaErrorInvalidValue);
   options = {};
   options.wgmma_groups = 3;
@@ -1873,7 +1882,7 @@ TEST_F(W2A8Test, RejectsBadOptions) {
   options.decode_cluster = -1;
   EXPECT_EQ(LaunchW2A8(args, options), cudaErrorInvalidValue);
   options = {};
-  options.wgmma_splits = 3;
+  options.wgmma_splits = 9;
   EXPECT_EQ(LaunchW2A8(args, options), cudaErrorInvalidValue);
   options.wgmma_splits = 16;
   EXPECT_EQ(LaunchW2A8(args, options), cudaErrorInvalidValue);
