@@ -5,9 +5,8 @@
 # 64 MiB, the working tree included: the folder is 133 MB, and gzip made 71 MB of it,
 # xz -6 63 (session 70), xz -9 on one thread 16 (session 74: its 64 MiB window spans the
 # binaries, which each hold the same kernels). The GPU machine's python3 unpacks xz (its
-# tar may not). The CUDA
-# libraries (cudart, cuBLAS) are left out: the GPU machine has the same CUDA 13.0 under
-# /usr/local/cuda.
+# tar may not). The CUDA libraries (cudart, cuBLAS) are left out: the GPU machine has the
+# same CUDA 13.0 under /usr/local/cuda.
 #   usage: scripts/device/build.sh        (env: BUILD_DIR, DEST, BUNDLE_LIBS, JOBS)
 #   then:  run tool, carry [".dev-pack"], command
 #          "python3 -m tarfile -e .dev-pack/dev-cuda.txz . && .dev-cuda/run.sh [steps]"

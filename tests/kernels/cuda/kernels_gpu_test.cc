@@ -1772,9 +1772,6 @@ TEST_F(W8A16Test, RejectsBadArguments) {
   EXPECT_EQ(LaunchW8A16(args, options), cudaErrorInvalidValue);
   options.splits = -1;
   EXPECT_EQ(LaunchW8A16(args, options), cudaErrorInvalidValue);
-  options.splits = 9;
-  options.wgmma_groups = 1;
-  EXPECT_EQ(LaunchW8A16(args, options), cudaErrorInvalidValue);
   options = {};
   options.decode_rows = 3;
   EXPECT_EQ(LaunchW8A16(args, options), cudaErrorInvalidValue);
