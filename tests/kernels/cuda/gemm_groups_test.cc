@@ -106,8 +106,9 @@ TEST(GemmGroupsTest, AnySplitCountForOneTokenTile) {
     EXPECT_EQ(PlanOf(Format::kW8A16, 32, 32, k, 4096), (Choice{2, 6})) << k;
     EXPECT_EQ(PlanOf(Format::kW8A16, 64, 64, k, 4096), (Choice{2, 6})) << k;
     EXPECT_EQ(PlanOf(Format::kW4A16, 64, 64, k, 4096), (Choice{2, 6})) << k;
-    const GroupPlans w4a16_32 = MakeGroupPlans(1, 32, static_cast<int>(k / kChunkK), kSms,
-                                               kTwoCtasAnSm, kOneCtaAnSm, {6, 6}, true);
+    const GroupPlans w4a16_32 =
+        MakeGroupPlans(1, 32, static_cast<int>(k / kChunkK), kSms, kTwoCtasAnSm, kOneCtaAnSm,
+                       GroupFillChunks(Format::kW4A16, 32), true);
     EXPECT_EQ(w4a16_32.two.splits, 6) << k;
   }
   EXPECT_EQ(PlanOf(Format::kW2A8, 64, 64, 28672, 4096), (Choice{2, 4}));
