@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "kernels/bench/cuda_status.h"
+#include "kernels/bench/graph_timing.h"
 #include "kernels/bench/random_packed.h"
 #include "kernels/cuda/chain.h"
 #include "kernels/cuda/dependent_launch.h"
@@ -88,29 +89,6 @@ absl::StatusOr<double> TimeEach(cudaStream_t stream, int iters,
   cudaEventDestroy(stop);
   if (!status.ok()) return status;
   return Median(us);
-}
-
-// Per-launch time of `launch(i)` from a graph of `batch` back-to-back launches, replayed
-// `replays` times (median replay / batch), in us.
-absl::StatusOr<double> TimeAlone(cudaStream_t stream, int batch, int replays,
-                                 const std::function<cudaError_t(int)>& launch) {
-  cudaGraph_t graph = nullptr;
-  QMM_RETURN_IF_ERROR(CudaStatus(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
-                                 "begin capture"));
-  cudaError_t launched = cudaSuccess;
-  for (int i = 0; i < batch && launched == cudaSuccess; ++i) launched = launch(i);
-  const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
-  QMM_RETURN_IF_ERROR(CudaStatus(launched, "captured launch"));
-  QMM_RETURN_IF_ERROR(CudaStatus(ended, "end capture"));
-  cudaGraphExec_t exec = nullptr;
-  absl::Status status = CudaStatus(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
-  cudaGraphDestroy(graph);
-  if (!status.ok()) return status;
-  absl::StatusOr<double> replay =
-      TimeEach(stream, replays, [&](int) { return cudaGraphLaunch(exec, stream); });
-  cudaGraphExecDestroy(exec);
-  if (!replay.ok()) return replay.status();
-  return *replay / batch;
 }
 
 struct Result {
@@ -305,7 +283,7 @@ class BlockBench {
     }
     const int batch = std::max(o_.copies, o_.graph_batch / o_.copies * o_.copies);
     for (const auto& [name, launch] : kernels) {
-      absl::StatusOr<double> us = TimeAlone(stream_, batch, std::max(5, o_.iters / 10), launch);
+      absl::StatusOr<double> us = TimeGraph(stream_, batch, std::max(5, o_.iters / 10), launch);
       if (!us.ok())
         return absl::Status(us.status().code(), absl::StrCat(name, ": ", us.status().message()));
       r.alone.emplace_back(name, *us);
