@@ -185,56 +185,67 @@ TEST(DyTGpuTest, MatchesCpuAndReferenceForEveryDTypePair) {
   }
 }
 
+// Every operand's dtype and every part, on rows whose runs of 8 values take 16-byte
+// accesses (n = 1000) and on the scalar path, which takes a width that is not a multiple
+// of 8 (1001) or an x that does not start on 16 bytes (shifted one value).
 TEST(EpilogueGpuTest, EveryPartAndDTypeAgainstCpuKernels) {
   std::mt19937_64 rng(14);
-  const int64_t m = 5, n = 1000;
-  for (Activation act : {Activation::kIdentity, Activation::kSilu, Activation::kGeluTanh,
-                         Activation::kRelu, Activation::kReluSquared}) {
-    for (DType x_dtype : kDTypes) {
-      for (DType y_dtype : kDTypes) {
-        for (int parts = 0; parts < 8; ++parts) {
-          const bool with_bias = parts & 1, with_up = parts & 2, with_skip = parts & 4;
-          const Tensor16 x = RoundTo(x_dtype, RandomNormal(rng, m * n, 3.0f));
-          const Tensor16 up = RoundTo(DType::kBF16, RandomNormal(rng, m * n, 1.0f));
-          const Tensor16 skip = RoundTo(DType::kF16, RandomNormal(rng, m * n, 1.0f));
-          const std::vector<float> bias = RandomNormal(rng, n, 0.5f);
-          DeviceBuffer d_x(x.bytes.size()), d_up(up.bytes.size()), d_skip(skip.bytes.size());
-          DeviceBuffer d_bias(n * 4), d_y(m * n * DTypeSize(y_dtype));
-          ASSERT_CUDA(d_x.Upload(x.bytes.data()));
-          ASSERT_CUDA(d_up.Upload(up.bytes.data()));
-          ASSERT_CUDA(d_skip.Upload(skip.bytes.data()));
-          ASSERT_CUDA(d_bias.Upload(bias.data()));
-          EpilogueArgs args{.x_dtype = x_dtype,
-                            .x = d_x.get(),
-                            .m = m,
-                            .n = n,
-                            .bias = with_bias ? d_bias.get<float>() : nullptr,
-                            .act = act,
-                            .up_dtype = DType::kBF16,
-                            .up = with_up ? d_up.get() : nullptr,
-                            .skip_dtype = DType::kF16,
-                            .skip = with_skip ? d_skip.get() : nullptr,
-                            .y_dtype = y_dtype,
-                            .y = d_y.get()};
-          ASSERT_CUDA(LaunchEpilogue(args, nullptr));
-          ASSERT_CUDA(cudaDeviceSynchronize());
-          const std::vector<float> got = DownloadAsFloat(d_y, y_dtype, m * n);
-          // The float64 composition of the same parts.
-          std::vector<double> want = ReferenceBiasActivation(
-              act, std::vector<double>(x.values.begin(), x.values.end()), n,
-              with_bias ? std::span<const float>(bias) : std::span<const float>());
-          std::vector<float> arg(m * n);
-          for (int64_t i = 0; i < m * n; ++i) {
-            arg[i] = std::fabs(x.values[i]) + (with_bias ? std::fabs(bias[i % n]) : 0.0f);
-            if (with_up) {
-              want[i] *= up.values[i];
-              arg[i] *= std::fabs(up.values[i]);
+  const int64_t m = 5;
+  const Activation acts[] = {Activation::kIdentity, Activation::kSilu, Activation::kGeluTanh,
+                             Activation::kRelu, Activation::kReluSquared};
+  for (int a = 0; a < 5; ++a) {
+    const Activation act = acts[a];
+    const DType up_dtype = kDTypes[a % 3], skip_dtype = kDTypes[(a + 1) % 3];
+    for (auto [n, shift] : {std::pair<int64_t, int>{1000, 0}, {1001, 0}, {1000, 1}}) {
+      for (DType x_dtype : kDTypes) {
+        for (DType y_dtype : kDTypes) {
+          for (int parts = 0; parts < 8; ++parts) {
+            const bool with_bias = parts & 1, with_up = parts & 2, with_skip = parts & 4;
+            const Tensor16 x = RoundTo(x_dtype, RandomNormal(rng, m * n, 3.0f));
+            const Tensor16 up = RoundTo(up_dtype, RandomNormal(rng, m * n, 1.0f));
+            const Tensor16 skip = RoundTo(skip_dtype, RandomNormal(rng, m * n, 1.0f));
+            const std::vector<float> bias = RandomNormal(rng, n, 0.5f);
+            DeviceBuffer d_x(x.bytes.size() + 16), d_up(up.bytes.size());
+            DeviceBuffer d_skip(skip.bytes.size()), d_bias(n * 4);
+            DeviceBuffer d_y(m * n * DTypeSize(y_dtype));
+            void* x_at = d_x.get<uint8_t>() + shift * DTypeSize(x_dtype);
+            ASSERT_CUDA(cudaMemcpy(x_at, x.bytes.data(), x.bytes.size(), cudaMemcpyHostToDevice));
+            ASSERT_CUDA(d_up.Upload(up.bytes.data()));
+            ASSERT_CUDA(d_skip.Upload(skip.bytes.data()));
+            ASSERT_CUDA(d_bias.Upload(bias.data()));
+            EpilogueArgs args{.x_dtype = x_dtype,
+                              .x = x_at,
+                              .m = m,
+                              .n = n,
+                              .bias = with_bias ? d_bias.get<float>() : nullptr,
+                              .act = act,
+                              .up_dtype = up_dtype,
+                              .up = with_up ? d_up.get() : nullptr,
+                              .skip_dtype = skip_dtype,
+                              .skip = with_skip ? d_skip.get() : nullptr,
+                              .y_dtype = y_dtype,
+                              .y = d_y.get()};
+            ASSERT_CUDA(LaunchEpilogue(args, nullptr));
+            ASSERT_CUDA(cudaDeviceSynchronize());
+            const std::vector<float> got = DownloadAsFloat(d_y, y_dtype, m * n);
+            // The float64 composition of the same parts.
+            std::vector<double> want = ReferenceBiasActivation(
+                act, std::vector<double>(x.values.begin(), x.values.end()), n,
+                with_bias ? std::span<const float>(bias) : std::span<const float>());
+            std::vector<float> arg(m * n);
+            for (int64_t i = 0; i < m * n; ++i) {
+              arg[i] = std::fabs(x.values[i]) + (with_bias ? std::fabs(bias[i % n]) : 0.0f);
+              if (with_up) {
+                want[i] *= up.values[i];
+                arg[i] *= std::fabs(up.values[i]);
+              }
+              if (with_skip) want[i] += skip.values[i];
             }
-            if (with_skip) want[i] += skip.values[i];
+            ExpectClose(got, want, arg, 2.0, y_dtype,
+                        std::string(ActivationName(act)) + " " + Name(x_dtype, y_dtype) + " n " +
+                            std::to_string(n) + " shift " + std::to_string(shift) + " parts " +
+                            std::to_string(parts));
           }
-          ExpectClose(got, want, arg, 2.0, y_dtype,
-                      std::string(ActivationName(act)) + " " + Name(x_dtype, y_dtype) + " parts " +
-                          std::to_string(parts));
         }
       }
     }
