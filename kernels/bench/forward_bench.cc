@@ -99,6 +99,7 @@ struct Result {
   double forward_us = 0;
   double forward_serial_us = 0;  // the same graphs captured with dependent launch off
   double eager_us = 0;
+  double stacked_us = 0;  // a block's share of one graph of ForwardBenchOptions::stack blocks
 };
 
 // Everything one (scheme, M) measurement uses.
@@ -147,23 +148,37 @@ class BlockBench {
         set[w] = ChainWeight{scheme_, shapes[w], ops_, *p};
       }
       weights_.push_back(set);
-      std::vector<ChainLayer> layers(3);
-      layers[0].kind = LayerKind::kRmsNorm;
-      layers[0].gamma = norm_;
-      layers[0].epsilon = kEpsilon;
-      layers[0].in_features = layers[0].out_features = o_.hidden;
-      layers[1].kind = LayerKind::kGatedMlp;
-      for (int w = 0; w < 3; ++w) layers[1].weights[w] = set[w];
-      layers[1].gate_activation = act_;
-      layers[1].gamma = sub_norm_;
-      layers[1].epsilon = kEpsilon;
-      layers[1].in_features = layers[1].out_features = o_.hidden;
-      layers[2].kind = LayerKind::kResidual;
-      layers[2].block_start = 0;
-      layers[2].in_features = layers[2].out_features = o_.hidden;
+      std::vector<ChainLayer> layers;
+      AppendBlock(set, &layers);
       plans_.push_back(std::make_unique<ChainPlan>(layers));
     }
+    std::vector<ChainLayer> stacked;
+    for (int b = 0; b < o_.stack; ++b) AppendBlock(weights_[b % o_.copies], &stacked);
+    if (!stacked.empty()) stacked_ = std::make_unique<ChainPlan>(stacked);
     return absl::OkStatus();
+  }
+
+  // The block's three layers (RMSNorm, gated MLP, residual) on weight set `set`, after the
+  // layers already in `layers`.
+  void AppendBlock(const std::array<ChainWeight, 3>& set, std::vector<ChainLayer>* layers) const {
+    const int32_t first = static_cast<int32_t>(layers->size());
+    ChainLayer norm;
+    norm.kind = LayerKind::kRmsNorm;
+    norm.gamma = norm_;
+    norm.epsilon = kEpsilon;
+    norm.in_features = norm.out_features = o_.hidden;
+    ChainLayer mlp;
+    mlp.kind = LayerKind::kGatedMlp;
+    for (int w = 0; w < 3; ++w) mlp.weights[w] = set[w];
+    mlp.gate_activation = act_;
+    mlp.gamma = sub_norm_;
+    mlp.epsilon = kEpsilon;
+    mlp.in_features = mlp.out_features = o_.hidden;
+    ChainLayer residual;
+    residual.kind = LayerKind::kResidual;
+    residual.block_start = first;
+    residual.in_features = residual.out_features = o_.hidden;
+    layers->insert(layers->end(), {norm, mlp, residual});
   }
 
   absl::StatusOr<Result> Measure(int64_t m) {
@@ -328,6 +343,18 @@ class BlockBench {
         TimeEach(stream_, o_.iters, [&](int i) { return plans_[i % plans_.size()]->Enqueue(run); });
     if (!eager.ok()) return eager.status();
     r.eager_us = *eager;
+    if (stacked_ != nullptr) {
+      absl::StatusOr<void*> stacked_arena = mem_.Alloc(stacked_->ArenaBytes(m));
+      if (!stacked_arena.ok()) return stacked_arena.status();
+      ChainRun stacked_run = run;
+      stacked_run.arena = *stacked_arena;
+      ChainGraph graph;
+      QMM_RETURN_IF_ERROR(CudaStatus(graph.Capture(*stacked_, stacked_run), "stacked capture"));
+      absl::StatusOr<double> stacked =
+          TimeEach(stream_, std::max(5, o_.iters / 10), [&](int) { return graph.Launch(stream_); });
+      if (!stacked.ok()) return stacked.status();
+      r.stacked_us = *stacked / o_.stack;
+    }
     return r;
   }
 
@@ -344,6 +371,7 @@ class BlockBench {
   const float* sub_norm_ = nullptr;  // BitNet's ffn_sub_norm weight, or nullptr
   std::vector<std::array<ChainWeight, 3>> weights_;
   std::vector<std::unique_ptr<ChainPlan>> plans_;
+  std::unique_ptr<ChainPlan> stacked_;  // o_.stack blocks in one chain, or nullptr
 };
 
 }  // namespace
@@ -352,6 +380,7 @@ absl::Status RunForwardBench(const ForwardBenchOptions& o) {
   if (o.copies < 1 || o.iters < 1 || o.graph_batch < 1 || o.ms.empty()) {
     return absl::InvalidArgumentError("copies, iters, graph_batch and m must be positive");
   }
+  if (o.stack < 0) return absl::InvalidArgumentError("stack must be >= 0");
   QMM_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(o.device), "cudaSetDevice"));
   cudaDeviceProp prop{};
   QMM_RETURN_IF_ERROR(CudaStatus(cudaGetDeviceProperties(&prop, o.device), "device properties"));
@@ -395,10 +424,11 @@ absl::Status RunForwardBench(const ForwardBenchOptions& o) {
       }
       std::printf("%-6s M=%-3lld alone:", r->scheme.c_str(), static_cast<long long>(m));
       for (const auto& [name, us] : r->alone) std::printf(" %s %.1f", name.c_str(), us);
-      std::printf(
-          " | sum %.1f us  forward %.1f us (%.2fx sum)  serialized %.1f us  eager %.1f us\n",
-          r->sum_alone_us, r->forward_us, r->forward_us / r->sum_alone_us, r->forward_serial_us,
-          r->eager_us);
+      std::printf(" | sum %.1f us  forward %.1f us (%.2fx sum)  serialized %.1f us  eager %.1f us",
+                  r->sum_alone_us, r->forward_us, r->forward_us / r->sum_alone_us,
+                  r->forward_serial_us, r->eager_us);
+      if (o.stack > 0) std::printf("  stacked %.1f us a block", r->stacked_us);
+      std::printf("\n");
       results.push_back(*std::move(r));
     }
     if (!status.ok()) break;
@@ -411,6 +441,7 @@ absl::Status RunForwardBench(const ForwardBenchOptions& o) {
   nlohmann::json json;
   json["command"] = o.command;
   json["device"] = prop.name;
+  json["stacked_blocks"] = o.stack;
   json["block"] = {{"name", o.bitnet ? "bitnet" : "llama"},
                    {"scheme", std::string(SchemeName(quantized))},
                    {"hidden", o.hidden},
@@ -423,6 +454,7 @@ absl::Status RunForwardBench(const ForwardBenchOptions& o) {
                           {"forward_serialized_us", r.forward_serial_us},
                           {"eager_us", r.eager_us},
                           {"forward_over_sum", r.forward_us / r.sum_alone_us}};
+    if (o.stack > 0) row["stacked_us_per_block"] = r.stacked_us;
     for (const auto& [name, us] : r.alone) row["alone_us"][name] = us;
     json["results"].push_back(row);
   }

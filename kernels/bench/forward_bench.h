@@ -15,6 +15,10 @@
 //   in it may start during the one before it (cuda/dependent_launch.h); "serialized" is
 //   the same graph captured with that off.
 // - "eager": the same block enqueued kernel by kernel (the backend's first run of a shape).
+// - "stacked": a block's share of one ChainGraph of `stack` blocks in a row (the copies in
+//   turn), as a model's Forward runs its layers: no graph launch and no drained GPU at each
+//   block's edges, which the one-block "forward" has, and every kernel starting in its
+//   predecessor's tail.
 // The block runs with W4A16 (BitNet: W2A8; or `scheme`) weights and FP16 weights through
 // cuBLAS (the baseline); the report gives forward / sum(alone) and fp16 forward / quantized
 // forward.
@@ -40,6 +44,7 @@ struct ForwardBenchOptions {
   int copies = 3;         // weight sets rotated over (Llama's block is > 80 MB at W4A16)
   int iters = 200;        // timed runs per number
   int graph_batch = 48;   // launches per graph for the "alone" numbers
+  int stack = 16;         // blocks in the "stacked" chain (0: not measured)
   std::string json_path;  // empty: no JSON
   std::string command;    // recorded in the JSON
 };

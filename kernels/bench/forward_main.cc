@@ -26,6 +26,8 @@ ABSL_FLAG(int, copies, 0,
           "116 MB at W4A16, 16 for bitnet's 13 MB at W2A8)");
 ABSL_FLAG(int, iters, 200, "timed runs per number (the median is reported)");
 ABSL_FLAG(int, graph_batch, 48, "launches per graph for the kernels-alone numbers");
+ABSL_FLAG(int, stack, 16,
+          "blocks in one chain for the stacked number (a model's layers in a row; 0: skip)");
 ABSL_FLAG(std::string, json, "", "write the results to this JSON file");
 
 int main(int argc, char** argv) {
@@ -70,6 +72,7 @@ int main(int argc, char** argv) {
   if (o.copies == 0) o.copies = o.bitnet ? 16 : 3;
   o.iters = absl::GetFlag(FLAGS_iters);
   o.graph_batch = absl::GetFlag(FLAGS_graph_batch);
+  o.stack = absl::GetFlag(FLAGS_stack);
   o.json_path = absl::GetFlag(FLAGS_json);
   o.ms.clear();
   for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_m), ',', absl::SkipEmpty())) {
