@@ -213,6 +213,20 @@ TEST(DecodePlanTest, W4A16StreamKOverClustersByWarpBytesAndDram) {
   EXPECT_FALSE(W4A16StreamBeatsClusters(wide, 64, kStripPair, false, kSms, kH100Gbps));
 }
 
+// W8A16's gated launch up to 8 rows on every device, at 9-16 only under the H200's DRAM.
+TEST(DecodePlanTest, W8A16GluBeyondEightRowsOnlyOnSlowerDram) {
+  for (int64_t m : {1, 4, 8}) {
+    EXPECT_TRUE(W8A16GluPays(m, 3352)) << m;
+    EXPECT_TRUE(W8A16GluPays(m, 4915)) << m;
+  }
+  for (int64_t m : {9, 12, 16}) {
+    EXPECT_TRUE(W8A16GluPays(m, 3352)) << m;
+    EXPECT_TRUE(W8A16GluPays(m, kFastDramGbps - 1)) << m;
+    EXPECT_FALSE(W8A16GluPays(m, kFastDramGbps)) << m;
+    EXPECT_FALSE(W8A16GluPays(m, 4915)) << m;
+  }
+}
+
 // W4A16GemmBeatsDecode against session 52's H200 crossings, 264 decode CTAs at once.
 TEST(DecodePlanTest, W4A16GemmTakesLongKAt17To32Tokens) {
   auto gemm = [](int64_t m, int64_t k, int64_t n) {
