@@ -193,13 +193,12 @@ inline bool StreamPays(const DecodeGrid& grid, int64_t slots, int64_t sets, bool
 // slower, 8960 x 1536 (8.75 KB) 5-7% and 11008 x 2048 1-2% slower.
 // On a device whose DRAM peaks at kFastDramGbps or more (`peak_dram_gbps`) the
 // stream-K grid pays only where the clusters' CTAs outnumber the `sms`. On the H200
-// (session 76, forced grids, two rounds, M = 1 / 4 / 8) the clusters took the sets whose
-// CTAs fit one an SM: 8192 x 2048 (128 CTAs, 8 KB) 6.22 / 6.51 / 6.82 -> 5.63 / 5.83 /
-// 5.96 us, 8960 x 1536 (96) 6.7-7.6% and 11008 x 2048 (128, 10.75 KB) 8.3-8.9% off; on
-// those whose CTAs do not, the clusters were 4.8-7.6% slower than the stream-K grid on
-// 6912 x 2560 (160), 1.1% faster at M = 1 and 2.5 / 5.2% slower at M = 4 / 8 on 11008 x
-// 4096 (256), within 2% on 8192 x 3072 (192). The H100 (3.35 TB/s) is below it, the H200
-// (4.9) above.
+// (session 76, both grids forced, the better of two rounds, M = 1 / 4 / 8) the clusters
+// took the sets whose CTAs fit one an SM: 8192 x 2048 (128 CTAs, 8 KB) 6.22 / 6.51 / 6.82
+// -> 5.63 / 5.83 / 5.96 us, 8960 x 1536 (96) 6.7-7.5% and 11008 x 2048 (128, 10.75 KB)
+// 7.9-8.7% off; on those whose CTAs do not, the clusters were 4.7-7.5% slower than the
+// stream-K grid on 6912 x 2560 (160), 1.0% faster at M = 1 and 2.5 / 5.4% slower at M = 4
+// / 8 on 11008 x 4096 (256), within 2% on 8192 x 3072 (192).
 inline constexpr int kW4A16StreamClusterWarpBytes = 12 << 10;
 inline constexpr int kW4A16ZpStreamClusterWarpBytes = 8 << 10;
 inline bool W4A16StreamBeatsClusters(const DecodeGrid& grid, int64_t chunks, int chunk_bytes,
