@@ -285,7 +285,7 @@ class BlockBench {
         return ops_->launch(a);
       });
     }
-    if (cuda::GluFuses(*ops_, m)) {
+    if (ops_->launch_glu != nullptr && m <= ops_->glu_max_m) {
       // gate, up and their product: the three entries from "gate" on.
       const auto gate = std::find_if(kernels.begin(), kernels.end(),
                                      [](const auto& k) { return k.first == "gate"; });

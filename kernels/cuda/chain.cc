@@ -280,7 +280,7 @@ int ChainPlan::launches(int64_t m) const {
 }
 
 bool ChainPlan::GluFused(const Step& step, int64_t m) const {
-  return GluFuses(*step.layer->weights[0].ops, m);
+  return m <= step.layer->weights[0].ops->glu_max_m;
 }
 
 void* ChainPlan::Resolve(const ChainRun& run, const Operand& o) const {

@@ -11,9 +11,8 @@
 // int8 quantization) and no residual reads that output, and a gated MLP's sub-norm into
 // its down matmul the same way (else it runs in place before it). A gated MLP whose gate
 // and up weights share a scheme with a gated kernel (KernelOps::launch_glu: W8A16's, W4A16's
-// and W2A8's) runs both projections and the product as one launch at the m where that
-// kernel takes and beats them on the device (GluFuses, kernels.h), and as two matmuls and
-// an epilogue beyond. A value that some
+// and W2A8's) runs both projections and the product as one launch at the m that kernel
+// takes, and as two matmuls and an epilogue beyond. A value that some
 // residual reads later is never fused away. Intermediate values live in equal slots of one arena,
 // reused once no later layer reads them.
 //

@@ -20,11 +20,6 @@ struct DecodeGrid {
   int cluster_shift() const { return std::countr_zero(static_cast<unsigned>(cluster)); }
 };
 
-// The peak DRAM bandwidth (DeviceInfo::peak_dram_gbps) from which a plan takes the H200's
-// choices where they differ from the H100's: the H100 SXM's HBM3 peaks at 3.35 TB/s, the
-// H200's HBM3e at 4.9.
-inline constexpr int kFastDramGbps = 4000;
-
 // The fewest bytes of weights per warp a cluster split leaves: below, the cluster's
 // barrier and reduction cost more than the spread stream gains (on the H200 at M = 1,
 // 4096 x 4096 with clusters of 2 at 4 KB a warp: W4A16 5.37 us against 4.65, W2A8 at 2
@@ -150,17 +145,6 @@ inline bool W8A16GemmBeatsDecode(int64_t n, int64_t k, int64_t wide_slots, int s
   return sets > wide_slots && 4 * groups >= 3 * int64_t{sms} && groups <= most;
 }
 
-// Whether W8A16's gated launch (LaunchW8A16Glu) beats gate, up and act(gate) * up apart
-// at m rows (up to its kW8A16GluMaxM): up to 8 rows everywhere; at 9-16, where a row set
-// is a token tile, only on DRAM under kFastDramGbps. On an H100 (session 69, b5df3f8) the
-// Llama-3-8B block took 73.2 / 76.6 us at M = 9 / 16 that way against 78.1 / 81.5 apart;
-// on the H200 the pair alone took 43.2 us at M = 16 (session 76) where each projection
-// takes 17.5 (the kernel table's 4096 x 14336).
-inline bool W8A16GluPays(int64_t m, int peak_dram_gbps) {
-  constexpr int64_t kTwoTokenTilesMaxM = 8;
-  return m <= kTwoTokenTilesMaxM || peak_dram_gbps < kFastDramGbps;
-}
-
 // Whether a W4A16 decode launch takes the stream-K grid (decode_stream.cuh) rather than `grid`, the
 // grid of whole row sets (`sets` of them), of which `slots` CTAs fit at once. Not where clusters
 // share the sets; where the grid of whole sets leaves a tenth of the CTAs that fit or more idle
@@ -191,23 +175,14 @@ inline bool StreamPays(const DecodeGrid& grid, int64_t slots, int64_t sets, bool
 // (8192 x 2048 16%, 11008 x 2048 23%). With zero points (`zero_points`) only under 8 KB:
 // 6912 x 2560 13-15% off, but 8192 x 2048 and 8192 x 3072 (8 KB) from 5.5% faster to 1%
 // slower, 8960 x 1536 (8.75 KB) 5-7% and 11008 x 2048 1-2% slower.
-// On a device whose DRAM peaks at kFastDramGbps or more (`peak_dram_gbps`) the
-// stream-K grid pays only where the clusters' CTAs outnumber the `sms`. On the H200
-// (session 76, both grids forced, the better of two rounds, M = 1 / 4 / 8) the clusters
-// took the sets whose CTAs fit one an SM: 8192 x 2048 (128 CTAs, 8 KB) 6.22 / 6.51 / 6.82
-// -> 5.63 / 5.83 / 5.96 us, 8960 x 1536 (96) 6.7-7.5% and 11008 x 2048 (128, 10.75 KB)
-// 7.9-8.7% off; on those whose CTAs do not, the clusters were 4.7-7.5% slower than the
-// stream-K grid on 6912 x 2560 (160), 1.0% faster at M = 1 and 2.5 / 5.4% slower at M = 4
-// / 8 on 11008 x 4096 (256), within 2% on 8192 x 3072 (192).
 inline constexpr int kW4A16StreamClusterWarpBytes = 12 << 10;
 inline constexpr int kW4A16ZpStreamClusterWarpBytes = 8 << 10;
 inline bool W4A16StreamBeatsClusters(const DecodeGrid& grid, int64_t chunks, int chunk_bytes,
-                                     bool zero_points, int sms, int peak_dram_gbps) {
+                                     bool zero_points) {
   constexpr int kWarps = 8;
   const int warp_bytes =
       zero_points ? kW4A16ZpStreamClusterWarpBytes : kW4A16StreamClusterWarpBytes;
-  return grid.cluster == 2 && chunks * chunk_bytes < int64_t{grid.cluster} * kWarps * warp_bytes &&
-         (peak_dram_gbps < kFastDramGbps || grid.ctas > sms);
+  return grid.cluster == 2 && chunks * chunk_bytes < int64_t{grid.cluster} * kWarps * warp_bytes;
 }
 
 // The same for a W2A8 decode launch (`sets` row sets of `chunks` chunks of `chunk_k` k), whose

@@ -1,6 +1,5 @@
 // Properties of the calling thread's current CUDA device that launchers need on every
-// call (SM count, compute capability, peak memory bandwidth), read once per device and
-// cached.
+// call (SM count, compute capability), read once per device and cached.
 #ifndef QMM_KERNELS_CUDA_DEVICE_INFO_H_
 #define QMM_KERNELS_CUDA_DEVICE_INFO_H_
 
@@ -13,9 +12,6 @@ struct DeviceInfo {
   int sms = 0;
   int cc_major = 0;
   int cc_minor = 0;
-  // Peak DRAM bandwidth in GB/s (twice the memory clock times the bus width): about 3,350
-  // on an H100 SXM, 4,900 on an H200. Some plans differ by it (decode_plan.h).
-  int peak_dram_gbps = 0;
   // Thread-block clusters (and so split-K through distributed shared memory): sm_90+.
   bool clusters() const { return cc_major >= 9; }
 };

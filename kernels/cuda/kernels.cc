@@ -15,21 +15,20 @@ struct Entry {
 };
 
 constexpr Entry kEntries[] = {
-    // scheme, {repack, workspace_bytes, launch, launch_glu, glu_max_m, glu_pays,
-    //          takes_residual, takes_dyt, takes_rms_norm}
+    // scheme, {repack, workspace_bytes, launch, launch_glu, glu_max_m, takes_residual,
+    //          takes_dyt, takes_rms_norm}
     {Scheme::kFp16,
-     {RepackDense, DenseWorkspaceBytes, LaunchDenseFp16, nullptr, 0, nullptr, false, false, false}},
+     {RepackDense, DenseWorkspaceBytes, LaunchDenseFp16, nullptr, 0, false, false, false}},
     {Scheme::kBf16,
-     {RepackDense, DenseWorkspaceBytes, LaunchDenseBf16, nullptr, 0, nullptr, false, false, false}},
+     {RepackDense, DenseWorkspaceBytes, LaunchDenseBf16, nullptr, 0, false, false, false}},
     {Scheme::kW8A16,
-     {RepackW8A16, W8A16WorkspaceBytes, LaunchW8A16, LaunchW8A16Glu, kW8A16GluMaxM,
-      W8A16GluPaysHere, true, false, false}},
+     {RepackW8A16, W8A16WorkspaceBytes, LaunchW8A16, LaunchW8A16Glu, kW8A16GluMaxM, true, false,
+      false}},
     {Scheme::kW4A16,
-     {RepackW4A16, W4A16WorkspaceBytes, LaunchW4A16, LaunchW4A16Glu, kW4A16GluMaxM, nullptr, true,
-      false, false}},
+     {RepackW4A16, W4A16WorkspaceBytes, LaunchW4A16, LaunchW4A16Glu, kW4A16GluMaxM, true, false,
+      false}},
     {Scheme::kW2A8,
-     {RepackW2A8, W2A8WorkspaceBytes, LaunchW2A8, LaunchW2A8Glu, kW2A8GluMaxM, nullptr, true, true,
-      true}},
+     {RepackW2A8, W2A8WorkspaceBytes, LaunchW2A8, LaunchW2A8Glu, kW2A8GluMaxM, true, true, true}},
 };
 
 }  // namespace
@@ -39,11 +38,6 @@ const KernelOps* FindKernel(Scheme scheme) {
     if (entry.scheme == scheme) return &entry.ops;
   }
   return nullptr;
-}
-
-bool GluFuses(const KernelOps& ops, int64_t m) {
-  return ops.launch_glu != nullptr && m <= ops.glu_max_m &&
-         (ops.glu_pays == nullptr || ops.glu_pays(m));
 }
 
 }  // namespace qmm::cuda

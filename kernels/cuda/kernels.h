@@ -25,9 +25,6 @@ struct KernelOps {
   // same shape, for m <= glu_max_m; no residual.
   cudaError_t (*launch_glu)(const GemmArgs& args, const void* up, Activation act);
   int64_t glu_max_m;
-  // Optional (nullptr: at every m up to glu_max_m): whether launch_glu beats the two
-  // matmuls and the product apart at m rows on the calling thread's current device.
-  bool (*glu_pays)(int64_t m);
   // Whether `launch` adds GemmArgs::residual (a Linear closed by a residual is then one
   // launch).
   bool takes_residual;
@@ -40,10 +37,6 @@ struct KernelOps {
 
 // The kernel for `scheme`, or nullptr when it has none yet.
 const KernelOps* FindKernel(Scheme scheme);
-
-// Whether a gated MLP of `ops`'s weights runs as one launch_glu at m rows (on the calling
-// thread's current device), rather than as its two matmuls and their product.
-bool GluFuses(const KernelOps& ops, int64_t m);
 
 }  // namespace qmm::cuda
 

@@ -184,8 +184,7 @@ cudaError_t LaunchDecode(const GemmArgs& args, const DeviceInfo& device, const v
     const int64_t sets = DecodeSets(shape, R);
     const bool beats_clusters =
         T == 1 && cluster == 0 &&
-        W4A16StreamBeatsClusters(grid, w4a16::NumChunks(shape), R * w4a16::kStripChunkBytes, kZp,
-                                 device.sms, device.peak_dram_gbps);
+        W4A16StreamBeatsClusters(grid, w4a16::NumChunks(shape), R * w4a16::kStripChunkBytes, kZp);
     const bool on =
         stream == 2 || (stream == 0 && (StreamPays(grid, slots, sets, T == 1) || beats_clusters));
     if (on && args.sync != nullptr) {
@@ -415,8 +414,7 @@ cudaError_t LaunchForM(const GemmArgs& args, const W4A16Options& options) {
   // strip, deep) before clusters of two took it to 10.55 (28672 x 2048, clusters of four:
   // 19.3 -> 14.7), and 4096 x 4096 (too few bytes a warp for clusters) 4.9 against 4.6;
   // where a cluster's warps would stream under 12 KB each, the stream-K grid on the same
-  // two-strip sets (W4A16StreamBeatsClusters, decode_plan.h; session 71, H100), on the
-  // H200 only where the clusters' CTAs outnumber the SMs (session 76).
+  // two-strip sets (W4A16StreamBeatsClusters, decode_plan.h; session 71, H100).
   // Beyond those, the cluster kernels (one strip's grid in several turns left SMs with
   // few bytes in flight in its last: 40-42 against 36 us on 8192 x 28672). At 9-16
   // tokens, the wide CTAs where the two-strip sets would leave SMs starved

@@ -686,11 +686,6 @@ cudaError_t LaunchW8A16(const GemmArgs& args, const W8A16Options& options) {
 
 cudaError_t LaunchW8A16(const GemmArgs& args) { return LaunchW8A16(args, W8A16Options{}); }
 
-bool W8A16GluPaysHere(int64_t m) {
-  DeviceInfo device;
-  return CurrentDeviceInfo(&device) != cudaSuccess || W8A16GluPays(m, device.peak_dram_gbps);
-}
-
 cudaError_t LaunchW8A16Glu(const GemmArgs& args, const void* up, Activation act) {
   if (!ArgsOk(args) || !GluArgsOk(args, up, kW8A16GluMaxM)) {
     return cudaErrorInvalidValue;

@@ -111,9 +111,6 @@ cudaError_t LaunchW8A16(const GemmArgs& args, const W8A16Options& options);
 // and up apart on the H200 (the Llama-3-8B pair: 46.2 us against 17.7 + 17.7 at M = 9).
 inline constexpr int64_t kW8A16GluMaxM = 16;
 cudaError_t LaunchW8A16Glu(const GemmArgs& args, const void* up, Activation act);
-// W8A16GluPays (decode_plan.h) on the calling thread's current device (true where its
-// properties cannot be read: the launch then reports the error).
-bool W8A16GluPaysHere(int64_t m);
 
 }  // namespace qmm::cuda
 

@@ -182,51 +182,6 @@ TEST(DecodePlanTest, W4A16WideCtasOnlyWhereTheSetsLeaveSmsStarved) {
   EXPECT_FALSE(W4A16WidePays(few, kSms, 256, 255));
 }
 
-// W4A16StreamBeatsClusters where the plan gives two-strip sets clusters of two: under 12 KB
-// a warp (8 KB with zero points) on DRAM under 4 TB/s (an H100's 3.35); on faster DRAM
-// (an H200's 4.9) only where the clusters' CTAs outnumber the SMs. Sessions 71 and 76.
-TEST(DecodePlanTest, W4A16StreamKOverClustersByWarpBytesAndDram) {
-  constexpr int kH100Gbps = 3352, kH200Gbps = 4915;
-  auto beats = [](int64_t sets, int chunks, bool zero_points, int dram_gbps) {
-    const DecodeGrid grid = MakeDecodeGrid(sets, chunks, kStripPair, kSms, kSlots, kClusterSlots);
-    EXPECT_EQ(grid.cluster, 2);
-    return W4A16StreamBeatsClusters(grid, chunks, kStripPair, zero_points, kSms, dram_gbps);
-  };
-  // 6912 x 2560: 80 sets of 54 chunks, 6.75 KB a warp, 160 CTAs.
-  EXPECT_TRUE(beats(80, 54, false, kH100Gbps));
-  EXPECT_TRUE(beats(80, 54, false, kH200Gbps));
-  EXPECT_TRUE(beats(80, 54, true, kH200Gbps));
-  // 8192 x 2048: 64 sets of 64 chunks, 8 KB a warp, 128 CTAs (not under 8 KB with zero
-  // points).
-  EXPECT_TRUE(beats(64, 64, false, kH100Gbps));
-  EXPECT_FALSE(beats(64, 64, false, kH200Gbps));
-  EXPECT_FALSE(beats(64, 64, true, kH100Gbps));
-  // 11008 x 2048 (64 sets of 86 chunks, 10.75 KB, 128 CTAs) and 11008 x 4096 (128, 256 CTAs).
-  EXPECT_TRUE(beats(64, 86, false, kH100Gbps));
-  EXPECT_FALSE(beats(64, 86, false, kH200Gbps));
-  EXPECT_TRUE(beats(128, 86, false, kH200Gbps));
-  // 14336 x 4096: 14 KB a warp, the clusters on both.
-  EXPECT_FALSE(beats(128, 112, false, kH100Gbps));
-  EXPECT_FALSE(beats(128, 112, false, kH200Gbps));
-  // Without clusters there is nothing to beat (8192 x 8192: 256 sets).
-  const DecodeGrid wide = MakeDecodeGrid(256, 64, kStripPair, kSms, kSlots, kClusterSlots);
-  EXPECT_FALSE(W4A16StreamBeatsClusters(wide, 64, kStripPair, false, kSms, kH100Gbps));
-}
-
-// W8A16's gated launch up to 8 rows on every device, at 9-16 only under the H200's DRAM.
-TEST(DecodePlanTest, W8A16GluBeyondEightRowsOnlyOnSlowerDram) {
-  for (int64_t m : {1, 4, 8}) {
-    EXPECT_TRUE(W8A16GluPays(m, 3352)) << m;
-    EXPECT_TRUE(W8A16GluPays(m, 4915)) << m;
-  }
-  for (int64_t m : {9, 12, 16}) {
-    EXPECT_TRUE(W8A16GluPays(m, 3352)) << m;
-    EXPECT_TRUE(W8A16GluPays(m, kFastDramGbps - 1)) << m;
-    EXPECT_FALSE(W8A16GluPays(m, kFastDramGbps)) << m;
-    EXPECT_FALSE(W8A16GluPays(m, 4915)) << m;
-  }
-}
-
 // W4A16GemmBeatsDecode against session 52's H200 crossings, 264 decode CTAs at once.
 TEST(DecodePlanTest, W4A16GemmTakesLongKAt17To32Tokens) {
   auto gemm = [](int64_t m, int64_t k, int64_t n) {

@@ -960,8 +960,7 @@ TEST_F(W4A16Test, WideDecodeMatchesCpu) {
 // (282 sets for N = 9000, the last one partial; 625 for N = 20000, two to three a CTA)
 // and, at M <= 8, where each CTA has one (157 for N = 5000) or where clusters of two
 // would give each warp less than 12 KB (63 sets of K = 6912, 6.75 KB; "no stream" takes
-// the clusters there, and so does the default launch on an H200, where their 126 CTAs fit
-// one an SM; W4A16StreamBeatsClusters). K = 1024 splits a set
+// the clusters there; W4A16StreamBeatsClusters). K = 1024 splits a set
 // between two CTAs at any chunk; K = 384 and 256 leave most warps of a CTA's part of a set
 // one chunk or none (a CTA's range is a little over one set); K = 4224 (33 chunks, more
 // than two rounds a warp) takes the two-token-tile instance that loads the activations
