@@ -109,6 +109,45 @@ __device__ __forceinline__ void StoreAs4(DType y_dtype, void* y, int64_t index, 
   }
 }
 
+// base[i .. i + 7] in dtype `dtype`, as fp32, with one load of 16 bytes (kF16, kBF16) or
+// two (kF32), to which base + i must be aligned.
+__device__ __forceinline__ void LoadAs8(DType dtype, const void* base, int64_t i, float (&v)[8]) {
+  if (dtype == DType::kF32) {
+    const float4* p = reinterpret_cast<const float4*>(static_cast<const float*>(base) + i);
+    const float4 lo = p[0], hi = p[1];
+    v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w;
+    v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
+    return;
+  }
+  const uint4 word = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(base) + i);
+  const uint32_t halves[4] = {word.x, word.y, word.z, word.w};
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    const uint16_t bits = static_cast<uint16_t>(halves[k / 2] >> (16 * (k % 2)));
+    v[k] = dtype == DType::kF16 ? __half2float(__ushort_as_half(bits))
+                                : __bfloat162float(__ushort_as_bfloat16(bits));
+  }
+}
+
+// Stores v at base[i .. i + 7] in dtype `dtype` with one store of 16 bytes (kF16, kBF16) or
+// two (kF32), to which base + i must be aligned.
+__device__ __forceinline__ void StoreAs8(DType dtype, void* base, int64_t i, const float (&v)[8]) {
+  if (dtype == DType::kF32) {
+    float4* p = reinterpret_cast<float4*>(static_cast<float*>(base) + i);
+    p[0] = make_float4(v[0], v[1], v[2], v[3]);
+    p[1] = make_float4(v[4], v[5], v[6], v[7]);
+    return;
+  }
+  uint32_t halves[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    halves[k] = dtype == DType::kF16 ? Pack2<__half>(v[2 * k], v[2 * k + 1])
+                                     : Pack2<__nv_bfloat16>(v[2 * k], v[2 * k + 1]);
+  }
+  *reinterpret_cast<uint4*>(static_cast<uint16_t*>(base) + i) =
+      make_uint4(halves[0], halves[1], halves[2], halves[3]);
+}
+
 }  // namespace qmm::cuda
 
 #endif  // QMM_KERNELS_CUDA_DTYPE_DEVICE_CUH_
