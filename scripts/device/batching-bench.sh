@@ -6,7 +6,9 @@
 # Protocol, the first two over a Unix domain socket, and 256 streams with
 # --max_batch_rows=1 (the no-batching baseline); then the same latency and throughput
 # with the host-path helpers off (--completion_threads=0 --worker_spin_us=0), for
-# comparison, and the transfer and compute histograms of the first server (metrics.txt).
+# comparison, and the transfer and compute histograms of the first server (metrics.txt);
+# then the transport's ceiling: the same runs against qmm-echo-server (server/echo), which
+# answers each request with its input.
 # Each run also records the CPU time (user + system) of the server over the run and of the
 # whole qmmctl command (its set-up included: with --verify, the float64 references):
 # client and server share the machine, so either can be what limits the rate; and, from
@@ -22,11 +24,12 @@ pid=""
 trap '[[ -n $pid ]] && kill "$pid" 2>/dev/null || true' EXIT
 
 servers=0
-start_server() {  # extra server flags...
+launch() {  # binary flags...: starts it and waits for its "listening on" line
+  local binary=$1
+  shift
   servers=$((servers + 1))
   local log="$out/server-$servers.log"
-  "$bin/qmm-server" --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 --backend=cuda --workers=2 \
-    "$@" >"$log" 2>&1 &
+  "$bin/$binary" "$@" >"$log" 2>&1 &
   pid=$!
   for _ in $(seq 300); do
     grep -q "listening on" "$log" && break
@@ -34,7 +37,11 @@ start_server() {  # extra server flags...
     sleep 0.1
   done
   addr=$(sed -n 's/.*listening on \([^ ]*\) .*/\1/p' "$log")
-  metrics=$(sed -n 's/.*metrics on \(http[^ ]*\).*/\1/p' "$log")
+  metrics=$(sed -n 's/.*metrics on \(http[^ ]*\).*/\1/p' "$log")  # none from the echo
+}
+start_server() {  # extra server flags...
+  launch qmm-server --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 --backend=cuda --workers=2 \
+    "$@"
   "$bin/qmmctl" --server="$addr" upload --name=w --scheme=w4a16 --random --n=8192 --k=8192 \
     --seed=1
 }
@@ -106,5 +113,19 @@ stop_server
 
 start_server --max_batch_rows=1
 bench streams256_nobatch --concurrency=256 --stream --duration=5s --warmup=1
+stop_server
+
+# The transport's ceiling: the same runs against qmm-echo-server, whose identity weight "w"
+# (8192 x 8192) answers each request with its own input: gRPC and qmmctl alone, no queue,
+# no batch, no GPU.
+launch qmm-echo-server --listen=127.0.0.1:0 --features=8192
+bench echo_one_unary --concurrency=1 --requests=2000 --warmup=50
+bench echo_streams256 --concurrency=256 --stream --duration=5s --warmup=1
+bench echo_streams256_inflight4 --concurrency=256 --stream --inflight=4 --duration=5s --warmup=1
+bench echo_streams64_inflight16 --concurrency=64 --stream --inflight=16 --duration=5s --warmup=1
+stop_server
+launch qmm-echo-server --listen="unix:$out/echo.sock" --features=8192
+bench echo_uds_one_unary --concurrency=1 --requests=2000 --warmup=50
+bench echo_uds_streams256 --concurrency=256 --stream --duration=5s --warmup=1
 stop_server
 echo "batching-bench: done"

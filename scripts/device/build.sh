@@ -17,7 +17,7 @@ build=${BUILD_DIR:-$root/build-cuda}
 dest=${DEST:-$root/.dev-cuda}
 bundle=${BUNDLE_LIBS:-$root/../shared/device/bundle-libs}
 targets=(kernels_gpu_test layers_gpu_test chain_gpu_test cuda_backend_gpu_test
-  batching_server_gpu_test qmm-kernel-bench qmm-forward-bench qmm-server qmmctl)
+  batching_server_gpu_test qmm-kernel-bench qmm-forward-bench qmm-server qmmctl qmm-echo-server)
 
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DQMM_CUDA=ON \
   -DQMM_CUDA_ARCHS=90a >/dev/null

@@ -61,7 +61,7 @@ for step in "${steps[@]}"; do
       summary+=("forward-e2e: exit $rc")
       ;;
     batching)
-      timeout 240 "$dev/batching-bench.sh" "$dev/bin" "$out/batching" >"$out/batching.log" 2>&1
+      timeout 330 "$dev/batching-bench.sh" "$dev/bin" "$out/batching" >"$out/batching.log" 2>&1
       rc=$?
       grep -E "requests/s|rows/s|p50|p99|cpu:|server means|mismatch|error|done|FAIL" "$out/batching.log" | tail -40
       summary+=("batching-bench: exit $rc")

@@ -2,7 +2,9 @@
 // verified, the JSON report agrees with itself and with the server's batch statistics,
 // with --max_batch_rows=1 the server runs every request alone, the Open Inference
 // Protocol's calls (--protocol=oip) are batched and right as qmm.v1's are, and one
-// stream's requests sent ahead (--inflight) share launches.
+// stream's requests sent ahead (--inflight) share launches. Then the same qmmctl bench
+// against qmm-echo-server, the transport's ceiling: every call answered, no batching
+// reported.
 #include <signal.h>
 #include <unistd.h>
 
@@ -208,6 +210,46 @@ TEST_F(BenchEndToEndTest, ModelsAreBatchedAndEveryResultIsRight) {
   ASSERT_TRUE(wrong.ok()) << wrong.status();
   EXPECT_EQ(wrong->exit_code, 1) << wrong->output;
   EXPECT_NE(wrong->output.find("10 mismatches"), std::string::npos) << wrong->output;
+}
+
+// qmmctl bench runs unchanged against the echo server: unary callers, and streams with
+// requests sent ahead, every one answered; the echo does not batch, and the report says
+// nothing of batches rather than zeros.
+TEST(EchoBenchEndToEndTest, BenchRunsAgainstTheEchoServer) {
+  const std::string scratch = ::testing::TempDir();
+  absl::StatusOr<ServerProcess> server = ServerProcess::Start(
+      QMM_ECHO_SERVER_PATH, {"--listen=127.0.0.1:0", "--features=512"}, scratch, absl::Seconds(60));
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_EQ(server->backend(), "echo");
+  const std::string json = absl::StrCat(scratch, "/echo_bench_e2e_", getpid(), ".json");
+  for (const std::vector<std::string>& mode :
+       {std::vector<std::string>{"--concurrency=4"},
+        std::vector<std::string>{"--concurrency=8", "--stream", "--inflight=4"}}) {
+    std::vector<std::string> args = {"--server=" + server->address(),
+                                     "bench",
+                                     "--weight=w",
+                                     "--rows=2",
+                                     "--dtype=fp16",
+                                     "--requests=200",
+                                     "--json=" + json};
+    args.insert(args.end(), mode.begin(), mode.end());
+    absl::StatusOr<RunResult> r = RunProcess(kQmmctl, args, scratch);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->exit_code, 0) << r->output << "\nserver log:\n" << server->Log();
+    EXPECT_EQ(r->output.find("server batching"), std::string::npos) << r->output;
+    std::ifstream in(json);
+    const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    ASSERT_TRUE(j.is_object()) << r->output;
+    EXPECT_EQ(j["setup"]["backend"], "echo");
+    EXPECT_EQ(j["setup"]["k"], 512);
+    EXPECT_EQ(j["ok"], 200);
+    EXPECT_EQ(j["errors"], 0);
+    EXPECT_FALSE(j.contains("server_batching"));
+  }
+  std::remove(json.c_str());
+  absl::StatusOr<int> code = server->Stop(SIGTERM, absl::Seconds(30));
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 0) << server->Log();
 }
 
 }  // namespace

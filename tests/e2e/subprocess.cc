@@ -96,7 +96,8 @@ absl::StatusOr<ServerProcess> ServerProcess::Start(const std::string& binary,
   if (!pid.ok()) return pid.status();
   ServerProcess server(*pid, out_path, err_path);
 
-  static const std::regex kLine(R"(qmm-server listening on (\S+:\d+) backend=(\S+))");
+  static const std::regex kLine(
+      R"((?:qmm-server|qmm-echo-server) listening on (\S+:\d+) backend=(\S+))");
   const absl::Time deadline = absl::Now() + timeout;
   while (absl::Now() < deadline) {
     const std::string out = ReadAll(out_path);

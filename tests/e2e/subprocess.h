@@ -23,11 +23,12 @@ absl::StatusOr<RunResult> RunProcess(const std::string& binary,
                                      const std::vector<std::string>& args,
                                      const std::string& scratch_dir);
 
-// A running qmm-server.
+// A running qmm-server (or qmm-echo-server).
 class ServerProcess {
  public:
   // Starts `binary` with `args` (which should listen on port 0) and waits up to `timeout`
-  // for its "qmm-server listening on HOST:PORT backend=NAME ..." line.
+  // for its "qmm-server listening on HOST:PORT backend=NAME ..." line (qmm-echo-server's
+  // says "qmm-echo-server").
   static absl::StatusOr<ServerProcess> Start(const std::string& binary,
                                              const std::vector<std::string>& args,
                                              const std::string& scratch_dir,
