@@ -213,8 +213,8 @@ TEST_F(BenchEndToEndTest, ModelsAreBatchedAndEveryResultIsRight) {
 }
 
 // qmmctl bench runs unchanged against the echo server: unary callers, and streams with
-// requests sent ahead, every one answered; the echo does not batch, and the report says
-// nothing of batches rather than zeros.
+// requests sent ahead, every one answered; the echo neither batches nor computes, and the
+// report says nothing of either rather than zeros.
 TEST(EchoBenchEndToEndTest, BenchRunsAgainstTheEchoServer) {
   const std::string scratch = ::testing::TempDir();
   absl::StatusOr<ServerProcess> server = ServerProcess::Start(
@@ -237,6 +237,7 @@ TEST(EchoBenchEndToEndTest, BenchRunsAgainstTheEchoServer) {
     ASSERT_TRUE(r.ok()) << r.status();
     ASSERT_EQ(r->exit_code, 0) << r->output << "\nserver log:\n" << server->Log();
     EXPECT_EQ(r->output.find("server batching"), std::string::npos) << r->output;
+    EXPECT_EQ(r->output.find("server compute"), std::string::npos) << r->output;
     std::ifstream in(json);
     const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
     ASSERT_TRUE(j.is_object()) << r->output;
@@ -245,6 +246,7 @@ TEST(EchoBenchEndToEndTest, BenchRunsAgainstTheEchoServer) {
     EXPECT_EQ(j["ok"], 200);
     EXPECT_EQ(j["errors"], 0);
     EXPECT_FALSE(j.contains("server_batching"));
+    EXPECT_TRUE(j["server_compute_p50_ms"].is_null());
   }
   std::remove(json.c_str());
   absl::StatusOr<int> code = server->Stop(SIGTERM, absl::Seconds(30));
