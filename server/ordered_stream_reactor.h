@@ -25,13 +25,13 @@
 #include <grpcpp/grpcpp.h>
 
 #include <deque>
-#include <optional>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "server/grpc_status.h"
+#include "server/planned_bidi_reactor.h"
 #include "server/request_clock.h"
 #include "server/service_context.h"
 
@@ -52,7 +52,17 @@ concept AnswersErrorsInStream = requires(const absl::Status& status,
 // Deletes itself when gRPC is done with the call (OnDone).
 template <typename Traits>
 class OrderedStreamReactor
-    : public grpc::ServerBidiReactor<typename Traits::Request, typename Traits::Response> {
+    : public PlannedBidiReactor<OrderedStreamReactor<Traits>, typename Traits::Request,
+                                typename Traits::Response> {
+  using Base = PlannedBidiReactor<OrderedStreamReactor<Traits>, typename Traits::Request,
+                                  typename Traits::Response>;
+  friend Base;
+  using Base::incoming_;
+  using Base::mu_;
+  using Base::Perform;
+  using Base::starting_;
+  using typename Base::Actions;
+
  public:
   OrderedStreamReactor(const ServiceContext& context, grpc::CallbackServerContext* rpc)
       : context_(context), rpc_(rpc) {
@@ -118,15 +128,6 @@ class OrderedStreamReactor
     absl::Status status;
   };
 
-  // What to start on the stream, decided under the mutex and done outside it: gRPC may
-  // run a reaction inline from a Start call (an operation that fails at once), which
-  // would then wait for the mutex. Either a read and/or a write, or the finish, or none.
-  struct Actions {
-    bool read = false;
-    const typename Traits::Response* write = nullptr;
-    std::optional<grpc::Status> finish;
-  };
-
   // A request's outcome, from its `done` or from a failed Prepare.
   void Answered(Slot& slot, const absl::Status& status) {
     Actions actions;
@@ -176,24 +177,6 @@ class OrderedStreamReactor
     return actions;
   }
 
-  // Starts `actions` (from Plan, on the thread that made them, without the mutex), and what
-  // became due meanwhile. Static, and touching the reactor only when there is something to
-  // start: once another thread has finished the stream, gRPC may delete it at any time, so
-  // a thread whose plan is empty must not use it.
-  static void Perform(OrderedStreamReactor* self, Actions actions) {
-    while (actions.read || actions.write != nullptr || actions.finish) {
-      if (actions.finish) {
-        self->Finish(*actions.finish);
-        return;
-      }
-      if (actions.read) self->StartRead(&self->incoming_);
-      if (actions.write != nullptr) self->StartWrite(actions.write);
-      absl::MutexLock lock(&self->mu_);
-      --self->starting_;
-      actions = self->Plan();
-    }
-  }
-
   // No more reads or writes; the stream finishes with `status` once nothing is pending.
   void Close(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (closing_) return;
@@ -203,14 +186,10 @@ class OrderedStreamReactor
 
   const ServiceContext& context_;
   grpc::CallbackServerContext* const rpc_;
-  absl::Mutex mu_;
-  // Where the next request is read into (one read at a time); it moves into a slot.
-  typename Traits::Request incoming_;
   // In arrival order; references stay valid as slots are added at the back and written
   // ones removed at the front.
   std::deque<Slot> slots_ ABSL_GUARDED_BY(mu_);
-  int pending_ ABSL_GUARDED_BY(mu_) = 0;   // slots whose request is not answered yet
-  int starting_ ABSL_GUARDED_BY(mu_) = 0;  // plans of reads or writes not started yet
+  int pending_ ABSL_GUARDED_BY(mu_) = 0;  // slots whose request is not answered yet
   bool reading_ ABSL_GUARDED_BY(mu_) = false;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool read_closed_ ABSL_GUARDED_BY(mu_) = false;

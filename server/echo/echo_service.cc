@@ -9,6 +9,7 @@
 #include "absl/synchronization/mutex.h"
 #include "kernels/dtype.h"
 #include "proto/enum_convert.h"
+#include "server/planned_bidi_reactor.h"
 
 namespace qmm::echo {
 namespace {
@@ -39,10 +40,12 @@ constexpr size_t kMaxAhead = 16;
 
 // MatMulStream: each request's echo, written in order while the next requests are read.
 // A refused request ends the stream with its status once the answers before it are
-// written. Reactions may run concurrently on gRPC's threads: one mutex guards the state,
-// and what to start is decided under it and started outside it (a Start call may run a
-// reaction inline). Deletes itself in OnDone.
-class EchoStream final : public grpc::ServerBidiReactor<v1::MatMulRequest, v1::MatMulResponse> {
+// written. Reactions may run concurrently on gRPC's threads: one mutex guards the state
+// (server/planned_bidi_reactor.h). Deletes itself in OnDone.
+class EchoStream final
+    : public PlannedBidiReactor<EchoStream, v1::MatMulRequest, v1::MatMulResponse> {
+  friend PlannedBidiReactor;
+
  public:
   explicit EchoStream(const EchoOptions& options) : options_(options) {
     reading_ = true;
@@ -87,12 +90,6 @@ class EchoStream final : public grpc::ServerBidiReactor<v1::MatMulRequest, v1::M
   void OnDone() override { delete this; }
 
  private:
-  struct Actions {
-    bool read = false;
-    const v1::MatMulResponse* write = nullptr;
-    std::optional<grpc::Status> finish;
-  };
-
   // Read while the window has room and nothing failed; write the oldest answer; finish
   // once every answer is written and the client is done (or a request failed), and no
   // thread is about to start anything.
@@ -115,33 +112,13 @@ class EchoStream final : public grpc::ServerBidiReactor<v1::MatMulRequest, v1::M
     return actions;
   }
 
-  // Starts `actions`, then what became due meanwhile. Static: once another thread has
-  // finished the stream gRPC may delete it, so a thread with nothing to start must not
-  // touch it.
-  static void Perform(EchoStream* self, Actions actions) {
-    while (actions.read || actions.write != nullptr || actions.finish) {
-      if (actions.finish) {
-        self->Finish(*actions.finish);
-        return;
-      }
-      if (actions.read) self->StartRead(&self->incoming_);
-      if (actions.write != nullptr) self->StartWrite(actions.write);
-      absl::MutexLock lock(&self->mu_);
-      --self->starting_;
-      actions = self->Plan();
-    }
-  }
-
   const EchoOptions& options_;
-  v1::MatMulRequest incoming_;  // the read in progress fills it
-  absl::Mutex mu_;
   std::deque<v1::MatMulResponse> answers_ ABSL_GUARDED_BY(mu_);  // front: being written
   std::optional<grpc::Status> failed_ ABSL_GUARDED_BY(mu_);
   bool reading_ ABSL_GUARDED_BY(mu_) = false;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool read_closed_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
-  int starting_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace
