@@ -33,7 +33,7 @@ absl::Status CheckWeight(const EchoOptions& options, const std::string& name, co
                                           options.weight, "\")"));
 }
 
-// A stream's answers written ahead of its reads: no more than qmm-server reads ahead
+// Requests a stream may have read and not yet answered: as many as qmm-server reads ahead
 // (kMaxStreamInFlight, server/ordered_stream_reactor.h), so that a client sending ahead
 // meets the same window.
 constexpr size_t kMaxAhead = 16;
