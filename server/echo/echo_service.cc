@@ -9,20 +9,15 @@
 #include "absl/synchronization/mutex.h"
 #include "kernels/dtype.h"
 #include "proto/enum_convert.h"
+#include "server/grpc_status.h"
 #include "server/planned_bidi_reactor.h"
 
 namespace qmm::echo {
 namespace {
 
-grpc::Status ToGrpc(const absl::Status& status) {
-  return status.ok() ? grpc::Status::OK
-                     : grpc::Status(static_cast<grpc::StatusCode>(status.code()),
-                                    std::string(status.message()));
-}
-
 grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* rpc, const absl::Status& status) {
   grpc::ServerUnaryReactor* reactor = rpc->DefaultReactor();
-  reactor->Finish(ToGrpc(status));
+  reactor->Finish(ToGrpcStatus(status));
   return reactor;
 }
 
@@ -64,7 +59,7 @@ class EchoStream final
         if (absl::Status s = Echo(options_, incoming_, &response); s.ok()) {
           answers_.push_back(std::move(response));
         } else {
-          failed_ = ToGrpc(s);
+          failed_ = ToGrpcStatus(s);
         }
       }
       actions = Plan();
