@@ -7,7 +7,7 @@
 # --max_batch_rows=1 (the no-batching baseline); then the same latency and throughput
 # with the host-path helpers off (--completion_threads=0 --worker_spin_us=0), for
 # comparison, and the transfer and compute histograms of the first server (metrics.txt);
-# then the transport's ceiling: the same runs against qmm-echo-server (server/echo), which
+# then the transport by itself: the same runs against qmm-echo-server (server/echo), which
 # answers each request with its input.
 # Each run also records the CPU time (user + system) of the server over the run and of the
 # whole qmmctl command (its set-up included: with --verify, the float64 references):
@@ -115,7 +115,7 @@ start_server --max_batch_rows=1
 bench streams256_nobatch --concurrency=256 --stream --duration=5s --warmup=1
 stop_server
 
-# The transport's ceiling: the same runs against qmm-echo-server, whose identity weight "w"
+# The transport by itself: the same runs against qmm-echo-server, whose identity weight "w"
 # (8192 x 8192) answers each request with its own input: gRPC and qmmctl alone, no queue,
 # no batch, no GPU.
 launch qmm-echo-server --listen=127.0.0.1:0 --features=8192

@@ -1,4 +1,4 @@
-// qmm-echo-server: the transport's ceiling for `qmmctl bench` (server/echo/echo_service.h).
+// qmm-echo-server: the transport by itself, for `qmmctl bench` (server/echo/echo_service.h).
 //   qmm-echo-server [--listen=127.0.0.1:0] [--weight=w] [--features=8192]
 // prints "qmm-echo-server listening on ADDRESS backend=echo", as qmm-server prints its
 // line, and serves until SIGINT or SIGTERM. Plain-text gRPC only: it is a measuring tool

@@ -3,7 +3,7 @@
 // with --max_batch_rows=1 the server runs every request alone, the Open Inference
 // Protocol's calls (--protocol=oip) are batched and right as qmm.v1's are, and one
 // stream's requests sent ahead (--inflight) share launches. Then the same qmmctl bench
-// against qmm-echo-server, the transport's ceiling: every call answered, no batching
+// against qmm-echo-server, the transport by itself: every call answered, no batching
 // reported.
 #include <signal.h>
 #include <unistd.h>
