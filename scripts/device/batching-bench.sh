@@ -14,8 +14,9 @@
 # client and server share the machine, so either can be what limits the rate; and, from
 # the server's histograms (with curl), its mean time a request from arrival to answer, in
 # the queue, and a launch's compute: what the client saw beyond those is the transport.
-# JSON goes to OUT_DIR.
-#   usage: batching-bench.sh BIN_DIR OUT_DIR
+# JSON goes to OUT_DIR. With BENCH_SET=quick, only one unary client, 256 streams and 256
+# streams without batching: an A/B of two builds' servers, round after round.
+#   usage: [BENCH_SET=quick] batching-bench.sh BIN_DIR OUT_DIR
 set -euo pipefail
 bin=$1
 out=$2
@@ -90,6 +91,14 @@ bench() {  # json-name flags...
 start_server
 bench one_unary --concurrency=1 --requests=2000 --warmup=50
 bench streams256 --concurrency=256 --stream --duration=5s --warmup=1
+if [[ ${BENCH_SET:-full} == quick ]]; then
+  stop_server
+  start_server --max_batch_rows=1
+  bench streams256_nobatch --concurrency=256 --stream --duration=5s --warmup=1
+  stop_server
+  echo "batching-bench: done"
+  exit 0
+fi
 bench streams256_verify --concurrency=256 --stream --requests=10000 --verify --verify_seed=1
 # Streams that send ahead: 4 requests in flight on each of 256, 16 on each of 64.
 bench streams256_inflight4 --concurrency=256 --stream --inflight=4 --duration=5s --warmup=1

@@ -31,7 +31,8 @@ done
 "$bundle" "$dest/lib" "$dest"/bin/*
 rm -f "$dest"/lib/libcublas* "$dest"/lib/libcudart*
 cp "$root/scripts/device/run.sh" "$root/scripts/device/e2e-cuda.sh" \
-  "$root/scripts/device/batching-bench.sh" "$root/scripts/device/forward-e2e.sh" "$dest/"
+  "$root/scripts/device/batching-bench.sh" "$root/scripts/device/server-ab.sh" \
+  "$root/scripts/device/forward-e2e.sh" "$dest/"
 git -C "$root" rev-parse --short HEAD >"$dest/commit"
 git -C "$root" status --porcelain | grep -q . && echo "plus uncommitted work" >>"$dest/commit"
 du -sh "$dest"
