@@ -1,7 +1,8 @@
 // The CUDA backend: weights live in device memory in each kernel's own layout (converted
 // once at upload through the kernel registry, kernels/cuda/kernels.h), and each worker
 // owns a stream, a cuBLAS handle bound to it, pinned staging buffers and device buffers
-// that grow on demand.
+// that grow on demand. A quantized kernel's result of a few rows goes straight into the
+// pinned buffer, with no copy back (cuda_backend.cc, kMaxDirectRows).
 //
 // Activations: the A16 kernels take fp16 or bf16. fp16 and bf16 inputs go to them as they
 // are; fp32 inputs are converted on the device to fp16 (more significand than bf16). If
