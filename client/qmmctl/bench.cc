@@ -428,6 +428,13 @@ std::optional<inference::ModelStatistics> ModelStatistics(Client& client, const 
 
 }  // namespace
 
+int DefaultChannels(int concurrency) {
+  constexpr int kCallersPerChannel = 16;
+  constexpr int kMaxDefaultChannels = 16;
+  return std::clamp((concurrency + kCallersPerChannel - 1) / kCallersPerChannel, 1,
+                    kMaxDefaultChannels);
+}
+
 absl::Status CheckBenchOptions(const BenchOptions& o) {
   if (o.weight.empty() == o.model.empty()) {
     return absl::InvalidArgumentError("bench needs exactly one of --weight and --model");
@@ -569,7 +576,7 @@ absl::StatusOr<bool> RunBench(Client& client, const ClientOptions& connection,
   setup.stream = o.stream;
   setup.inflight = o.inflight;
   setup.protocol = o.open_inference ? "open-inference" : "qmm.v1";
-  setup.channels = o.channels > 0 ? o.channels : std::min(64, (o.concurrency + 3) / 4);
+  setup.channels = o.channels > 0 ? o.channels : DefaultChannels(o.concurrency);
   setup.rows = o.rows;
   setup.dtype = std::string(DTypeName(o.dtype));
   setup.output_dtype = std::string(DTypeName(o.output_dtype.value_or(o.dtype)));

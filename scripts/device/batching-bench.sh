@@ -15,8 +15,10 @@
 # the server's histograms (with curl), its mean time a request from arrival to answer, in
 # the queue, and a launch's compute: what the client saw beyond those is the transport.
 # JSON goes to OUT_DIR. With BENCH_SET=quick, only one unary client, 256 streams and 256
-# streams without batching: an A/B of two builds' servers, round after round.
-#   usage: [BENCH_SET=quick] batching-bench.sh BIN_DIR OUT_DIR
+# streams without batching: an A/B of two builds' servers, round after round. With
+# BENCH_SET=connections, 256, 64 and 16 streams over 1 to 64 connections (qmmctl bench
+# --channels) to qmm-server, 256 over 16 and 64 to the echo, in ROUNDS rounds.
+#   usage: [BENCH_SET=quick|connections] [ROUNDS=2] batching-bench.sh BIN_DIR OUT_DIR
 set -euo pipefail
 bin=$1
 out=$2
@@ -96,6 +98,33 @@ if [[ ${BENCH_SET:-full} == quick ]]; then
   start_server --max_batch_rows=1
   bench streams256_nobatch --concurrency=256 --stream --duration=5s --warmup=1
   stop_server
+  echo "batching-bench: done"
+  exit 0
+fi
+if [[ ${BENCH_SET:-full} == connections ]]; then
+  # How many TCP connections carry the streams: HTTP/2 sends the frames of every stream of
+  # a connection in one write, so fewer connections cost fewer system calls and wake-ups
+  # a message, while each connection's frames are handled one thread at a time. Runs are
+  # CALLERS:CONNECTIONS[:IN_FLIGHT].
+  stop_server
+  sweep() {  # prefix runs...
+    local prefix=$1 run c n f
+    shift
+    for run in "$@"; do
+      IFS=: read -r c n f <<<"$run"
+      bench "$prefix${c}_channels$n${f:+_inflight$f}" --concurrency="$c" --stream \
+        --duration=3s --warmup=1 --channels="$n" --inflight="${f:-1}"
+    done
+  }
+  for r in $(seq "${ROUNDS:-2}"); do
+    start_server
+    sweep "r$r-streams" 256:4 256:8 256:16 256:32 256:64 64:4 64:16 16:1 16:4 16:16 \
+      256:16:4 256:64:4
+    stop_server
+    launch qmm-echo-server --listen=127.0.0.1:0 --features=8192
+    sweep "r$r-echo_streams" 256:16 256:64
+    stop_server
+  done
   echo "batching-bench: done"
   exit 0
 fi

@@ -174,6 +174,16 @@ TEST_F(BenchTest, UnaryCallsCountEveryErrorAndMismatchAndWriteThemAsJson) {
   std::remove(o.json_path.c_str());
 }
 
+TEST(BenchChannelsTest, DefaultIsOnePer16CallersAtMost16) {
+  EXPECT_EQ(DefaultChannels(1), 1);
+  EXPECT_EQ(DefaultChannels(16), 1);
+  EXPECT_EQ(DefaultChannels(17), 2);
+  EXPECT_EQ(DefaultChannels(64), 4);
+  EXPECT_EQ(DefaultChannels(255), 16);
+  EXPECT_EQ(DefaultChannels(256), 16);
+  EXPECT_EQ(DefaultChannels(4096), 16);
+}
+
 TEST_F(BenchTest, StreamsReopenAfterAnErrorEndsThem) {
   BenchOptions o = Options();
   o.stream = true;
