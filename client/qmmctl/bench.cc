@@ -428,11 +428,13 @@ std::optional<inference::ModelStatistics> ModelStatistics(Client& client, const 
 
 }  // namespace
 
-int DefaultChannels(int concurrency) {
-  constexpr int kCallersPerChannel = 16;
-  constexpr int kMaxDefaultChannels = 16;
-  return std::clamp((concurrency + kCallersPerChannel - 1) / kCallersPerChannel, 1,
-                    kMaxDefaultChannels);
+int DefaultChannels(int concurrency, int inflight) {
+  constexpr int64_t kInFlightPerChannel = 16;
+  constexpr int64_t kMaxDefaultChannels = 16;
+  const int64_t in_flight = int64_t{concurrency} * inflight;
+  const int64_t channels = (in_flight + kInFlightPerChannel - 1) / kInFlightPerChannel;
+  return static_cast<int>(
+      std::clamp<int64_t>(channels, 1, std::min<int64_t>(kMaxDefaultChannels, concurrency)));
 }
 
 absl::Status CheckBenchOptions(const BenchOptions& o) {
@@ -576,7 +578,7 @@ absl::StatusOr<bool> RunBench(Client& client, const ClientOptions& connection,
   setup.stream = o.stream;
   setup.inflight = o.inflight;
   setup.protocol = o.open_inference ? "open-inference" : "qmm.v1";
-  setup.channels = o.channels > 0 ? o.channels : DefaultChannels(o.concurrency);
+  setup.channels = o.channels > 0 ? o.channels : DefaultChannels(o.concurrency, o.inflight);
   setup.rows = o.rows;
   setup.dtype = std::string(DTypeName(o.dtype));
   setup.output_dtype = std::string(DTypeName(o.output_dtype.value_or(o.dtype)));

@@ -55,7 +55,7 @@ struct BenchOptions {
   int inputs = 64;
   uint64_t seed = 1;  // of the activation sets
   int warmup = 0;     // requests per caller before the clock starts, not counted
-  int channels = 0;   // 0: DefaultChannels(concurrency)
+  int channels = 0;   // 0: DefaultChannels(concurrency, inflight)
   // The weight was uploaded with --random --seed=S: check every result.
   std::optional<uint64_t> verify_seed;
   // The same for each weight of the model, by name.
@@ -64,14 +64,16 @@ struct BenchOptions {
   std::string json_path;  // also write the report here as JSON
 };
 
-// The connections `concurrency` callers share when BenchOptions::channels is 0: one per
-// 16 callers, at most 16. HTTP/2 writes the frames of all of a connection's streams at
-// once, so a shared connection costs fewer system calls and wake-ups a message, up to what
-// the one thread at a time that handles a connection's frames can carry. On an H100
-// machine's 16 cores (session 81, docs/PERFORMANCE.md), 256 streams to qmm-server carried
-// 51-55 k requests/s over one connection, 113-119 k over 4, 124-132 k over 16, 109-112 k
-// over 64 and 73 k over 256.
-int DefaultChannels(int concurrency);
+// The connections `concurrency` callers with `inflight` requests each share when
+// BenchOptions::channels is 0: one per 16 requests in flight, at most 16 and at most one a
+// caller. HTTP/2 writes the frames of all of a connection's streams at once, so a shared
+// connection costs fewer system calls and wake-ups a message, up to what the one thread at
+// a time that handles a connection's frames can carry. On an H100 machine's 16 cores
+// (session 81, docs/PERFORMANCE.md), 256 streams to qmm-server carried 51-55 k requests/s
+// over one connection, 113-119 k over 4, 124-132 k over 16, 109-112 k over 64 and 73 k over
+// 256; on the 2-core machine, 16 streams of 4 in flight and 4 of 16 each carried 25-57%
+// more over 4 connections than over one, and 64 of 4 19-20% more over 16 than over 4.
+int DefaultChannels(int concurrency, int inflight);
 
 // INVALID_ARGUMENT naming the option when one is out of range (checked before connecting).
 absl::Status CheckBenchOptions(const BenchOptions& options);

@@ -115,7 +115,7 @@ ABSL_FLAG(bool, verify, false,
           "bench: check every result against a float64 reference (needs --verify_seed)");
 ABSL_FLAG(std::string, json, "", "bench: also write the report to this JSON file");
 ABSL_FLAG(int32_t, channels, 0,
-          "bench: connections the callers share; 0 = one per 16 callers, at most 16");
+          "bench: connections the callers share; 0 = one per 16 requests in flight, at most 16");
 ABSL_FLAG(int32_t, inputs, 64, "bench: distinct random activation sets, sent round robin");
 ABSL_FLAG(int32_t, warmup, 0, "bench: requests per caller before the clock starts");
 ABSL_FLAG(int32_t, inflight, 1,

@@ -174,14 +174,18 @@ TEST_F(BenchTest, UnaryCallsCountEveryErrorAndMismatchAndWriteThemAsJson) {
   std::remove(o.json_path.c_str());
 }
 
-TEST(BenchChannelsTest, DefaultIsOnePer16CallersAtMost16) {
-  EXPECT_EQ(DefaultChannels(1), 1);
-  EXPECT_EQ(DefaultChannels(16), 1);
-  EXPECT_EQ(DefaultChannels(17), 2);
-  EXPECT_EQ(DefaultChannels(64), 4);
-  EXPECT_EQ(DefaultChannels(255), 16);
-  EXPECT_EQ(DefaultChannels(256), 16);
-  EXPECT_EQ(DefaultChannels(4096), 16);
+TEST(BenchChannelsTest, DefaultIsOnePer16InFlightAtMost16AndOneACaller) {
+  EXPECT_EQ(DefaultChannels(1, 1), 1);
+  EXPECT_EQ(DefaultChannels(16, 1), 1);
+  EXPECT_EQ(DefaultChannels(17, 1), 2);
+  EXPECT_EQ(DefaultChannels(64, 1), 4);
+  EXPECT_EQ(DefaultChannels(255, 1), 16);
+  EXPECT_EQ(DefaultChannels(256, 1), 16);
+  EXPECT_EQ(DefaultChannels(4096, 16), 16);
+  EXPECT_EQ(DefaultChannels(16, 4), 4);
+  EXPECT_EQ(DefaultChannels(4, 16), 4);
+  EXPECT_EQ(DefaultChannels(1, 16), 1);  // one caller uses one connection
+  EXPECT_EQ(DefaultChannels(3, 16), 3);
 }
 
 TEST_F(BenchTest, StreamsReopenAfterAnErrorEndsThem) {
