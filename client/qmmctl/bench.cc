@@ -433,8 +433,8 @@ int DefaultChannels(int concurrency, int inflight) {
   constexpr int64_t kMaxDefaultChannels = 16;
   const int64_t in_flight = int64_t{concurrency} * inflight;
   const int64_t channels = (in_flight + kInFlightPerChannel - 1) / kInFlightPerChannel;
-  return static_cast<int>(
-      std::clamp<int64_t>(channels, 1, std::min<int64_t>(kMaxDefaultChannels, concurrency)));
+  const int64_t most = std::max<int64_t>(1, std::min<int64_t>(kMaxDefaultChannels, concurrency));
+  return static_cast<int>(std::clamp<int64_t>(channels, 1, most));
 }
 
 absl::Status CheckBenchOptions(const BenchOptions& o) {

@@ -186,6 +186,7 @@ TEST(BenchChannelsTest, DefaultIsOnePer16InFlightAtMost16AndOneACaller) {
   EXPECT_EQ(DefaultChannels(4, 16), 4);
   EXPECT_EQ(DefaultChannels(1, 16), 1);  // one caller uses one connection
   EXPECT_EQ(DefaultChannels(3, 16), 3);
+  EXPECT_EQ(DefaultChannels(0, 1), 1);  // never fewer than one
 }
 
 TEST_F(BenchTest, StreamsReopenAfterAnErrorEndsThem) {
