@@ -61,6 +61,13 @@ ABSL_FLAG(std::string, http_listen, "",
           "host:port of the Open Inference Protocol's HTTP/REST endpoint (KServe v2: /v2/...); "
           "plain HTTP, refused with --tls_cert; port 0 picks one; empty (the default) turns it "
           "off");
+ABSL_FLAG(std::string, local_listen, "",
+          "PATH of a Unix socket where clients on this host open shared-memory sessions for "
+          "MatMul (the local transport: no gRPC round trip); empty (the default) turns it off; "
+          "refused with --tls_cert; access is the socket file's permissions");
+ABSL_FLAG(int64_t, local_spin_us, 100,
+          "how long a local transport poller keeps polling after a request before it sleeps (us)");
+ABSL_FLAG(int, local_threads, 2, "local transport pollers (sessions are spread over them)");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(20),
           "on SIGTERM/SIGINT, how long in-flight calls may run before they are cancelled; keep "
           "it below the orchestrator's kill timeout (Kubernetes: terminationGracePeriodSeconds)");
@@ -130,6 +137,9 @@ int main(int argc, char** argv) {
   options.http_listen = absl::GetFlag(FLAGS_http_listen);
   options.metrics_per_weight = absl::GetFlag(FLAGS_metrics_per_weight);
   options.shutdown_grace = absl::GetFlag(FLAGS_shutdown_grace);
+  options.local_listen = absl::GetFlag(FLAGS_local_listen);
+  options.local_spin = absl::Microseconds(absl::GetFlag(FLAGS_local_spin_us));
+  options.local_threads = absl::GetFlag(FLAGS_local_threads);
   qmm::QmmServer server(*std::move(backend), options);
   absl::StatusOr<int> port = server.Start();
   if (!port.ok()) return Fail(port.status());
@@ -156,6 +166,9 @@ int main(int argc, char** argv) {
         options.metrics_listen.substr(0, options.metrics_listen.rfind(':'));
     std::cout << "qmm-server metrics on http://" << metrics_host << ":" << server.metrics_port()
               << "/metrics" << std::endl;
+  }
+  if (!options.local_listen.empty()) {
+    std::cout << "qmm-server local sessions on unix:" << options.local_listen << std::endl;
   }
   if (server.http_port() != 0) {
     const std::string http_host = options.http_listen.substr(0, options.http_listen.rfind(':'));

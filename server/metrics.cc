@@ -21,7 +21,8 @@ constexpr absl::string_view kMethodNames[kNumRpcMethods] = {
     "MatMul",       "MatMulStream",    "CreateModel",   "GetModel",     "ListModels",
     "DeleteModel",  "Forward",         "ForwardStream", "ServerLive",   "ServerReady",
     "ModelReady",   "ServerMetadata",  "ModelMetadata", "ModelInfer",   "ModelStreamInfer",
-    "ModelConfig",  "ModelStatistics", "HttpHealth",    "HttpMetadata", "HttpInfer"};
+    "ModelConfig",  "ModelStatistics", "HttpHealth",    "HttpMetadata", "HttpInfer",
+    "LocalMatMul"};
 constexpr absl::string_view kRejectReasonNames[kNumRejectReasons] = {
     "queue_full", "memory_budget", "deadline_exceeded", "cancelled", "draining"};
 constexpr absl::string_view kTransferDirectionNames[2] = {"h2d", "d2h"};

@@ -67,8 +67,10 @@ enum class RpcMethod : uint8_t {
   kHttpHealth,
   kHttpMetadata,
   kHttpInfer,
+  // MatMul through the local transport (server/local_transport.h).
+  kLocalMatMul,
 };
-inline constexpr int kNumRpcMethods = 25;
+inline constexpr int kNumRpcMethods = 26;
 absl::string_view RpcMethodName(RpcMethod method);
 
 // Why a request was refused or dropped without running (the `reason` label).

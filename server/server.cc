@@ -60,6 +60,15 @@ absl::Status CheckOptions(const ServerOptions& options) {
       return s;
     }
   }
+  if (!options.local_listen.empty() && !options.tls.cert_file.empty()) {
+    return absl::InvalidArgumentError(
+        "local_listen serves the clients of this host without authentication: it cannot be "
+        "combined with tls_cert (the gRPC port's TLS would be bypassed)");
+  }
+  LocalTransportOptions local;
+  local.spin = options.local_spin;
+  local.threads = options.local_threads;
+  if (absl::Status s = CheckLocalTransportOptions(local); !s.ok()) return s;
   if (options.shutdown_grace < absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
         absl::StrCat("shutdown_grace = ", absl::FormatDuration(options.shutdown_grace),
@@ -150,6 +159,20 @@ absl::StatusOr<int> QmmServer::Start() {
     }
     http_ = *std::move(http);
   }
+  if (!options_.local_listen.empty()) {
+    absl::StatusOr<std::unique_ptr<LocalTransport>> local = LocalTransport::Start(
+        {.path = options_.local_listen,
+         .spin = options_.local_spin,
+         .threads = options_.local_threads},
+        context);
+    if (!local.ok()) {
+      http_.reset();
+      server_->Shutdown();
+      server_.reset();
+      return local.status();
+    }
+    local_ = *std::move(local);
+  }
   // The health service knows only "" (the whole server) until a name is set; probes that
   // ask for a service by its own name (a Kubernetes readiness probe, say) would get
   // NOT_FOUND. Set once, the names follow SetServing with "".
@@ -164,8 +187,10 @@ absl::StatusOr<int> QmmServer::Start() {
 void QmmServer::Shutdown() {
   if (server_ != nullptr) {
     SetServing(false);
-    // No new HTTP requests; the running ones finish first (the batcher is still there).
+    // No new HTTP or local requests; the running ones finish first (the batcher is still
+    // there).
     http_.reset();
+    local_.reset();
     server_->Shutdown(std::chrono::system_clock::now() +
                       absl::ToChronoNanoseconds(options_.shutdown_grace));
     server_->Wait();

@@ -22,6 +22,7 @@
 #include "server/compute_pool.h"
 #include "server/inference_http.h"
 #include "server/inference_service.h"
+#include "server/local_transport.h"
 #include "server/metrics.h"
 #include "server/metrics_exposer.h"
 #include "server/model_store.h"
@@ -69,6 +70,12 @@ struct ServerOptions {
   // empty serves none. Plain HTTP: refused together with TLS on listen_address. Port 0 picks
   // a free port (http_port() returns it).
   std::string http_listen;
+  // The local transport (server/local_transport.h): the Unix socket path where clients on
+  // this host open shared-memory sessions; empty serves none. Refused together with TLS
+  // (its clients are not authenticated). Its pollers' spin and count.
+  std::string local_listen;
+  absl::Duration local_spin = absl::Microseconds(100);
+  int local_threads = 2;
 };
 
 // The budget a server uses when none is given: half the RAM for the CPU backend, 90% of
@@ -105,6 +112,8 @@ class QmmServer {
   int metrics_port() const { return exposer_ != nullptr ? exposer_->port() : 0; }
   // The bound HTTP inference port; 0 when there is no HTTP endpoint.
   int http_port() const { return http_ != nullptr ? http_->port() : 0; }
+  // Sessions open on the local transport; 0 without one.
+  int local_sessions() const { return local_ != nullptr ? local_->sessions() : 0; }
   // The MatMul batcher (its statistics); valid between Start and Shutdown.
   const Batcher& batcher() const { return *batcher_; }
 
@@ -129,6 +138,7 @@ class QmmServer {
   std::unique_ptr<QmmService> service_;
   std::unique_ptr<InferenceService> inference_;
   std::unique_ptr<InferenceHttpServer> http_;
+  std::unique_ptr<LocalTransport> local_;
   std::unique_ptr<grpc::Server> server_;
 };
 

@@ -22,6 +22,7 @@
 #include "absl/time/clock.h"
 #include "client/credentials.h"
 #include "client/grpc_status.h"
+#include "client/local_channel.h"
 #include "client/matmul_messages.h"
 #include "client/nd_array.h"
 #include "client/qmmctl/bench_inputs.h"
@@ -202,6 +203,8 @@ struct Run {
   const double tolerance;
   const absl::Duration call_timeout;
   std::vector<std::shared_ptr<grpc::Channel>> channels;
+  // With BenchOptions::local, in place of `channels`.
+  std::vector<std::unique_ptr<LocalChannel>> local_channels;
   std::atomic<int64_t> next{0};  // index of the next measured request
   absl::BlockingCounter warmed_up;
   absl::Notification go;
@@ -368,9 +371,46 @@ std::unique_ptr<Lane> MakeLane(const Run& run, const std::shared_ptr<grpc::Chann
       [stub](grpc::ClientContext* context) { return stub->MatMulStream(context); });
 }
 
+// A caller's slot of a local session: slot caller / sessions of session caller % sessions.
+std::unique_ptr<Lane> LocalLane(const Run& run, int caller) {
+  const size_t sessions = run.local_channels.size();
+  auto call = [channel = run.local_channels[caller % sessions].get(),
+               slot = static_cast<int>(caller / sessions), timeout = run.call_timeout,
+               &requests = run.inputs.matmul](int input, v1::MatMulResponse* response,
+                                              std::optional<int64_t>* compute) {
+    const absl::Status status = channel->MatMul(slot, requests[input], response, timeout);
+    if (status.ok() && response->compute_ns() > 0) *compute = response->compute_ns();
+    return status;
+  };
+  return std::make_unique<UnaryLane<decltype(call)>>(std::move(call));
+}
+
+// The local sessions for `callers` callers: `count` of them, with the slots and slot size
+// the largest request and its answer need.
+absl::StatusOr<std::vector<std::unique_ptr<LocalChannel>>> OpenLocalChannels(
+    const BenchOptions& o, const BenchInputs& inputs, int64_t n, int count) {
+  int64_t largest = (int64_t{o.rows} * n) * 4 + 256;  // the answer in fp32, with its framing
+  for (const v1::MatMulRequest& request : inputs.matmul) {
+    largest = std::max<int64_t>(largest, static_cast<int64_t>(request.ByteSizeLong()));
+  }
+  const LocalChannelOptions options{
+      .slots = (o.concurrency + count - 1) / count,
+      .slot_bytes = std::max<int64_t>(4096, (largest + 63) / 64 * 64),
+      .spin = o.local_spin};
+  std::vector<std::unique_ptr<LocalChannel>> channels;
+  for (int i = 0; i < count; ++i) {
+    absl::StatusOr<std::unique_ptr<LocalChannel>> channel = LocalChannel::Connect(o.local, options);
+    if (!channel.ok()) return channel.status();
+    channels.push_back(*std::move(channel));
+  }
+  return channels;
+}
+
 void Caller(Run& run, int caller, BenchTally& tally) {
   const BenchOptions& o = run.options;
-  const std::unique_ptr<Lane> lane = MakeLane(run, run.channels[caller % run.channels.size()]);
+  const std::unique_ptr<Lane> lane = run.local_channels.empty()
+                                         ? MakeLane(run, run.channels[caller % run.channels.size()])
+                                         : LocalLane(run, caller);
   v1::MatMulResponse response;
   std::optional<int64_t> compute;
 
@@ -483,6 +523,14 @@ absl::Status CheckBenchOptions(const BenchOptions& o) {
         absl::StrCat("--channels = ", o.channels, " must be in [0, ", kMaxChannels, "]"));
   }
   if (o.tolerance < 0) return absl::InvalidArgumentError("--tolerance must not be negative");
+  if (!o.local.empty() && (o.stream || o.open_inference || !o.model.empty())) {
+    return absl::InvalidArgumentError(
+        "--local carries unary MatMul only: not with --stream, --protocol=oip or --model");
+  }
+  if (o.local_spin < absl::ZeroDuration() || o.local_spin > absl::Seconds(1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--local_spin_us = ", absl::ToInt64Microseconds(o.local_spin), " must be in [0, 1000000]"));
+  }
   if (o.open_inference && o.output_dtype && *o.output_dtype != o.dtype) {
     return absl::InvalidArgumentError(
         "--out_dtype differs from --dtype, but the Open Inference Protocol (--protocol=oip) "
@@ -577,7 +625,7 @@ absl::StatusOr<bool> RunBench(Client& client, const ClientOptions& connection,
   setup.concurrency = o.concurrency;
   setup.stream = o.stream;
   setup.inflight = o.inflight;
-  setup.protocol = o.open_inference ? "open-inference" : "qmm.v1";
+  setup.protocol = !o.local.empty() ? "local" : o.open_inference ? "open-inference" : "qmm.v1";
   setup.channels = o.channels > 0 ? o.channels : DefaultChannels(o.concurrency, o.inflight);
   setup.rows = o.rows;
   setup.dtype = std::string(DTypeName(o.dtype));
@@ -594,8 +642,15 @@ absl::StatusOr<bool> RunBench(Client& client, const ClientOptions& connection,
   }
   Run run(o, *inputs, setup.n, setup.tolerance, connection.call_timeout);
   absl::Status opened;
-  run.channels = OpenChannels(connection, setup.channels, &opened);
-  if (!opened.ok()) return opened;
+  if (o.local.empty()) {
+    run.channels = OpenChannels(connection, setup.channels, &opened);
+    if (!opened.ok()) return opened;
+  } else {
+    absl::StatusOr<std::vector<std::unique_ptr<LocalChannel>>> local =
+        OpenLocalChannels(o, *inputs, setup.n, setup.channels);
+    if (!local.ok()) return local.status();
+    run.local_channels = *std::move(local);
+  }
 
   std::vector<BenchTally> tallies(o.concurrency);
   std::vector<std::thread> callers;

@@ -14,8 +14,8 @@
 // (verify.h, forward_verify.h), and every result is compared with it: a verified run
 // costs the server nothing extra.
 //
-// Callers share `channels` connections round robin, as the clients of a real server would
-// come over many. Each unary call has ClientOptions::call_timeout; a stream is replaced
+// Callers share `channels` connections (or local sessions) round robin, as the clients of a
+// real server would come over many. Each unary call has ClientOptions::call_timeout; a stream is replaced
 // before less than half of that is left of its deadline, so every request gets at least
 // half of it and the run stays bounded in time.
 #ifndef QMM_CLIENT_QMMCTL_BENCH_H_
@@ -50,6 +50,12 @@ struct BenchOptions {
   // Through inference.GRPCInferenceService (answers in the activations' dtype, without the
   // server's compute time) instead of qmm.v1.Qmm.
   bool open_inference = false;
+  // Through the local transport at this Unix socket path (qmm-server --local_listen)
+  // instead of gRPC: each caller takes a slot of one of `channels` sessions. Unary MatMul
+  // only; metadata and uploads still go over gRPC.
+  std::string local;
+  // How long a local caller polls for its answer before sleeping.
+  absl::Duration local_spin = absl::ZeroDuration();
   DType dtype = DType::kF32;          // activations on the wire
   std::optional<DType> output_dtype;  // nullopt: the activations'
   int inputs = 64;

@@ -123,6 +123,11 @@ ABSL_FLAG(int32_t, inflight, 1,
 ABSL_FLAG(std::string, protocol, "qmm",
           "bench: qmm (MatMul, MatMulStream) or oip (the Open Inference Protocol's ModelInfer, "
           "ModelStreamInfer)");
+ABSL_FLAG(std::string, local, "",
+          "bench: send MatMul through the server's local transport at this Unix socket path "
+          "(qmm-server --local_listen) instead of gRPC; --channels sessions, a slot a caller");
+ABSL_FLAG(int64_t, local_spin_us, 0,
+          "bench --local: how long a caller polls for its answer before sleeping (us)");
 ABSL_FLAG(std::string, model, "", "forward, bench: the model to run");
 ABSL_FLAG(std::string, tokens, "", "forward: comma-separated token ids (models with an embedding)");
 ABSL_FLAG(std::string, verify_seeds, "",
@@ -161,6 +166,7 @@ constexpr char kUsage[] =
     "           [--stream [--inflight=N]] [--dtype] [--out_dtype]\n"
     "           [--verify (--verify_seed=S | --verify_seeds=W1=S1,..) [--tolerance]]\n"
     "           [--json FILE] [--channels] [--inputs] [--warmup] [--seed] [--protocol=qmm|oip]\n"
+    "           [--local=PATH [--local_spin_us]]\n"
     "  create-model SPEC.json   a model from a JSON layer list (client/model_spec.h)\n"
     "  ls-models                the models held\n"
     "  rm-model NAME            delete a model (its weights stay)\n"
@@ -383,6 +389,8 @@ absl::StatusOr<BenchOptions> BenchFlags() {
         absl::StrCat("--protocol = '", protocol, "' must be qmm or oip"));
   }
   o.open_inference = protocol == "oip";
+  o.local = absl::GetFlag(FLAGS_local);
+  o.local_spin = absl::Microseconds(absl::GetFlag(FLAGS_local_spin_us));
   absl::StatusOr<std::optional<DType>> dtype = DTypeFlag(absl::GetFlag(FLAGS_dtype));
   if (!dtype.ok()) return dtype.status();
   o.dtype = dtype->value_or(DType::kF32);

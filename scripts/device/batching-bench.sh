@@ -17,8 +17,11 @@
 # JSON goes to OUT_DIR. With BENCH_SET=quick, only one unary client, 256 streams and 256
 # streams without batching: an A/B of two builds' servers, round after round. With
 # BENCH_SET=connections, 256, 64 and 16 streams over 1 to 64 connections (qmmctl bench
-# --channels) to qmm-server, 256 over 16 and 64 to the echo, in ROUNDS rounds.
-#   usage: [BENCH_SET=quick|connections] [ROUNDS=2] batching-bench.sh BIN_DIR OUT_DIR
+# --channels) to qmm-server, 256 over 16 and 64 to the echo, in ROUNDS rounds. With
+# BENCH_SET=local, the local transport (qmm-server --local_listen, qmmctl bench --local)
+# against gRPC on the same server, in ROUNDS rounds: one caller (polling for its answer or
+# not), 256 callers (verified too), each with and without batching.
+#   usage: [BENCH_SET=quick|connections|local] [ROUNDS=2] batching-bench.sh BIN_DIR OUT_DIR
 set -euo pipefail
 bin=$1
 out=$2
@@ -89,6 +92,28 @@ bench() {  # json-name flags...
     "$out/$name.metrics-before" "$out/$name.metrics-after" >>"$out/$name.txt"
   cat "$out/$name.txt"
 }
+
+if [[ ${BENCH_SET:-full} == local ]]; then
+  sock="$out/local.sock"
+  for r in $(seq "${ROUNDS:-2}"); do
+    start_server --local_listen="$sock"
+    bench "r$r-one_unary" --concurrency=1 --requests=2000 --warmup=50
+    bench "r$r-local_one" --local="$sock" --concurrency=1 --requests=2000 --warmup=50
+    bench "r$r-local_one_spin" --local="$sock" --local_spin_us=1000 --concurrency=1 \
+      --requests=2000 --warmup=50
+    bench "r$r-streams256" --concurrency=256 --stream --duration=5s --warmup=1
+    bench "r$r-local256" --local="$sock" --concurrency=256 --duration=5s --warmup=1
+    bench "r$r-local256_verify" --local="$sock" --concurrency=256 --requests=20000 --verify \
+      --verify_seed=1
+    stop_server
+    start_server --local_listen="$sock" --max_batch_rows=1
+    bench "r$r-streams256_nobatch" --concurrency=256 --stream --duration=5s --warmup=1
+    bench "r$r-local256_nobatch" --local="$sock" --concurrency=256 --duration=5s --warmup=1
+    stop_server
+  done
+  echo "batching-bench: done"
+  exit 0
+fi
 
 start_server
 bench one_unary --concurrency=1 --requests=2000 --warmup=50

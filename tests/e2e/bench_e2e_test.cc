@@ -2,7 +2,8 @@
 // verified, the JSON report agrees with itself and with the server's batch statistics,
 // with --max_batch_rows=1 the server runs every request alone, the Open Inference
 // Protocol's calls (--protocol=oip) are batched and right as qmm.v1's are, and one
-// stream's requests sent ahead (--inflight) share launches. Then the same qmmctl bench
+// stream's requests sent ahead (--inflight) share launches, and so do callers through the
+// local transport (--local). Then the same qmmctl bench
 // against qmm-echo-server, the transport by itself: every call answered, no batching
 // reported.
 #include <signal.h>
@@ -120,6 +121,31 @@ TEST_F(BenchEndToEndTest, MaxBatchRowsOneRunsEveryRequestAlone) {
   EXPECT_EQ(b["max_batch_rows"], 1);
   EXPECT_EQ(b["launches"], j["ok"]);
   EXPECT_EQ(b["multi_request_launches"], 0);
+}
+
+TEST_F(BenchEndToEndTest, LocalTransportCallersAreBatchedAndRight) {
+  const std::string socket = absl::StrCat(::testing::TempDir(), "bench_local_", getpid(), ".sock");
+  Start({"--workers=1", "--cpu_threads=1", "--local_listen=" + socket});
+  for (const char* spin : {"--local_spin_us=0", "--local_spin_us=200"}) {
+    const nlohmann::json j = Bench({"--concurrency=16", "--requests=400", "--rows=2",
+                                    "--channels=3", "--local=" + socket, spin});
+    ASSERT_TRUE(j.is_object());
+    EXPECT_EQ(j["ok"], 400);
+    EXPECT_EQ(j["errors"], 0);
+    EXPECT_EQ(j["mismatches"], 0);
+    EXPECT_EQ(j["setup"]["protocol"], "local");
+    const nlohmann::json& b = j["server_batching"];
+    EXPECT_EQ(b["requests"], 400);
+    EXPECT_GT(b["multi_request_launches"].get<int64_t>(), 0);
+  }
+  // The local transport has no streams.
+  const std::string address = "--server=" + server_->address();
+  absl::StatusOr<RunResult> r = RunProcess(
+      kQmmctl, {address, "bench", "--weight=w", "--requests=1", "--stream", "--local=" + socket},
+      scratch_);
+  ASSERT_TRUE(r.ok());
+  EXPECT_NE(r->exit_code, 0);
+  EXPECT_NE(r->output.find("--local carries unary MatMul only"), std::string::npos) << r->output;
 }
 
 TEST_F(BenchEndToEndTest, OpenInferenceCallsAreBatchedAndRight) {

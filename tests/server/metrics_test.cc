@@ -49,7 +49,7 @@ constexpr RpcMethod kAllMethods[] = {
     RpcMethod::kModelReady,      RpcMethod::kServerMetadata,   RpcMethod::kModelMetadata,
     RpcMethod::kModelInfer,      RpcMethod::kModelStreamInfer, RpcMethod::kModelConfig,
     RpcMethod::kModelStatistics, RpcMethod::kHttpHealth,       RpcMethod::kHttpMetadata,
-    RpcMethod::kHttpInfer};
+    RpcMethod::kHttpInfer,       RpcMethod::kLocalMatMul};
 constexpr RejectReason kAllReasons[] = {RejectReason::kQueueFull, RejectReason::kMemoryBudget,
                                         RejectReason::kDeadline, RejectReason::kCancelled,
                                         RejectReason::kDraining};

@@ -332,6 +332,22 @@ TEST(CheckBenchOptionsTest, EachBoundIsChecked) {
     o.inflight = 17;
   }));
   EXPECT_TRUE(bad([](BenchOptions& o) { o.inflight = 2; }));  // unary calls
+  // The local transport carries unary MatMul only.
+  for (auto other : {+[](BenchOptions& o) { o.stream = true; },
+                     +[](BenchOptions& o) { o.open_inference = true; }}) {
+    EXPECT_TRUE(bad([other](BenchOptions& o) {
+      o.local = "/tmp/s";
+      other(o);
+    }));
+  }
+  EXPECT_TRUE(bad([](BenchOptions& o) {
+    o.local = "/tmp/s";
+    o.local_spin = absl::Seconds(2);
+  }));
+  good.local = "/tmp/s";
+  good.local_spin = absl::Microseconds(100);
+  EXPECT_TRUE(CheckBenchOptions(good).ok());
+  good.local.clear();
   good.stream = true;
   good.inflight = 16;
   EXPECT_TRUE(CheckBenchOptions(good).ok());

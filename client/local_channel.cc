@@ -1,0 +1,150 @@
+#include "client/local_channel.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace qmm {
+
+using local::Fd;
+using local::Shared;
+
+absl::StatusOr<std::unique_ptr<LocalChannel>> LocalChannel::Connect(
+    const std::string& path, const LocalChannelOptions& options) {
+  sockaddr_un addr{};
+  if (path.empty() || path.size() >= sizeof(addr.sun_path)) {
+    return absl::InvalidArgumentError(absl::StrCat("local socket path \"", path,
+                                                   "\" must hold 1 to ",
+                                                   sizeof(addr.sun_path) - 1, " bytes"));
+  }
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.data(), path.size());
+  Fd socket_fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!socket_fd.valid() ||
+      connect(socket_fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot connect to unix:", path, ": ", std::strerror(errno)));
+  }
+  const local::Hello hello{.magic = local::kMagic,
+                           .version = local::kVersion,
+                           .slots = static_cast<uint32_t>(std::max(options.slots, 0)),
+                           .reserved = 0,
+                           .slot_bytes = static_cast<uint64_t>(std::max<int64_t>(options.slot_bytes, 0))};
+  if (absl::Status s = local::SendWithFds(socket_fd.get(), std::as_bytes(std::span(&hello, 1)), {});
+      !s.ok()) {
+    return s;
+  }
+  local::Welcome welcome{};
+  Fd fds[2];
+  absl::StatusOr<int> received = local::ReceiveWithFds(
+      socket_fd.get(), std::as_writable_bytes(std::span(&welcome, 1)), fds);
+  if (!received.ok()) return received.status();
+  if (welcome.magic != local::kMagic) {
+    return absl::UnavailableError(absl::StrCat("unix:", path, " is not a qmm local transport"));
+  }
+  if (welcome.code != 0) {
+    welcome.message[sizeof(welcome.message) - 1] = '\0';
+    return absl::Status(static_cast<absl::StatusCode>(welcome.code), welcome.message);
+  }
+  if (*received != 2 || welcome.segment_bytes != local::SegmentBytes(hello.slots, hello.slot_bytes)) {
+    return absl::DataLossError("the server's Welcome does not match the Hello");
+  }
+  absl::StatusOr<local::Segment> segment =
+      local::Segment::Map(std::move(fds[0]), hello.slots, hello.slot_bytes);
+  if (!segment.ok()) return segment.status();
+  return std::unique_ptr<LocalChannel>(new LocalChannel(
+      std::move(socket_fd), std::move(fds[1]), *std::move(segment), options.spin));
+}
+
+LocalChannel::LocalChannel(Fd socket, Fd doorbell, local::Segment segment, absl::Duration spin)
+    : socket_(std::move(socket)),
+      doorbell_(std::move(doorbell)),
+      segment_(std::move(segment)),
+      spin_(spin),
+      seq_(segment_.slots()) {
+  for (uint64_t i = 0; i < segment_.slots(); ++i) {
+    seq_[i] = Shared(segment_.control(i).request_seq).load(std::memory_order_relaxed);
+  }
+}
+
+bool LocalChannel::ServerGone() const {
+  pollfd p{.fd = socket_.get(), .events = POLLIN | POLLRDHUP, .revents = 0};
+  return poll(&p, 1, 0) > 0;  // the server never writes after the Welcome
+}
+
+absl::Status LocalChannel::MatMul(int slot, const v1::MatMulRequest& request,
+                                  v1::MatMulResponse* response, absl::Duration timeout) {
+  if (slot < 0 || slot >= slots()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("slot = ", slot, " must be in [0, ", slots(), ")"));
+  }
+  const std::span<std::byte> area = segment_.request_area(slot);
+  const size_t bytes = request.ByteSizeLong();
+  if (bytes > area.size()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the request's ", bytes, " bytes exceed the session's slot_bytes = ",
+                     area.size(), "; connect with larger slots"));
+  }
+  request.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(area.data()));
+  local::SlotControl& control = segment_.control(slot);
+  Shared(control.request_bytes).store(static_cast<uint32_t>(bytes), std::memory_order_relaxed);
+  std::atomic_ref<int64_t>(control.timeout_ns)
+      .store(timeout == absl::InfiniteDuration() ? 0 : absl::ToInt64Nanoseconds(timeout),
+             std::memory_order_relaxed);
+  const uint32_t seq = ++seq_[slot];
+  Shared(control.request_seq).store(seq, std::memory_order_release);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (Shared(segment_.header().server_sleeping).load(std::memory_order_relaxed) != 0) {
+    const uint64_t one = 1;
+    [[maybe_unused]] ssize_t n = write(doorbell_.get(), &one, sizeof(one));
+  }
+
+  std::atomic_ref<uint32_t> answered = Shared(control.response_seq);
+  const absl::Time start = absl::Now();
+  const absl::Time give_up = timeout == absl::InfiniteDuration() ? absl::InfiniteFuture()
+                                                                 : start + timeout + absl::Seconds(1);
+  while (answered.load(std::memory_order_acquire) != seq && absl::Now() - start < spin_) {
+  }
+  while (true) {
+    const uint32_t now_answered = answered.load(std::memory_order_acquire);
+    if (now_answered == seq) break;
+    Shared(control.client_waiting).store(1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (answered.load(std::memory_order_acquire) == seq) break;
+    // In slices, to notice the server going away.
+    local::FutexWait(control.response_seq, now_answered, absl::Milliseconds(50));
+    if (answered.load(std::memory_order_acquire) == seq) break;
+    if (ServerGone()) {
+      Shared(control.client_waiting).store(0, std::memory_order_relaxed);
+      return absl::UnavailableError("the server ended the local session");
+    }
+    if (absl::Now() >= give_up) {
+      Shared(control.client_waiting).store(0, std::memory_order_relaxed);
+      return absl::DeadlineExceededError(
+          absl::StrCat("no answer on local slot ", slot, " within ", absl::FormatDuration(timeout)));
+    }
+  }
+  Shared(control.client_waiting).store(0, std::memory_order_relaxed);
+
+  const std::span<std::byte> answer = segment_.response_area(slot);
+  const int32_t code = std::atomic_ref<int32_t>(control.code).load(std::memory_order_relaxed);
+  const uint32_t answer_bytes = std::min<uint64_t>(
+      Shared(control.response_bytes).load(std::memory_order_relaxed), answer.size());
+  const char* data = reinterpret_cast<const char*>(answer.data());
+  if (code != 0) {
+    return absl::Status(static_cast<absl::StatusCode>(code), std::string(data, answer_bytes));
+  }
+  if (!response->ParseFromArray(data, static_cast<int>(answer_bytes))) {
+    return absl::DataLossError("the local answer is not a serialized qmm.v1.MatMulResponse");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace qmm

@@ -1,0 +1,64 @@
+// A client of the local transport (proto/local/local_layout.h; qmm-server
+// --local_listen=PATH): MatMul through shared memory with a server on the same host,
+// without gRPC's round trip. The requests and answers are qmm.v1's; errors carry the
+// codes and messages a gRPC MatMul would get.
+//
+// Threads: one request at a time per slot; different slots may be used from different
+// threads at once.
+#ifndef QMM_CLIENT_LOCAL_CHANNEL_H_
+#define QMM_CLIENT_LOCAL_CHANNEL_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "proto/local/local_ipc.h"
+#include "qmm/v1/qmm.pb.h"
+
+namespace qmm {
+
+struct LocalChannelOptions {
+  int slots = 1;  // requests in flight at once, one a slot
+  // Room for one serialized request or response: 64 + 2 bytes a value for fp16 [M, K].
+  int64_t slot_bytes = int64_t{1} << 20;
+  // How long a caller polls for its answer before it sleeps until the server wakes it:
+  // polling saves the wake-up (microseconds) for the price of a busy core.
+  absl::Duration spin = absl::ZeroDuration();
+};
+
+class LocalChannel {
+ public:
+  // Opens a session with the server listening at `path`: the server's refusal (its code and
+  // message, e.g. INVALID_ARGUMENT for slot_bytes beyond its max_message_bytes), or
+  // UNAVAILABLE when nothing answers there.
+  static absl::StatusOr<std::unique_ptr<LocalChannel>> Connect(const std::string& path,
+                                                               const LocalChannelOptions& options);
+
+  // One MatMul on `slot` (0 <= slot < slots()). `timeout` is the request's deadline as the
+  // server applies it (dropped with DEADLINE_EXCEEDED if it has not launched by then);
+  // the caller waits for the answer at most `timeout` plus a second for one already
+  // running, then gets DEADLINE_EXCEEDED. UNAVAILABLE when the server ended the session.
+  absl::Status MatMul(int slot, const v1::MatMulRequest& request, v1::MatMulResponse* response,
+                      absl::Duration timeout = absl::Seconds(30));
+
+  int slots() const { return static_cast<int>(segment_.slots()); }
+
+ private:
+  LocalChannel(local::Fd socket, local::Fd doorbell, local::Segment segment, absl::Duration spin);
+
+  // Whether the server has closed the session's socket.
+  bool ServerGone() const;
+
+  local::Fd socket_;
+  local::Fd doorbell_;
+  local::Segment segment_;
+  const absl::Duration spin_;
+  std::vector<uint32_t> seq_;  // per slot: the last request_seq written
+};
+
+}  // namespace qmm
+
+#endif  // QMM_CLIENT_LOCAL_CHANNEL_H_
