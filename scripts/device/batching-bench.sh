@@ -20,7 +20,8 @@
 # --channels) to qmm-server, 256 over 16 and 64 to the echo, in ROUNDS rounds. With
 # BENCH_SET=local, the local transport (qmm-server --local_listen, qmmctl bench --local)
 # against gRPC on the same server, in ROUNDS rounds: one caller (polling for its answer or
-# not), 256 callers (verified too), each with and without batching.
+# not), 256 callers (verified too), each with and without batching, and 256 callers with 1
+# and 4 pollers (--local_threads) against the default 2.
 #   usage: [BENCH_SET=quick|connections|local] [ROUNDS=2] batching-bench.sh BIN_DIR OUT_DIR
 set -euo pipefail
 bin=$1
@@ -110,6 +111,12 @@ if [[ ${BENCH_SET:-full} == local ]]; then
     bench "r$r-streams256_nobatch" --concurrency=256 --stream --duration=5s --warmup=1
     bench "r$r-local256_nobatch" --local="$sock" --concurrency=256 --duration=5s --warmup=1
     stop_server
+    for threads in 1 4; do  # the pollers
+      start_server --local_listen="$sock" --local_threads=$threads
+      bench "r$r-local256_threads$threads" --local="$sock" --concurrency=256 --duration=5s \
+        --warmup=1
+      stop_server
+    done
   done
   echo "batching-bench: done"
   exit 0
