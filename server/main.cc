@@ -67,7 +67,9 @@ ABSL_FLAG(std::string, local_listen, "",
           "refused with --tls_cert; access is the socket file's permissions");
 ABSL_FLAG(int64_t, local_spin_us, 100,
           "how long a local transport poller keeps polling after a request before it sleeps (us)");
-ABSL_FLAG(int, local_threads, 2, "local transport pollers (sessions are spread over them)");
+ABSL_FLAG(int, local_threads, -1,
+          "local transport pollers (sessions are spread over them); -1 = a quarter of the "
+          "hardware threads, 1 to 4");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(20),
           "on SIGTERM/SIGINT, how long in-flight calls may run before they are cancelled; keep "
           "it below the orchestrator's kill timeout (Kubernetes: terminationGracePeriodSeconds)");
@@ -139,7 +141,11 @@ int main(int argc, char** argv) {
   options.shutdown_grace = absl::GetFlag(FLAGS_shutdown_grace);
   options.local_listen = absl::GetFlag(FLAGS_local_listen);
   options.local_spin = absl::Microseconds(absl::GetFlag(FLAGS_local_spin_us));
-  options.local_threads = absl::GetFlag(FLAGS_local_threads);
+  // Each poller keeps a core busy while requests come: 256 callers on a GPU machine's 16
+  // cores were served 4-7% faster by 4 pollers than by 2, on 2 cores 1 served the most.
+  const int local_threads = absl::GetFlag(FLAGS_local_threads);
+  options.local_threads =
+      local_threads >= 0 ? local_threads : std::clamp(hardware_threads / 4, 1, 4);
   qmm::QmmServer server(*std::move(backend), options);
   absl::StatusOr<int> port = server.Start();
   if (!port.ok()) return Fail(port.status());
