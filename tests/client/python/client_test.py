@@ -27,7 +27,7 @@ import numpy as np
 from inference import open_inference_pb2 as oip
 from inference import open_inference_pb2_grpc as oip_grpc
 from qmm.v1 import qmm_pb2
-from qmm_client import Client, layers
+from qmm_client import Client, LocalChannel, LocalError, layers
 from qmm_client.tensors import from_tensor, to_tensor
 
 SERVER = os.environ.get("QMM_SERVER_PATH", "")
@@ -205,9 +205,10 @@ def close_to(test, got, want, x, w, rel=1e-5, out_rel=0.0):
 class ServerTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
+        cls.local = os.path.join(tempfile.gettempdir(), f"qmm-py-{os.getpid()}.sock")
         cls.proc = subprocess.Popen(
             [SERVER, "--listen=127.0.0.1:0", "--metrics_listen=", "--backend=cpu",
-             "--http_listen=127.0.0.1:0"],
+             "--http_listen=127.0.0.1:0", f"--local_listen={cls.local}"],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         seen = ""
         for line in cls.proc.stdout:
@@ -261,6 +262,41 @@ class ServerTest(unittest.TestCase):
             close_to(self, y, xb @ w.T, xb, w)
             y = self.client.matmul("py.packed", x, output_dtype="bf16")
             close_to(self, y, x.astype(np.float64) @ w.T, x, w, out_rel=2.0 ** -8)
+
+    def test_local_transport_answers_as_grpc_does(self):
+        n, k = 96, 256
+        payload, w = w8a16_packed(n, k)
+        self.client.upload_packed("py.local", n, k, "w8a16", payload)
+        with LocalChannel(self.local, slots=2, slot_bytes=1 << 16, spin=0.0005) as local:
+            self.assertEqual(local.slots, 2)
+            for m, dtype, out in ((1, "fp16", None), (5, "fp32", "bf16"), (17, "bf16", "fp32")):
+                x = RNG.standard_normal((m, k)).astype(np.float32)
+                y = local.matmul("py.local", x, dtype=dtype, output_dtype=out, slot=m % 2)
+                want = self.client.matmul("py.local", x, dtype=dtype, output_dtype=out)
+                self.assertEqual((y.shape, y.dtype), (want.shape, want.dtype))
+                np.testing.assert_array_equal(y, want)
+            close_to(self, local.matmul("py.local", x), x.astype(np.float64) @ w.T, x, w)
+            # The server's refusals, with gRPC's codes and messages; the session goes on.
+            with self.assertRaises(LocalError) as caught:
+                local.matmul("py.nothing", x)
+            self.assertEqual(caught.exception.code(), grpc.StatusCode.NOT_FOUND)
+            self.assertIn("py.nothing", caught.exception.details())
+            with self.assertRaises(grpc.RpcError) as caught:
+                local.matmul("py.local", RNG.standard_normal((1, k + 1)).astype(np.float32))
+            self.assertEqual(caught.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+            with self.assertRaises(LocalError) as caught:  # over the slot: never sent
+                local.matmul("py.local", RNG.standard_normal((100, k)).astype(np.float32))
+            self.assertEqual(caught.exception.code(), grpc.StatusCode.RESOURCE_EXHAUSTED)
+            with self.assertRaisesRegex(ValueError, r"slot = 2 must be in \[0, 2\)"):
+                local.matmul("py.local", x, slot=2)
+            self.assertEqual(local.matmul("py.local", x).shape, (17, n))
+        with self.assertRaises(LocalError) as caught:
+            LocalChannel(self.local, slot_bytes=100)
+        self.assertEqual(caught.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("Hello.slot_bytes = 100", caught.exception.details())
+        with self.assertRaises(LocalError) as caught:
+            LocalChannel(self.local + ".none")
+        self.assertEqual(caught.exception.code(), grpc.StatusCode.UNAVAILABLE)
 
     def test_float_upload_in_several_chunks_is_quantized_by_the_server(self):
         # 640 x 1024 fp32 = 2.5 MiB: three chunks.
