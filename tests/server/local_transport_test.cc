@@ -107,6 +107,19 @@ class LocalTransportTest : public ::testing::Test {
                              v1::DTYPE_UNSPECIFIED);
   }
 
+  // Closes the gate and has `channel` send a request on `slot` from a thread of its own,
+  // which takes the worker (one) until the gate opens; that request must succeed.
+  std::thread HoldTheWorker(LocalChannel& channel, int slot) {
+    gate_->Close();
+    std::thread holder([this, &channel, slot] {
+      v1::MatMulResponse response;
+      const absl::Status s = channel.MatMul(slot, Request(1, 100 + slot), &response);
+      EXPECT_TRUE(s.ok()) << s;
+    });
+    EXPECT_TRUE(gate_->WaitForCalls(1));
+    return holder;
+  }
+
   // The request's result checked against the float64 reference.
   void ExpectCorrect(const v1::MatMulRequest& request, const v1::MatMulResponse& response,
                      DType dtype) {
@@ -314,12 +327,7 @@ TEST_F(LocalTransportTest, SurvivesGarbageInTheSegment) {
 
 TEST_F(LocalTransportTest, DropsTheQueuedRequestsOfAClientThatLeft) {
   std::unique_ptr<LocalChannel> holder = Connect();
-  gate_->Close();
-  std::thread first([&] {
-    v1::MatMulResponse response;
-    EXPECT_TRUE(holder->MatMul(0, Request(1, 20), &response).ok());
-  });
-  ASSERT_TRUE(gate_->WaitForCalls(1));
+  std::thread first = HoldTheWorker(*holder, 0);
   {
     // Queued behind the held launch, then gone.
     RawSession s = Handshake(path_, GoodHello(1, 8192));
@@ -348,12 +356,7 @@ TEST_F(LocalTransportTest, DropsTheQueuedRequestsOfAClientThatLeft) {
 
 TEST_F(LocalTransportTest, DropsARequestWhoseDeadlinePassedInTheQueue) {
   std::unique_ptr<LocalChannel> channel = Connect(2);
-  gate_->Close();
-  std::thread first([&] {
-    v1::MatMulResponse response;
-    EXPECT_TRUE(channel->MatMul(0, Request(1, 30), &response).ok());
-  });
-  ASSERT_TRUE(gate_->WaitForCalls(1));
+  std::thread first = HoldTheWorker(*channel, 0);
   std::thread late([&] {
     v1::MatMulResponse response;
     const absl::Status s = channel->MatMul(1, Request(1, 31), &response, absl::Milliseconds(20));
@@ -371,12 +374,7 @@ TEST_F(LocalTransportTest, DropsARequestWhoseDeadlinePassedInTheQueue) {
 
 TEST_F(LocalTransportTest, ShutdownAnswersWhatItTookThenEndsTheSessions) {
   std::unique_ptr<LocalChannel> channel = Connect(2);
-  gate_->Close();
-  std::thread running([&] {
-    v1::MatMulResponse response;
-    EXPECT_TRUE(channel->MatMul(0, Request(1, 40), &response).ok());
-  });
-  ASSERT_TRUE(gate_->WaitForCalls(1));
+  std::thread running = HoldTheWorker(*channel, 0);
   std::thread stopper([&] { server_->Shutdown(); });
   absl::SleepFor(absl::Milliseconds(100));
   gate_->Open();
