@@ -20,9 +20,8 @@ absl::StatusOr<std::unique_ptr<LocalChannel>> LocalChannel::Connect(
     const std::string& path, const LocalChannelOptions& options) {
   sockaddr_un addr{};
   if (path.empty() || path.size() >= sizeof(addr.sun_path)) {
-    return absl::InvalidArgumentError(absl::StrCat("local socket path \"", path,
-                                                   "\" must hold 1 to ",
-                                                   sizeof(addr.sun_path) - 1, " bytes"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "local socket path \"", path, "\" must hold 1 to ", sizeof(addr.sun_path) - 1, " bytes"));
   }
   addr.sun_family = AF_UNIX;
   std::memcpy(addr.sun_path, path.data(), path.size());
@@ -32,19 +31,20 @@ absl::StatusOr<std::unique_ptr<LocalChannel>> LocalChannel::Connect(
     return absl::UnavailableError(
         absl::StrCat("cannot connect to unix:", path, ": ", std::strerror(errno)));
   }
-  const local::Hello hello{.magic = local::kMagic,
-                           .version = local::kVersion,
-                           .slots = static_cast<uint32_t>(std::max(options.slots, 0)),
-                           .reserved = 0,
-                           .slot_bytes = static_cast<uint64_t>(std::max<int64_t>(options.slot_bytes, 0))};
+  const local::Hello hello{
+      .magic = local::kMagic,
+      .version = local::kVersion,
+      .slots = static_cast<uint32_t>(std::max(options.slots, 0)),
+      .reserved = 0,
+      .slot_bytes = static_cast<uint64_t>(std::max<int64_t>(options.slot_bytes, 0))};
   if (absl::Status s = local::SendWithFds(socket_fd.get(), std::as_bytes(std::span(&hello, 1)), {});
       !s.ok()) {
     return s;
   }
   local::Welcome welcome{};
   Fd fds[2];
-  absl::StatusOr<int> received = local::ReceiveWithFds(
-      socket_fd.get(), std::as_writable_bytes(std::span(&welcome, 1)), fds);
+  absl::StatusOr<int> received =
+      local::ReceiveWithFds(socket_fd.get(), std::as_writable_bytes(std::span(&welcome, 1)), fds);
   if (!received.ok()) return received.status();
   if (welcome.magic != local::kMagic) {
     return absl::UnavailableError(absl::StrCat("unix:", path, " is not a qmm local transport"));
@@ -53,14 +53,15 @@ absl::StatusOr<std::unique_ptr<LocalChannel>> LocalChannel::Connect(
     welcome.message[sizeof(welcome.message) - 1] = '\0';
     return absl::Status(static_cast<absl::StatusCode>(welcome.code), welcome.message);
   }
-  if (*received != 2 || welcome.segment_bytes != local::SegmentBytes(hello.slots, hello.slot_bytes)) {
+  if (*received != 2 ||
+      welcome.segment_bytes != local::SegmentBytes(hello.slots, hello.slot_bytes)) {
     return absl::DataLossError("the server's Welcome does not match the Hello");
   }
   absl::StatusOr<local::Segment> segment =
       local::Segment::Map(std::move(fds[0]), hello.slots, hello.slot_bytes);
   if (!segment.ok()) return segment.status();
-  return std::unique_ptr<LocalChannel>(new LocalChannel(
-      std::move(socket_fd), std::move(fds[1]), *std::move(segment), options.spin));
+  return std::unique_ptr<LocalChannel>(
+      new LocalChannel(std::move(socket_fd), std::move(fds[1]), *std::move(segment), options.spin));
 }
 
 LocalChannel::LocalChannel(Fd socket, Fd doorbell, local::Segment segment, absl::Duration spin)
@@ -88,9 +89,9 @@ absl::Status LocalChannel::MatMul(int slot, const v1::MatMulRequest& request,
   const std::span<std::byte> area = segment_.request_area(slot);
   const size_t bytes = request.ByteSizeLong();
   if (bytes > area.size()) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("the request's ", bytes, " bytes exceed the session's slot_bytes = ",
-                     area.size(), "; connect with larger slots"));
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the request's ", bytes, " bytes exceed the session's slot_bytes = ", area.size(),
+        "; connect with larger slots"));
   }
   request.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(area.data()));
   local::SlotControl& control = segment_.control(slot);
@@ -108,8 +109,9 @@ absl::Status LocalChannel::MatMul(int slot, const v1::MatMulRequest& request,
 
   std::atomic_ref<uint32_t> answered = Shared(control.response_seq);
   const absl::Time start = absl::Now();
-  const absl::Time give_up = timeout == absl::InfiniteDuration() ? absl::InfiniteFuture()
-                                                                 : start + timeout + absl::Seconds(1);
+  const absl::Time give_up = timeout == absl::InfiniteDuration()
+                                 ? absl::InfiniteFuture()
+                                 : start + timeout + absl::Seconds(1);
   while (answered.load(std::memory_order_acquire) != seq && absl::Now() - start < spin_) {
   }
   while (true) {
@@ -127,8 +129,8 @@ absl::Status LocalChannel::MatMul(int slot, const v1::MatMulRequest& request,
     }
     if (absl::Now() >= give_up) {
       Shared(control.client_waiting).store(0, std::memory_order_relaxed);
-      return absl::DeadlineExceededError(
-          absl::StrCat("no answer on local slot ", slot, " within ", absl::FormatDuration(timeout)));
+      return absl::DeadlineExceededError(absl::StrCat("no answer on local slot ", slot, " within ",
+                                                      absl::FormatDuration(timeout)));
     }
   }
   Shared(control.client_waiting).store(0, std::memory_order_relaxed);

@@ -66,9 +66,8 @@ void Answer(LocalTransport::Session& session, uint64_t index, uint32_t seq,
   if (status.ok()) {
     bytes = slot.response.ByteSizeLong();
     if (bytes > area.size()) {
-      status = absl::ResourceExhaustedError(
-          absl::StrCat("the response's ", bytes, " bytes exceed the session's slot_bytes = ",
-                       area.size()));
+      status = absl::ResourceExhaustedError(absl::StrCat(
+          "the response's ", bytes, " bytes exceed the session's slot_bytes = ", area.size()));
     } else {
       slot.response.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(area.data()));
     }
@@ -277,8 +276,8 @@ class LocalTransport::Poller {
 
 absl::Status CheckLocalTransportOptions(const LocalTransportOptions& o) {
   if (o.spin < absl::ZeroDuration() || o.spin > absl::Seconds(1)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "local_spin = ", absl::FormatDuration(o.spin), " must be in [0, 1s]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("local_spin = ", absl::FormatDuration(o.spin), " must be in [0, 1s]"));
   }
   if (o.threads < 1 || o.threads > 64) {
     return absl::InvalidArgumentError(
@@ -297,9 +296,9 @@ absl::Status CheckHello(const local::Hello& h, int64_t max_message_bytes) {
         "Hello.magic = 0x%08x is not the local transport's 0x%08x", h.magic, local::kMagic));
   }
   if (h.version != local::kVersion) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "Hello.version = ", h.version, " is not supported: this server speaks version ",
-        local::kVersion));
+    return absl::FailedPreconditionError(
+        absl::StrCat("Hello.version = ", h.version,
+                     " is not supported: this server speaks version ", local::kVersion));
   }
   if (h.reserved != 0) {
     return absl::InvalidArgumentError(absl::StrCat("Hello.reserved = ", h.reserved, " must be 0"));
@@ -311,15 +310,15 @@ absl::Status CheckHello(const local::Hello& h, int64_t max_message_bytes) {
   const uint64_t most = static_cast<uint64_t>(max_message_bytes);
   if (h.slot_bytes < local::kMinSlotBytes || h.slot_bytes > most ||
       h.slot_bytes % local::kAlign != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Hello.slot_bytes = ", h.slot_bytes, " must be a multiple of ", local::kAlign, " in [",
-        local::kMinSlotBytes, ", max_message_bytes = ", most, "]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Hello.slot_bytes = ", h.slot_bytes, " must be a multiple of ", local::kAlign,
+                     " in [", local::kMinSlotBytes, ", max_message_bytes = ", most, "]"));
   }
   const uint64_t segment = local::SegmentBytes(h.slots, h.slot_bytes);
   if (segment > local::kMaxSegmentBytes) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("Hello.slots x slot_bytes needs a segment of ", segment,
-                     " bytes, more than the ", local::kMaxSegmentBytes, " allowed"));
+    return absl::ResourceExhaustedError(absl::StrCat("Hello.slots x slot_bytes needs a segment of ",
+                                                     segment, " bytes, more than the ",
+                                                     local::kMaxSegmentBytes, " allowed"));
   }
   return absl::OkStatus();
 }
@@ -402,8 +401,8 @@ void LocalTransport::Handshake(Fd socket) {
   welcome.version = local::kVersion;
   absl::Status status = CheckHello(hello, context_.limits.max_message_bytes);
   if (status.ok() && sessions_.load(std::memory_order_relaxed) >= options_.max_sessions) {
-    status = absl::ResourceExhaustedError(absl::StrCat(
-        "the server holds its most local sessions, ", options_.max_sessions));
+    status = absl::ResourceExhaustedError(
+        absl::StrCat("the server holds its most local sessions, ", options_.max_sessions));
   }
   absl::StatusOr<local::Segment> segment = absl::UnknownError("");
   if (status.ok()) {

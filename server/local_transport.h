@@ -34,7 +34,7 @@ struct LocalTransportOptions {
   std::string path;  // the Unix socket, created here (a stale socket file is replaced)
   // How long a poller keeps polling after its last request before it sleeps.
   absl::Duration spin = absl::Microseconds(100);
-  int threads = 2;        // pollers
+  int threads = 2;  // pollers
   int max_sessions = 1024;
 };
 
@@ -66,7 +66,8 @@ class LocalTransport {
   class Poller;
 
  private:
-  LocalTransport(const LocalTransportOptions& options, const ServiceContext& context, local::Fd listener);
+  LocalTransport(const LocalTransportOptions& options, const ServiceContext& context,
+                 local::Fd listener);
 
   void AcceptLoop();
   // Answers one connection's Hello; on success the session goes to a poller.
@@ -81,7 +82,7 @@ class LocalTransport {
   std::vector<std::unique_ptr<Poller>> pollers_;
   std::atomic<int> sessions_{0};
   std::atomic<bool> stopping_{false};  // set by Shutdown, read by the acceptor
-  int next_poller_ = 0;  // acceptor thread only
+  int next_poller_ = 0;                // acceptor thread only
 
   absl::Mutex mu_;
   int64_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;

@@ -160,11 +160,11 @@ absl::StatusOr<int> QmmServer::Start() {
     http_ = *std::move(http);
   }
   if (!options_.local_listen.empty()) {
-    absl::StatusOr<std::unique_ptr<LocalTransport>> local = LocalTransport::Start(
-        {.path = options_.local_listen,
-         .spin = options_.local_spin,
-         .threads = options_.local_threads},
-        context);
+    absl::StatusOr<std::unique_ptr<LocalTransport>> local =
+        LocalTransport::Start({.path = options_.local_listen,
+                               .spin = options_.local_spin,
+                               .threads = options_.local_threads},
+                              context);
     if (!local.ok()) {
       http_.reset();
       server_->Shutdown();

@@ -393,10 +393,9 @@ absl::StatusOr<std::vector<std::unique_ptr<LocalChannel>>> OpenLocalChannels(
   for (const v1::MatMulRequest& request : inputs.matmul) {
     largest = std::max<int64_t>(largest, static_cast<int64_t>(request.ByteSizeLong()));
   }
-  const LocalChannelOptions options{
-      .slots = (o.concurrency + count - 1) / count,
-      .slot_bytes = std::max<int64_t>(4096, (largest + 63) / 64 * 64),
-      .spin = o.local_spin};
+  const LocalChannelOptions options{.slots = (o.concurrency + count - 1) / count,
+                                    .slot_bytes = std::max<int64_t>(4096, (largest + 63) / 64 * 64),
+                                    .spin = o.local_spin};
   std::vector<std::unique_ptr<LocalChannel>> channels;
   for (int i = 0; i < count; ++i) {
     absl::StatusOr<std::unique_ptr<LocalChannel>> channel = LocalChannel::Connect(o.local, options);

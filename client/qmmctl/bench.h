@@ -15,8 +15,8 @@
 // costs the server nothing extra.
 //
 // Callers share `channels` connections (or local sessions) round robin, as the clients of a
-// real server would come over many. Each unary call has ClientOptions::call_timeout; a stream is replaced
-// before less than half of that is left of its deadline, so every request gets at least
+// real server would come over many. Each unary call has ClientOptions::call_timeout; a stream is
+// replaced before less than half of that is left of its deadline, so every request gets at least
 // half of it and the run stays bounded in time.
 #ifndef QMM_CLIENT_QMMCTL_BENCH_H_
 #define QMM_CLIENT_QMMCTL_BENCH_H_

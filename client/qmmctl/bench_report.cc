@@ -127,12 +127,12 @@ std::string FormatReport(const BenchReport& r) {
                                 s.layers == 1 ? "" : "s", s.n, s.k)
               : absl::StrFormat("%s (%s [%d, %d])", s.weight, s.scheme, s.n, s.k);
   std::string out = absl::StrFormat(
-      "bench %s on %s (%s%s): %d %s%s over %d %s%s, M=%d %s -> %s, %d input%s\n", target,
-      s.server, s.backend, s.protocol == "qmm.v1" ? "" : absl::StrCat(", ", s.protocol),
-      s.concurrency, s.stream ? "streams" : "unary callers",
+      "bench %s on %s (%s%s): %d %s%s over %d %s%s, M=%d %s -> %s, %d input%s\n", target, s.server,
+      s.backend, s.protocol == "qmm.v1" ? "" : absl::StrCat(", ", s.protocol), s.concurrency,
+      s.stream ? "streams" : "unary callers",
       s.inflight > 1 ? absl::StrCat(" (", s.inflight, " requests in flight each)") : "", s.channels,
-      s.protocol == "local" ? "local session" : "connection", s.channels == 1 ? "" : "s", s.rows, s.dtype, s.output_dtype, s.inputs,
-      s.inputs == 1 ? "" : "s");
+      s.protocol == "local" ? "local session" : "connection", s.channels == 1 ? "" : "s", s.rows,
+      s.dtype, s.output_dtype, s.inputs, s.inputs == 1 ? "" : "s");
   absl::StrAppendFormat(&out, "  requests: %d ok, %d error%s", r.ok, r.errors,
                         r.errors == 1 ? "" : "s");
   if (s.verifying()) {

@@ -43,8 +43,8 @@ absl::StatusOr<Segment> Segment::Map(Fd fd, uint64_t slots, uint64_t slot_bytes)
   struct stat st {};
   if (fstat(fd.get(), &st) != 0) return Errno("fstat of the local segment");
   if (static_cast<uint64_t>(st.st_size) < bytes) {
-    return absl::DataLossError(absl::StrCat("the local segment holds ", st.st_size,
-                                            " bytes, its geometry needs ", bytes));
+    return absl::DataLossError(
+        absl::StrCat("the local segment holds ", st.st_size, " bytes, its geometry needs ", bytes));
   }
   void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
   if (base == MAP_FAILED) return Errno("mmap of the local segment");

@@ -88,8 +88,8 @@ class LocalTransportTest : public ::testing::Test {
     options.max_rows = 512;
     server_ = StartGatedServer(std::move(options), &port_, &gate_, /*workers=*/1);
     ASSERT_NE(server_, nullptr);
-    channel_ = grpc::CreateChannel(absl::StrCat("127.0.0.1:", port_),
-                                   grpc::InsecureChannelCredentials());
+    channel_ =
+        grpc::CreateChannel(absl::StrCat("127.0.0.1:", port_), grpc::InsecureChannelCredentials());
     stub_ = v1::Qmm::NewStub(channel_);
     weight_ = &weights_.Upload(*stub_, "w", Scheme::kW4A16, {.n = kN, .k = kK}, 7);
   }
@@ -311,12 +311,14 @@ TEST_F(LocalTransportTest, SurvivesGarbageInTheSegment) {
   send(0, 9000, 0);
   EXPECT_EQ(segment->control(0).code, static_cast<int32_t>(absl::StatusCode::kInvalidArgument));
   ExpectSays(std::string(reinterpret_cast<const char*>(segment->response_area(0).data()),
-                          segment->control(0).response_bytes), "request_bytes = 9000 exceeds the session's slot_bytes = 8192");
+                         segment->control(0).response_bytes),
+             "request_bytes = 9000 exceeds the session's slot_bytes = 8192");
   const std::string valid = Request(1, 12).SerializeAsString();
   std::memcpy(segment->request_area(1).data(), valid.data(), valid.size());
   send(1, static_cast<uint32_t>(valid.size()), -5);
   ExpectSays(std::string(reinterpret_cast<const char*>(segment->response_area(1).data()),
-                          segment->control(1).response_bytes), "timeout_ns = -5 must not be negative");
+                         segment->control(1).response_bytes),
+             "timeout_ns = -5 must not be negative");
   send(1, static_cast<uint32_t>(valid.size()), 0);
   EXPECT_EQ(segment->control(1).code, 0);
   // The server still serves everyone.
@@ -403,9 +405,12 @@ std::unique_ptr<Backend> OneWorkerCpu() {
 }
 
 TEST(LocalTransportOptionsTest, RefusesBadOptions) {
-  ExpectSays(CheckLocalTransportOptions({.path = "x", .threads = 0}).message(), "local_threads = 0");
-  ExpectSays(CheckLocalTransportOptions({.path = "x", .spin = absl::Seconds(2)}).message(), "local_spin = 2s");
-  ExpectSays(CheckLocalTransportOptions({.path = "x", .max_sessions = 0}).message(), "max_sessions = 0");
+  ExpectSays(CheckLocalTransportOptions({.path = "x", .threads = 0}).message(),
+             "local_threads = 0");
+  ExpectSays(CheckLocalTransportOptions({.path = "x", .spin = absl::Seconds(2)}).message(),
+             "local_spin = 2s");
+  ExpectSays(CheckLocalTransportOptions({.path = "x", .max_sessions = 0}).message(),
+             "max_sessions = 0");
 
   ServerOptions tls;
   tls.local_listen = SocketPath("tls");
@@ -417,7 +422,10 @@ TEST(LocalTransportOptionsTest, RefusesBadOptions) {
   ExpectSays(started.status().message(), "local_listen");
 
   const std::string file = SocketPath("file");
-  { std::FILE* f = std::fopen(file.c_str(), "w"); std::fclose(f); }
+  {
+    std::FILE* f = std::fopen(file.c_str(), "w");
+    std::fclose(f);
+  }
   ServerOptions taken;
   taken.local_listen = file;
   taken.listen_address = "127.0.0.1:0";
