@@ -1,12 +1,8 @@
 #include "client/local_channel.h"
 
 #include <poll.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -18,19 +14,9 @@ using local::Shared;
 
 absl::StatusOr<std::unique_ptr<LocalChannel>> LocalChannel::Connect(
     const std::string& path, const LocalChannelOptions& options) {
-  sockaddr_un addr{};
-  if (path.empty() || path.size() >= sizeof(addr.sun_path)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "local socket path \"", path, "\" must hold 1 to ", sizeof(addr.sun_path) - 1, " bytes"));
-  }
-  addr.sun_family = AF_UNIX;
-  std::memcpy(addr.sun_path, path.data(), path.size());
-  Fd socket_fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!socket_fd.valid() ||
-      connect(socket_fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot connect to unix:", path, ": ", std::strerror(errno)));
-  }
+  absl::StatusOr<Fd> connected = local::ConnectUnix(path);
+  if (!connected.ok()) return connected.status();
+  Fd socket_fd = *std::move(connected);
   const local::Hello hello{
       .magic = local::kMagic,
       .version = local::kVersion,

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -73,6 +74,23 @@ Segment& Segment::operator=(Segment&& other) noexcept {
     slot_bytes_ = std::exchange(other.slot_bytes_, 0);
   }
   return *this;
+}
+
+absl::StatusOr<Fd> ConnectUnix(const std::string& path) {
+  sockaddr_un addr{};
+  if (path.empty() || path.size() >= sizeof(addr.sun_path)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "local socket path \"", path, "\" must hold 1 to ", sizeof(addr.sun_path) - 1, " bytes"));
+  }
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.data(), path.size());
+  Fd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid() ||
+      connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot connect to unix:", path, ": ", std::strerror(errno)));
+  }
+  return fd;
 }
 
 absl::StatusOr<Fd> CreateSealedMemfd(const char* name, uint64_t bytes) {

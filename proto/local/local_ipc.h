@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -71,6 +72,10 @@ class Segment {
 
 // The shared words of the segment, which the other process changes under us.
 inline std::atomic_ref<uint32_t> Shared(uint32_t& word) { return std::atomic_ref<uint32_t>(word); }
+
+// A stream socket connected to the Unix socket at `path`: INVALID_ARGUMENT for a path a
+// socket address cannot hold, UNAVAILABLE when nothing accepts there.
+absl::StatusOr<Fd> ConnectUnix(const std::string& path);
 
 // A new sealed memfd of `bytes`, zero-filled (neither side can shrink it under the other's
 // mapping, which would turn the other's accesses into SIGBUS).

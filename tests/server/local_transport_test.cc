@@ -5,8 +5,6 @@
 #include "server/local_transport.h"
 
 #include <gtest/gtest.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -50,12 +48,9 @@ struct RawSession {
 };
 
 local::Fd ConnectRaw(const std::string& path) {
-  local::Fd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::memcpy(addr.sun_path, path.data(), path.size());
-  EXPECT_EQ(connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)), 0);
-  return fd;
+  absl::StatusOr<local::Fd> fd = local::ConnectUnix(path);
+  EXPECT_TRUE(fd.ok()) << fd.status();
+  return fd.ok() ? *std::move(fd) : local::Fd();
 }
 
 RawSession Handshake(const std::string& path, const local::Hello& hello) {
