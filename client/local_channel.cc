@@ -54,12 +54,7 @@ LocalChannel::LocalChannel(Fd socket, Fd doorbell, local::Segment segment, absl:
     : socket_(std::move(socket)),
       doorbell_(std::move(doorbell)),
       segment_(std::move(segment)),
-      spin_(spin),
-      seq_(segment_.slots()) {
-  for (uint64_t i = 0; i < segment_.slots(); ++i) {
-    seq_[i] = Shared(segment_.control(i).request_seq).load(std::memory_order_relaxed);
-  }
-}
+      spin_(spin) {}
 
 bool LocalChannel::ServerGone() const {
   pollfd p{.fd = socket_.get(), .events = POLLIN | POLLRDHUP, .revents = 0};
@@ -85,7 +80,8 @@ absl::Status LocalChannel::MatMul(int slot, const v1::MatMulRequest& request,
   std::atomic_ref<int64_t>(control.timeout_ns)
       .store(timeout == absl::InfiniteDuration() ? 0 : absl::ToInt64Nanoseconds(timeout),
              std::memory_order_relaxed);
-  const uint32_t seq = ++seq_[slot];
+  // The client alone writes request_seq: the last value it wrote is there to read.
+  const uint32_t seq = Shared(control.request_seq).load(std::memory_order_relaxed) + 1;
   Shared(control.request_seq).store(seq, std::memory_order_release);
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (Shared(segment_.header().server_sleeping).load(std::memory_order_relaxed) != 0) {

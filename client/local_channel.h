@@ -11,7 +11,6 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -56,7 +55,6 @@ class LocalChannel {
   local::Fd doorbell_;
   local::Segment segment_;
   const absl::Duration spin_;
-  std::vector<uint32_t> seq_;  // per slot: the last request_seq written
 };
 
 }  // namespace qmm

@@ -104,7 +104,6 @@ class LocalChannel:
         self._slot_bytes = slot_bytes
         self._spin = spin
         self._fence = _Fence()
-        self._seq = [self._u32(self._control(s) + _REQUEST_SEQ).value for s in range(slots)]
 
     def close(self):
         if getattr(self, "_map", None) is not None:
@@ -154,11 +153,12 @@ class LocalChannel:
         self._map[area:area + len(body)] = body
         struct.pack_into("<Iq", self._map, control + _REQUEST_BYTES, len(body),
                          0 if timeout is None else int(timeout * 1e9))
-        seq = (self._seq[slot] + 1) & 0xFFFFFFFF
-        self._seq[slot] = seq
+        # The client alone writes request_seq: the last value it wrote is there to read.
+        request_seq = self._u32(control + _REQUEST_SEQ)
+        seq = (request_seq.value + 1) & 0xFFFFFFFF
         answered = self._u32(control + _RESPONSE_SEQ)
         waiting = self._u32(control + _CLIENT_WAITING)
-        self._u32(control + _REQUEST_SEQ).value = seq
+        request_seq.value = seq
         # Ringing every time spares the fence before reading server_sleeping.
         os.write(self._doorbell, struct.pack("<Q", 1))
         give_up = None if timeout is None else time.monotonic() + timeout + 1.0
