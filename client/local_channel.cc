@@ -3,6 +3,7 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -11,6 +12,21 @@ namespace qmm {
 
 using local::Fd;
 using local::Shared;
+
+namespace {
+
+// `request` without its rows, which travel beside the message: every field of MatMulRequest
+// and of its input Tensor but input.data (local_channel_test checks there are no others).
+v1::MatMulRequest WithoutRows(const v1::MatMulRequest& request) {
+  v1::MatMulRequest header;
+  header.set_weight(request.weight());
+  header.set_output_dtype(request.output_dtype());
+  header.mutable_input()->set_dtype(request.input().dtype());
+  *header.mutable_input()->mutable_shape() = request.input().shape();
+  return header;
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<LocalChannel>> LocalChannel::Connect(
     const std::string& path, const LocalChannelOptions& options) {
@@ -67,16 +83,23 @@ absl::Status LocalChannel::MatMul(int slot, const v1::MatMulRequest& request,
     return absl::InvalidArgumentError(
         absl::StrCat("slot = ", slot, " must be in [0, ", slots(), ")"));
   }
+  // The rows beside the message, where the server reads them in place; a request without
+  // rows goes inline, for the server to refuse as gRPC would.
+  const std::string& rows = request.input().data();
+  const v1::MatMulRequest header = rows.empty() ? request : WithoutRows(request);
+  const uint64_t message_at = rows.empty() ? 0 : local::MessageOffset(rows.size());
   const std::span<std::byte> area = segment_.request_area(slot);
-  const size_t bytes = request.ByteSizeLong();
-  if (bytes > area.size()) {
+  const size_t bytes = header.ByteSizeLong();
+  if (message_at + bytes > area.size()) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "the request's ", bytes, " bytes exceed the session's slot_bytes = ", area.size(),
-        "; connect with larger slots"));
+        "the request's ", message_at + bytes,
+        " bytes exceed the session's slot_bytes = ", area.size(), "; connect with larger slots"));
   }
-  request.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(area.data()));
+  std::memcpy(area.data(), rows.data(), rows.size());
+  header.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(area.data() + message_at));
   local::SlotControl& control = segment_.control(slot);
   Shared(control.request_bytes).store(static_cast<uint32_t>(bytes), std::memory_order_relaxed);
+  Shared(control.input_bytes).store(static_cast<uint32_t>(rows.size()), std::memory_order_relaxed);
   std::atomic_ref<int64_t>(control.timeout_ns)
       .store(timeout == absl::InfiniteDuration() ? 0 : absl::ToInt64Nanoseconds(timeout),
              std::memory_order_relaxed);
@@ -119,15 +142,19 @@ absl::Status LocalChannel::MatMul(int slot, const v1::MatMulRequest& request,
 
   const std::span<std::byte> answer = segment_.response_area(slot);
   const int32_t code = std::atomic_ref<int32_t>(control.code).load(std::memory_order_relaxed);
-  const uint32_t answer_bytes = std::min<uint64_t>(
-      Shared(control.response_bytes).load(std::memory_order_relaxed), answer.size());
+  const uint64_t answer_bytes = Shared(control.response_bytes).load(std::memory_order_relaxed);
+  const uint64_t output_bytes = Shared(control.output_bytes).load(std::memory_order_relaxed);
   const char* data = reinterpret_cast<const char*>(answer.data());
   if (code != 0) {
-    return absl::Status(static_cast<absl::StatusCode>(code), std::string(data, answer_bytes));
+    return absl::Status(static_cast<absl::StatusCode>(code),
+                        std::string(data, std::min<uint64_t>(answer_bytes, answer.size())));
   }
-  if (!response->ParseFromArray(data, static_cast<int>(answer_bytes))) {
+  const uint64_t answer_at = output_bytes > 0 ? local::MessageOffset(output_bytes) : 0;
+  if (answer_at + answer_bytes > answer.size() ||
+      !response->ParseFromArray(data + answer_at, static_cast<int>(answer_bytes))) {
     return absl::DataLossError("the local answer is not a serialized qmm.v1.MatMulResponse");
   }
+  if (output_bytes > 0) response->mutable_output()->set_data(data, output_bytes);
   return absl::OkStatus();
 }
 

@@ -17,6 +17,15 @@ absl::StatusOr<std::unique_ptr<BackendModel>> Backend::LoadModel(std::span<const
 
 absl::StatusOr<HostStaging> Backend::StageHost(int, size_t, size_t) { return HostStaging{}; }
 
+absl::StatusOr<std::unique_ptr<HostRegistration>> Backend::RegisterHost(void*, size_t) {
+  return nullptr;
+}
+
+absl::StatusOr<int64_t> Backend::MatMulBlocks(int, const BlocksMatMulCall&) {
+  return absl::UnimplementedError(absl::StrCat(
+      "the ", std::string(name()), " backend does not run MatMul on registered host memory"));
+}
+
 absl::StatusOr<int64_t> Backend::Forward(int, const ForwardCall&) {
   return absl::UnimplementedError(
       absl::StrCat("the ", std::string(name()), " backend does not run models"));

@@ -61,6 +61,32 @@ struct MatMulCall {
   TransferTimes* transfer = nullptr;
 };
 
+// One request's rows in a MatMulBlocks call: `rows` rows of x ([rows, k], the call's
+// x_dtype) and where their results go (y, [rows, n] of y_dtype), both row-major.
+struct RowBlock {
+  const void* x = nullptr;
+  void* y = nullptr;
+  int64_t rows = 0;
+};
+
+// One MatMul over the rows of several requests, each block's x and y in host memory
+// registered with the backend (Backend::RegisterHost), where its device reads and writes
+// them in place.
+struct BlocksMatMulCall {
+  const BackendWeight* weight = nullptr;
+  DType x_dtype = DType::kF16;
+  DType y_dtype = DType::kF16;
+  std::span<const RowBlock> blocks;
+  // As MatMulCall::transfer.
+  TransferTimes* transfer = nullptr;
+};
+
+// A host memory range the backend's device may access directly until this is destroyed.
+class HostRegistration {
+ public:
+  virtual ~HostRegistration() = default;
+};
+
 // Host buffers a backend stages its copies through (Backend::StageHost).
 struct HostStaging {
   void* x = nullptr;
@@ -156,6 +182,19 @@ class Backend {
   // and the caller uses memory of its own. RESOURCE_EXHAUSTED when they cannot be
   // allocated.
   virtual absl::StatusOr<HostStaging> StageHost(int worker, size_t x_bytes, size_t y_bytes);
+
+  // Lets the device read and write [data, data + bytes) in place (CUDA: page-locked and
+  // mapped), for MatMulBlocks; the range must stay mapped until the registration is
+  // destroyed, and then no call may use it. Null (the default): the backend gains nothing
+  // from it (the CPU's) or its device cannot; the caller then stages its rows itself.
+  // RESOURCE_EXHAUSTED or INTERNAL when the range cannot be registered.
+  virtual absl::StatusOr<std::unique_ptr<HostRegistration>> RegisterHost(void* data, size_t bytes);
+
+  // Runs one call over blocks that all lie in ranges this backend registered (the MatMul
+  // worker contract; the compute time as MatMul returns it): the device gathers the rows
+  // and scatters the results itself, without host copies. Backends whose RegisterHost
+  // returns null answer UNIMPLEMENTED.
+  virtual absl::StatusOr<int64_t> MatMulBlocks(int worker, const BlocksMatMulCall& call);
 
   // Prepares a checked chain of layers for Forward. RESOURCE_EXHAUSTED when the device
   // cannot hold its parameters. Backends without models answer UNIMPLEMENTED.

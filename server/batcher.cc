@@ -415,10 +415,13 @@ void Batcher::FinishBatch(std::vector<Waiting>& batch, const absl::Status& statu
 
 absl::Status Batcher::Launch(int worker, const StoredWeight& weight, std::vector<Waiting>& batch,
                              TransferTimes& transfer) {
+  if (std::ranges::all_of(batch, [](const Waiting& w) { return w.request.registered; })) {
+    return LaunchBlocks(worker, weight, batch, transfer);
+  }
   // Alone: straight from the request into its response, no copies.
   if (batch.size() == 1) {
-    return RunMatMul(backend_, worker, batch.front().request.job, batch.front().request.response,
-                     &transfer);
+    const BatchRequest& r = batch.front().request;
+    return RunMatMul(backend_, worker, r.job, r.response, r.output, &transfer);
   }
   const MatMulSpec& spec = batch.front().request.job.spec;
   const WeightShape& shape = weight.desc().shape;
@@ -442,9 +445,8 @@ absl::Status Batcher::Launch(int worker, const StoredWeight& weight, std::vector
   auto* x = static_cast<uint8_t*>(host->x);
   size_t offset = 0;
   for (const Waiting& w : batch) {
-    const std::string& data = w.request.job.request->input().data();
-    std::memcpy(x + offset, data.data(), data.size());
-    offset += data.size();
+    std::memcpy(x + offset, w.request.job.x.data(), w.request.job.x.size());
+    offset += w.request.job.x.size();
   }
   const MatMulCall call{
       .weight = &weight.backend_weight(),
@@ -461,10 +463,38 @@ absl::Status Batcher::Launch(int worker, const StoredWeight& weight, std::vector
   offset = 0;
   for (Waiting& w : batch) {
     const size_t bytes = static_cast<size_t>(w.request.job.spec.y_bytes);
-    StartResponse(w.request.job, w.request.response)->assign(y + offset, bytes);
+    std::string* data = StartResponse(w.request.job, w.request.response);
+    if (w.request.output != nullptr) {
+      std::memcpy(w.request.output, y + offset, bytes);
+    } else {
+      data->assign(y + offset, bytes);
+    }
     offset += bytes;
     w.request.response->set_compute_ns(*compute_ns);
   }
+  return absl::OkStatus();
+}
+
+absl::Status Batcher::LaunchBlocks(int worker, const StoredWeight& weight,
+                                   std::vector<Waiting>& batch, TransferTimes& transfer) {
+  std::vector<RowBlock>& blocks = staging_[worker].blocks;
+  blocks.clear();
+  for (const Waiting& w : batch) {
+    const BatchRequest& r = w.request;
+    StartResponse(r.job, r.response);
+    blocks.push_back({.x = r.job.x.data(), .y = r.output, .rows = r.job.spec.m});
+  }
+  const MatMulSpec& spec = batch.front().request.job.spec;
+  absl::StatusOr<int64_t> compute_ns =
+      backend_.MatMulBlocks(worker, {
+                                        .weight = &weight.backend_weight(),
+                                        .x_dtype = spec.x_dtype,
+                                        .y_dtype = spec.y_dtype,
+                                        .blocks = blocks,
+                                        .transfer = &transfer,
+                                    });
+  if (!compute_ns.ok()) return compute_ns.status();
+  for (Waiting& w : batch) w.request.response->set_compute_ns(*compute_ns);
   return absl::OkStatus();
 }
 

@@ -109,6 +109,12 @@ struct BatchRequest {
   MatMulJob job = {};
   // Receives the whole result; written only by the batcher until `done`.
   v1::MatMulResponse* response = nullptr;
+  // When set, the result rows go here (job.spec.y_bytes) and `response` gets the rest, its
+  // output.data empty.
+  void* output = nullptr;
+  // job.x and `output` lie in host memory registered with the backend (RegisterHost): a
+  // launch of only such requests runs through Backend::MatMulBlocks, without host copies.
+  bool registered = false;
   // The same for a Forward: holds the model.
   ForwardJob forward = {};
   v1::ForwardResponse* forward_response = nullptr;
@@ -173,6 +179,7 @@ class Batcher {
   struct Staging {
     std::vector<uint8_t> x;
     std::vector<uint8_t> y;
+    std::vector<RowBlock> blocks;  // LaunchBlocks'
   };
 
   Batcher(Backend& backend, const WeightStore& store, Metrics& metrics,
@@ -203,6 +210,10 @@ class Batcher {
   // `transfer` receives the backend's transfer times.
   absl::Status Launch(int worker, const StoredWeight& weight, std::vector<Waiting>& batch,
                       TransferTimes& transfer);
+  // Launch's path for requests whose rows all lie in registered host memory
+  // (BatchRequest::registered): Backend::MatMulBlocks, no host copies.
+  absl::Status LaunchBlocks(int worker, const StoredWeight& weight, std::vector<Waiting>& batch,
+                            TransferTimes& transfer);
   // The same for a model's Forward requests.
   absl::Status LaunchForward(int worker, const StoredModel& model, std::vector<Waiting>& batch,
                              TransferTimes& transfer);

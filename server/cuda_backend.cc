@@ -16,6 +16,7 @@
 #include "kernels/cuda/chain.h"
 #include "kernels/cuda/convert.h"
 #include "kernels/cuda/cublas_api.h"
+#include "kernels/cuda/host_blocks.h"
 #include "kernels/cuda/kernels.h"
 #include "kernels/dtype.h"
 #include "server/cuda_model.h"
@@ -124,6 +125,18 @@ class GrowBuffer {
   size_t capacity_ = 0;
 };
 
+// Host memory registered with CUDA (RegisterHost) until destroyed.
+class CudaHostRegistration : public HostRegistration {
+ public:
+  explicit CudaHostRegistration(void* data) : data_(data) {}
+  ~CudaHostRegistration() override { cudaHostUnregister(data_); }
+  CudaHostRegistration(const CudaHostRegistration&) = delete;
+  CudaHostRegistration& operator=(const CudaHostRegistration&) = delete;
+
+ private:
+  void* const data_;
+};
+
 class CudaWeight : public BackendWeight {
  public:
   CudaWeight(const PackedWeight& packed, const cuda::KernelOps* ops, int device, void* ptr,
@@ -167,10 +180,11 @@ struct Worker {
   void* sync = nullptr;  // GemmArgs::sync of this stream's launches, zeroed once
   GrowBuffer host_x{GrowBuffer::Kind::kPinnedHost};
   GrowBuffer host_y{GrowBuffer::Kind::kPinnedHost};
-  GrowBuffer wire_x{GrowBuffer::Kind::kDevice};    // x as it came
-  GrowBuffer kernel_x{GrowBuffer::Kind::kDevice};  // x in the kernel's dtype
-  GrowBuffer kernel_y{GrowBuffer::Kind::kDevice};  // fp32 y when x was scaled
-  GrowBuffer y{GrowBuffer::Kind::kDevice};         // y in the caller's dtype
+  GrowBuffer host_blocks{GrowBuffer::Kind::kPinnedHost};  // RunBlocks' table, read by the device
+  GrowBuffer wire_x{GrowBuffer::Kind::kDevice};           // x as it came
+  GrowBuffer kernel_x{GrowBuffer::Kind::kDevice};         // x in the kernel's dtype
+  GrowBuffer kernel_y{GrowBuffer::Kind::kDevice};         // fp32 y when x was scaled
+  GrowBuffer y{GrowBuffer::Kind::kDevice};                // y in the caller's dtype
   GrowBuffer workspace{GrowBuffer::Kind::kDevice};
   GrowBuffer arena{GrowBuffer::Kind::kDevice};  // a Forward's intermediates (chain.h)
 
@@ -254,8 +268,11 @@ float RangeScale(float max_abs) {
 
 class CudaBackend : public Backend {
  public:
-  CudaBackend(int device, std::string device_name, int num_workers)
-      : device_(device), device_name_(std::move(device_name)), workers_(num_workers) {}
+  CudaBackend(int device, std::string device_name, int num_workers, bool host_pointers)
+      : device_(device),
+        device_name_(std::move(device_name)),
+        workers_(num_workers),
+        host_pointers_(host_pointers) {}
 
   ~CudaBackend() override {
     cudaSetDevice(device_);
@@ -359,6 +376,38 @@ class CudaBackend : public Backend {
     absl::StatusOr<int64_t> result = Run(w, call);
     if (!result.ok()) {
       // Nothing queued may outlive the call: the buffers can be reallocated by the next.
+      cudaStreamSynchronize(w.stream);
+      cudaGetLastError();
+    }
+    return result;
+  }
+
+  absl::StatusOr<std::unique_ptr<HostRegistration>> RegisterHost(void* data,
+                                                                 size_t bytes) override {
+    // Without it the device would need its own address for every block: not worth it.
+    if (!host_pointers_) return nullptr;
+    if (absl::Status s = Check(cudaSetDevice(device_), "cudaSetDevice"); !s.ok()) return s;
+    const cudaError_t err =
+        cudaHostRegister(data, bytes, cudaHostRegisterMapped | cudaHostRegisterPortable);
+    if (err == cudaErrorMemoryAllocation) {
+      cudaGetLastError();
+      return absl::ResourceExhaustedError(
+          absl::StrCat("cannot page-lock ", bytes, " bytes of host memory"));
+    }
+    if (absl::Status s = Check(err, "cudaHostRegister"); !s.ok()) {
+      cudaGetLastError();
+      return s;
+    }
+    return std::make_unique<CudaHostRegistration>(data);
+  }
+
+  absl::StatusOr<int64_t> MatMulBlocks(int worker, const BlocksMatMulCall& call) override {
+    if (!host_pointers_) return Backend::MatMulBlocks(worker, call);
+    absl::StatusOr<Worker*> entered = Enter(worker);
+    if (!entered.ok()) return entered.status();
+    Worker& w = **entered;
+    absl::StatusOr<int64_t> result = RunBlocks(w, call);
+    if (!result.ok()) {
       cudaStreamSynchronize(w.stream);
       cudaGetLastError();
     }
@@ -562,16 +611,98 @@ class CudaBackend : public Backend {
         !s.ok()) {
       return s;
     }
+    absl::StatusOr<bool> direct_y =
+        Compute(w, weight, call.x_dtype, m, call.y_dtype, scale, /*host_y=*/true);
+    if (!direct_y.ok()) return direct_y.status();
+    if (!*direct_y) {
+      if (absl::Status s = Check(
+              cudaMemcpyAsync(w.host_y.get(), w.y.get(), y_bytes, cudaMemcpyDeviceToHost, w.stream),
+              "y download");
+          !s.ok()) {
+        return s;
+      }
+    }
+    if (absl::Status s = Finish(w, "MatMul"); !s.ok()) return s;
+    if (call.y != w.host_y.get()) std::memcpy(call.y, w.host_y.get(), y_bytes);
+    return Times(w, call.transfer);
+  }
+
+  // MatMulBlocks' call: the device gathers the blocks' rows into wire_x and scatters the
+  // results from y, through a table of the blocks in host_blocks (read by the device).
+  absl::StatusOr<int64_t> RunBlocks(Worker& w, const BlocksMatMulCall& call) {
+    const auto& weight = static_cast<const CudaWeight&>(*call.weight);
+    const WeightShape& shape = weight.shape();
+    const int count = static_cast<int>(call.blocks.size());
+    const int64_t x_row_bytes = shape.k * static_cast<int64_t>(DTypeSize(call.x_dtype));
+    const int64_t y_row_bytes = shape.n * static_cast<int64_t>(DTypeSize(call.y_dtype));
+    if (absl::Status s = Reserve(w.host_blocks, 2 * count * sizeof(cuda::HostBlock), "block table");
+        !s.ok()) {
+      return s;
+    }
+    // Gathers first, then scatters; the rows of block i start where those before end.
+    auto* table = static_cast<cuda::HostBlock*>(w.host_blocks.get());
+    int64_t m = 0, max_x = 0, max_y = 0;
+    float max_abs = 0.0f;
+    const bool measure =
+        KernelXDtype(weight.scheme(), call.x_dtype) == DType::kF16 && call.x_dtype != DType::kF16;
+    for (int i = 0; i < count; ++i) {
+      const RowBlock& b = call.blocks[i];
+      table[i] = {reinterpret_cast<uint64_t>(b.x), m * x_row_bytes, b.rows * x_row_bytes};
+      table[count + i] = {reinterpret_cast<uint64_t>(b.y), m * y_row_bytes, b.rows * y_row_bytes};
+      max_x = std::max(max_x, table[i].bytes);
+      max_y = std::max(max_y, table[count + i].bytes);
+      if (measure) {
+        max_abs =
+            std::fmax(max_abs, MaxAbs(call.x_dtype, b.x, static_cast<size_t>(b.rows * shape.k)));
+      }
+      m += b.rows;
+    }
+    if (absl::Status s = Reserve(w.wire_x, static_cast<size_t>(m * x_row_bytes), "x"); !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = Check(cudaEventRecord(w.copy_in, w.stream), "cudaEventRecord"); !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = Check(cuda::LaunchBlockCopy(cuda::BlockCopy::kGather, table, count, max_x,
+                                                     w.wire_x.get(), w.stream),
+                               "x gather");
+        !s.ok()) {
+      return s;
+    }
+    absl::StatusOr<bool> direct_y =
+        Compute(w, weight, call.x_dtype, m, call.y_dtype, RangeScale(max_abs), /*host_y=*/false);
+    if (!direct_y.ok()) return direct_y.status();
+    if (absl::Status s = Check(cuda::LaunchBlockCopy(cuda::BlockCopy::kScatter, table + count,
+                                                     count, max_y, w.y.get(), w.stream),
+                               "y scatter");
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = Finish(w, "MatMul"); !s.ok()) return s;
+    return Times(w, call.transfer);
+  }
+
+  // After x's upload into wire_x: records start, converts x to the kernel's dtype when
+  // it differs or needs `scale`, runs the kernel and records stop. The result lands in y,
+  // or, when `host_y` allows it and the kernel writes host memory well, straight in host_y
+  // (returns true).
+  absl::StatusOr<bool> Compute(Worker& w, const CudaWeight& weight, DType x_dtype, int64_t m,
+                               DType y_dtype, float scale, bool host_y) {
+    const WeightShape& shape = weight.shape();
+    const size_t x_count = static_cast<size_t>(m * shape.k);
+    const size_t y_count = static_cast<size_t>(m * shape.n);
+    const size_t y_bytes = y_count * DTypeSize(y_dtype);
+    const DType kernel_x_dtype = KernelXDtype(weight.scheme(), x_dtype);
     if (absl::Status s = Check(cudaEventRecord(w.start, w.stream), "cudaEventRecord"); !s.ok()) {
       return s;
     }
 
     const void* kernel_x = w.wire_x.get();
-    if (kernel_x_dtype != call.x_dtype || scale != 1.0f) {
+    if (kernel_x_dtype != x_dtype || scale != 1.0f) {
       if (absl::Status s = Reserve(w.kernel_x, x_count * DTypeSize(kernel_x_dtype), "x"); !s.ok()) {
         return s;
       }
-      if (absl::Status s = Check(cuda::LaunchConvert(call.x_dtype, w.wire_x.get(), kernel_x_dtype,
+      if (absl::Status s = Check(cuda::LaunchConvert(x_dtype, w.wire_x.get(), kernel_x_dtype,
                                                      w.kernel_x.get(), x_count, scale, w.stream),
                                  "activation conversion");
           !s.ok()) {
@@ -585,8 +716,8 @@ class CudaBackend : public Backend {
     if (rescale) {
       if (absl::Status s = Reserve(w.kernel_y, y_count * sizeof(float), "y"); !s.ok()) return s;
     }
-    const bool direct_y = !rescale && m <= kMaxDirectRows && weight.scheme() != Scheme::kFp16 &&
-                          weight.scheme() != Scheme::kBf16;
+    const bool direct_y = host_y && !rescale && m <= kMaxDirectRows &&
+                          weight.scheme() != Scheme::kFp16 && weight.scheme() != Scheme::kBf16;
     const cuda::KernelOps& ops = weight.ops();
     const size_t workspace_bytes = ops.workspace_bytes(shape, m);
     if (absl::Status s = Reserve(w.workspace, workspace_bytes, "kernel workspace"); !s.ok()) {
@@ -599,7 +730,7 @@ class CudaBackend : public Backend {
     args.x_dtype = kernel_x_dtype;
     args.x = kernel_x;
     args.m = m;
-    args.y_dtype = rescale ? DType::kF32 : call.y_dtype;
+    args.y_dtype = rescale ? DType::kF32 : y_dtype;
     args.y = rescale ? w.kernel_y.get() : direct_y ? w.host_y.get() : w.y.get();
     args.workspace = workspace_bytes > 0 ? w.workspace.get() : nullptr;
     args.sync = w.sync;
@@ -611,7 +742,7 @@ class CudaBackend : public Backend {
       return s;
     }
     if (rescale) {
-      if (absl::Status s = Check(cuda::LaunchConvert(DType::kF32, w.kernel_y.get(), call.y_dtype,
+      if (absl::Status s = Check(cuda::LaunchConvert(DType::kF32, w.kernel_y.get(), y_dtype,
                                                      w.y.get(), y_count, 1.0f / scale, w.stream),
                                  "result conversion");
           !s.ok()) {
@@ -621,18 +752,7 @@ class CudaBackend : public Backend {
     if (absl::Status s = Check(cudaEventRecord(w.stop, w.stream), "cudaEventRecord"); !s.ok()) {
       return s;
     }
-
-    if (!direct_y) {
-      if (absl::Status s = Check(
-              cudaMemcpyAsync(w.host_y.get(), w.y.get(), y_bytes, cudaMemcpyDeviceToHost, w.stream),
-              "y download");
-          !s.ok()) {
-        return s;
-      }
-    }
-    if (absl::Status s = Finish(w, "MatMul"); !s.ok()) return s;
-    if (call.y != w.host_y.get()) std::memcpy(call.y, w.host_y.get(), y_bytes);
-    return Times(w, call.transfer);
+    return direct_y;
   }
 
   // Records copy_out after everything queued on the worker's stream and waits for it.
@@ -703,6 +823,9 @@ class CudaBackend : public Backend {
   const int device_;
   const std::string device_name_;
   std::vector<Worker> workers_;
+  // The device addresses registered host memory by its host pointers
+  // (cudaDevAttrCanUseHostPointerForRegisteredMem): what RegisterHost needs.
+  const bool host_pointers_;
   cudaStream_t upload_stream_ = nullptr;
   mutable std::atomic<bool> healthy_{true};
 };
@@ -731,7 +854,14 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const BackendOptions&
     return absl::InternalError(
         absl::StrCat("cannot read CUDA device ", options.device, ": ", CudaMessage(err)));
   }
-  auto backend = std::make_unique<CudaBackend>(options.device, prop.name, options.num_workers);
+  int host_pointers = 0;
+  if (cudaDeviceGetAttribute(&host_pointers, cudaDevAttrCanUseHostPointerForRegisteredMem,
+                             options.device) != cudaSuccess) {
+    cudaGetLastError();
+    host_pointers = 0;
+  }
+  auto backend = std::make_unique<CudaBackend>(options.device, prop.name, options.num_workers,
+                                               host_pointers != 0);
   if (absl::Status s = backend->Init(); !s.ok()) return s;
   return backend;
 }

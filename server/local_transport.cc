@@ -23,6 +23,26 @@ namespace qmm {
 using local::Fd;
 using local::Shared;
 
+// A session segment's registration with the backend, and its share of the transport's
+// pinned bytes, returned when it goes.
+class LocalTransport::Pinned {
+ public:
+  Pinned(std::unique_ptr<HostRegistration> registration, uint64_t bytes,
+         std::atomic<uint64_t>& total)
+      : registration_(std::move(registration)), bytes_(bytes), total_(total) {}
+  ~Pinned() {
+    registration_.reset();
+    total_.fetch_sub(bytes_, std::memory_order_relaxed);
+  }
+  Pinned(const Pinned&) = delete;
+  Pinned& operator=(const Pinned&) = delete;
+
+ private:
+  std::unique_ptr<HostRegistration> registration_;
+  const uint64_t bytes_;
+  std::atomic<uint64_t>& total_;
+};
+
 struct LocalTransport::Session {
   // One request at a time per slot. `busy` is set by the poller when it takes the
   // slot's request and cleared by the thread that answers it; the rest belongs to
@@ -30,19 +50,24 @@ struct LocalTransport::Session {
   struct Slot {
     std::atomic<bool> busy{false};
     uint32_t taken = 0;  // the request_seq last taken (poller only)
-    std::string bytes;   // the request, copied out of the segment
+    std::string bytes;   // the request's message, copied out of the segment
+    std::string rows;    // its rows beside the message, copied out unless fp16
     v1::MatMulRequest request;
     v1::MatMulResponse response;
+    uint32_t output_bytes = 0;  // the result rows beside the answer's message; 0: inline
   };
 
-  Session(Fd s, local::Segment seg, int bell)
+  Session(Fd s, local::Segment seg, int bell, std::unique_ptr<Pinned> p)
       : socket(std::move(s)),
         segment(std::move(seg)),
+        pinned(std::move(p)),
         doorbell(bell),
         slots(std::make_unique<Slot[]>(segment.slots())) {}
 
   const Fd socket;
   const local::Segment segment;
+  // The segment registered with the backend, or null; released before it is unmapped.
+  const std::unique_ptr<Pinned> pinned;
   const int doorbell;  // the poller's; rung when a slot was written while busy
   const std::unique_ptr<Slot[]> slots;
   std::atomic<bool> closed{false};  // the client has gone: drop what is queued
@@ -63,13 +88,17 @@ void Answer(LocalTransport::Session& session, uint64_t index, uint32_t seq,
   local::SlotControl& control = session.segment.control(index);
   const std::span<std::byte> area = session.segment.response_area(index);
   uint64_t bytes = 0;
+  uint32_t output_bytes = 0;
   if (status.ok()) {
+    // The result rows, when beside the message, are already at offset 0.
+    const uint64_t at = slot.output_bytes > 0 ? local::MessageOffset(slot.output_bytes) : 0;
     bytes = slot.response.ByteSizeLong();
-    if (bytes > area.size()) {
+    if (at + bytes > area.size()) {
       status = absl::ResourceExhaustedError(absl::StrCat(
-          "the response's ", bytes, " bytes exceed the session's slot_bytes = ", area.size()));
+          "the response's ", at + bytes, " bytes exceed the session's slot_bytes = ", area.size()));
     } else {
-      slot.response.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(area.data()));
+      slot.response.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(area.data() + at));
+      output_bytes = slot.output_bytes;
     }
   }
   if (!status.ok()) {
@@ -79,6 +108,7 @@ void Answer(LocalTransport::Session& session, uint64_t index, uint32_t seq,
   std::atomic_ref<int32_t>(control.code)
       .store(static_cast<int32_t>(status.code()), std::memory_order_relaxed);
   Shared(control.response_bytes).store(static_cast<uint32_t>(bytes), std::memory_order_relaxed);
+  Shared(control.output_bytes).store(output_bytes, std::memory_order_relaxed);
   clock.Finish(status);
   slot.busy.store(false, std::memory_order_release);
   Shared(control.response_seq).store(seq, std::memory_order_release);
@@ -167,6 +197,7 @@ class LocalTransport::Poller {
     const RequestClock clock(transport_.context_.metrics, RpcMethod::kLocalMatMul);
     Session::Slot& slot = session->slots[index];
     slot.taken = seq;
+    slot.output_bytes = 0;
     slot.busy.store(true, std::memory_order_relaxed);
     transport_.RequestStarted();
     auto answer = [transport = &transport_, session, index, seq, clock](const absl::Status& s) {
@@ -176,9 +207,17 @@ class LocalTransport::Poller {
 
     local::SlotControl& control = session->segment.control(index);
     const uint32_t bytes = Shared(control.request_bytes).load(std::memory_order_relaxed);
+    const uint32_t input_bytes = Shared(control.input_bytes).load(std::memory_order_relaxed);
     const int64_t timeout_ns =
         std::atomic_ref<int64_t>(control.timeout_ns).load(std::memory_order_relaxed);
     const std::span<std::byte> area = session->segment.request_area(index);
+    const uint64_t message_at = input_bytes > 0 ? local::MessageOffset(input_bytes) : 0;
+    if (input_bytes > 0 && message_at + bytes > area.size()) {
+      return answer(absl::InvalidArgumentError(
+          absl::StrCat("input_bytes = ", input_bytes, " and request_bytes = ", bytes,
+                       " (the message from offset ", message_at,
+                       ") exceed the session's slot_bytes = ", area.size())));
+    }
     if (bytes > area.size()) {
       return answer(absl::InvalidArgumentError(absl::StrCat(
           "request_bytes = ", bytes, " exceeds the session's slot_bytes = ", area.size())));
@@ -188,26 +227,47 @@ class LocalTransport::Poller {
           absl::StrCat("timeout_ns = ", timeout_ns, " must not be negative (0: none)")));
     }
     // Copied before parsing: the client may write the area while it is read.
-    slot.bytes.assign(reinterpret_cast<const char*>(area.data()), bytes);
+    slot.bytes.assign(reinterpret_cast<const char*>(area.data()) + message_at, bytes);
     if (!slot.request.ParseFromString(slot.bytes)) {
-      return answer(absl::InvalidArgumentError(absl::StrCat(
-          "the request area's ", bytes, " bytes are not a serialized qmm.v1.MatMulRequest")));
+      return answer(absl::InvalidArgumentError(
+          absl::StrCat("the request area's ", bytes, " bytes from offset ", message_at,
+                       " are not a serialized qmm.v1.MatMulRequest")));
+    }
+    // fp16 rows are read in place: they decide nothing but their own results. Rows of other
+    // dtypes are copied first, since what they hold can decide how a whole launch is scaled
+    // (MatMulJob::beyond_fp16).
+    const bool in_place = slot.request.input().dtype() == v1::DTYPE_FP16;
+    InputRows beside{.data = {reinterpret_cast<const char*>(area.data()), input_bytes},
+                     .field = "the rows beside the message (input_bytes)"};
+    if (input_bytes > 0 && !in_place) {
+      slot.rows.assign(beside.data.data(), beside.data.size());
+      beside.data = slot.rows;
     }
     const ServiceContext& context = transport_.context_;
-    absl::StatusOr<MatMulJob> job = PrepareMatMul(slot.request, *context.store, context.limits);
+    absl::StatusOr<MatMulJob> job = PrepareMatMul(slot.request, *context.store, context.limits,
+                                                  input_bytes > 0 ? &beside : nullptr);
     if (!job.ok()) return answer(job.status());
-    if (job->spec.y_bytes > static_cast<int64_t>(area.size()) - kResponseOverheadBytes) {
+    const uint64_t y_bytes = static_cast<uint64_t>(job->spec.y_bytes);
+    const uint64_t rows_room = input_bytes > 0 ? local::MessageOffset(y_bytes) : y_bytes;
+    if (rows_room + kResponseOverheadBytes > area.size()) {
       return answer(absl::ResourceExhaustedError(absl::StrCat(
-          "the result's ", job->spec.y_bytes, " bytes do not fit the session's slot_bytes = ",
-          area.size(), " (less ", kResponseOverheadBytes, " for the response's other fields)")));
+          "the result's ", y_bytes, " bytes do not fit the session's slot_bytes = ", area.size(),
+          " (less ", kResponseOverheadBytes, " for the response's other fields)")));
     }
+    // Rows beside the message get their results beside the answer's.
+    void* output = nullptr;
+    if (input_bytes > 0) {
+      slot.output_bytes = static_cast<uint32_t>(y_bytes);
+      output = session->segment.response_area(index).data();
+    }
+    const bool registered = output != nullptr && in_place && session->pinned != nullptr;
     RequestControl request_control;
     if (timeout_ns > 0) request_control.deadline = absl::Now() + absl::Nanoseconds(timeout_ns);
     request_control.cancelled = [s = session.get()] {
       return s->closed.load(std::memory_order_relaxed);
     };
     DispatchMatMul(context, RpcMethod::kLocalMatMul, std::move(request_control), *std::move(job),
-                   &slot.response, std::move(answer));
+                   &slot.response, std::move(answer), output, registered);
   }
 
   // Marks every session as possibly asleep, scans once more (a request published before
@@ -283,6 +343,10 @@ absl::Status CheckLocalTransportOptions(const LocalTransportOptions& o) {
     return absl::InvalidArgumentError(
         absl::StrCat("local_threads = ", o.threads, " must be in [1, 64]"));
   }
+  if (o.pinned_bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("local pinned_bytes = ", o.pinned_bytes, " must not be negative"));
+  }
   if (o.max_sessions < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("local max_sessions = ", o.max_sessions, " must be at least 1"));
@@ -295,10 +359,10 @@ absl::Status CheckHello(const local::Hello& h, int64_t max_message_bytes) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "Hello.magic = 0x%08x is not the local transport's 0x%08x", h.magic, local::kMagic));
   }
-  if (h.version != local::kVersion) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("Hello.version = ", h.version,
-                     " is not supported: this server speaks version ", local::kVersion));
+  if (h.version < local::kMinVersion || h.version > local::kVersion) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "Hello.version = ", h.version, " is not supported: this server speaks versions ",
+        local::kMinVersion, " to ", local::kVersion));
   }
   if (h.reserved != 0) {
     return absl::InvalidArgumentError(absl::StrCat("Hello.reserved = ", h.reserved, " must be 0"));
@@ -413,7 +477,9 @@ void LocalTransport::Handshake(Fd socket) {
     status = segment.status();
   }
   Poller& poller = *pollers_[next_poller_];
+  std::unique_ptr<Pinned> pinned;
   if (status.ok()) {
+    pinned = Pin(*segment);
     local::SegmentHeader& header = segment->header();
     header.magic = local::kMagic;
     header.version = local::kVersion;
@@ -434,7 +500,23 @@ void LocalTransport::Handshake(Fd socket) {
   }
   next_poller_ = (next_poller_ + 1) % static_cast<int>(pollers_.size());
   sessions_.fetch_add(1, std::memory_order_relaxed);
-  poller.Add(std::make_shared<Session>(std::move(socket), *std::move(segment), poller.doorbell()));
+  poller.Add(std::make_shared<Session>(std::move(socket), *std::move(segment), poller.doorbell(),
+                                       std::move(pinned)));
+}
+
+std::unique_ptr<LocalTransport::Pinned> LocalTransport::Pin(const local::Segment& segment) {
+  const uint64_t bytes = segment.bytes();
+  if (pinned_bytes_.fetch_add(bytes, std::memory_order_relaxed) + bytes <=
+      static_cast<uint64_t>(options_.pinned_bytes)) {
+    absl::StatusOr<std::unique_ptr<HostRegistration>> registration =
+        context_.backend->RegisterHost(segment.data(), bytes);
+    if (registration.ok() && *registration != nullptr) {
+      return std::make_unique<Pinned>(*std::move(registration), bytes, pinned_bytes_);
+    }
+  }
+  // Over the budget, refused, or of no use to the backend: the session's rows are staged.
+  pinned_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
+  return nullptr;
 }
 
 void LocalTransport::RequestStarted() {

@@ -36,6 +36,11 @@ struct LocalTransportOptions {
   absl::Duration spin = absl::Microseconds(100);
   int threads = 2;  // pollers
   int max_sessions = 1024;
+  // Most bytes of session segments registered with the backend at once (RegisterHost), so
+  // that its device reads fp16 rows and writes results in the segment itself; a session
+  // beyond it is served with host copies. Registered memory is page-locked: this bounds
+  // what clients can lock.
+  int64_t pinned_bytes = int64_t{1} << 30;
 };
 
 // INVALID_ARGUMENT naming the option when one is out of range.
@@ -72,6 +77,9 @@ class LocalTransport {
   void AcceptLoop();
   // Answers one connection's Hello; on success the session goes to a poller.
   void Handshake(local::Fd socket);
+  class Pinned;
+  // The segment registered with the backend within options_.pinned_bytes, or null.
+  std::unique_ptr<Pinned> Pin(const local::Segment& segment);
   // Called once per request taken, and once more when it has been answered.
   void RequestStarted();
   void RequestFinished();
@@ -79,6 +87,7 @@ class LocalTransport {
   const LocalTransportOptions options_;
   const ServiceContext context_;
   local::Fd listener_;
+  std::atomic<uint64_t> pinned_bytes_{0};  // of the sessions' registrations (Pinned)
   std::vector<std::unique_ptr<Poller>> pollers_;
   std::atomic<int> sessions_{0};
   std::atomic<bool> stopping_{false};  // set by Shutdown, read by the acceptor

@@ -18,7 +18,7 @@ constexpr float kFp16Max = 65504.0f;
 
 // Whether `data`, elements of `dtype`, holds a finite value of magnitude above kFp16Max
 // (fp16 data cannot). Infinities and NaN do not count: no scaling brings them in range.
-bool BeyondFp16(DType dtype, std::string_view data) {
+bool BeyondFp16(DType dtype, absl::string_view data) {
   if (dtype == DType::kF16) return false;
   bool beyond = false;
   if (dtype == DType::kF32) {
@@ -43,14 +43,14 @@ bool BeyondFp16(DType dtype, std::string_view data) {
 }  // namespace
 
 absl::StatusOr<MatMulJob> PrepareMatMul(const v1::MatMulRequest& request, const WeightStore& store,
-                                        const ServiceLimits& limits) {
+                                        const ServiceLimits& limits, const InputRows* beside) {
   if (absl::Status s = CheckWeightName(request.weight(), "weight"); !s.ok()) return s;
   absl::StatusOr<std::shared_ptr<const StoredWeight>> weight = store.Get(request.weight());
   if (!weight.ok()) return weight.status();
-  absl::StatusOr<MatMulSpec> spec = CheckMatMulInput(request, **weight, limits);
+  absl::StatusOr<MatMulSpec> spec = CheckMatMulInput(request, **weight, limits, beside);
   if (!spec.ok()) return spec.status();
-  const bool beyond_fp16 = BeyondFp16(spec->x_dtype, request.input().data());
-  return MatMulJob{*std::move(weight), &request, *spec, beyond_fp16};
+  const absl::string_view x = beside != nullptr ? beside->data : request.input().data();
+  return MatMulJob{*std::move(weight), &request, x, *spec, BeyondFp16(spec->x_dtype, x)};
 }
 
 std::string* StartResponse(const MatMulJob& job, v1::MatMulResponse* response) {
@@ -63,16 +63,16 @@ std::string* StartResponse(const MatMulJob& job, v1::MatMulResponse* response) {
 }
 
 absl::Status RunMatMul(Backend& backend, int worker, const MatMulJob& job,
-                       v1::MatMulResponse* response, TransferTimes* transfer) {
+                       v1::MatMulResponse* response, void* output, TransferTimes* transfer) {
   std::string* data = StartResponse(job, response);
-  data->resize(job.spec.y_bytes);
+  if (output == nullptr) data->resize(job.spec.y_bytes);
   MatMulCall call{
       .weight = &job.weight->backend_weight(),
       .x_dtype = job.spec.x_dtype,
-      .x = job.request->input().data().data(),
+      .x = job.x.data(),
       .m = job.spec.m,
       .y_dtype = job.spec.y_dtype,
-      .y = data->data(),
+      .y = output != nullptr ? output : data->data(),
       .transfer = transfer,
   };
   absl::StatusOr<int64_t> compute_ns = backend.MatMul(worker, call);
@@ -86,10 +86,13 @@ absl::Status RunMatMul(Backend& backend, int worker, const MatMulJob& job,
 
 void DispatchMatMul(const ServiceContext& context, RpcMethod method, RequestControl control,
                     MatMulJob job, v1::MatMulResponse* response,
-                    absl::AnyInvocable<void(const absl::Status&) &&> done) {
+                    absl::AnyInvocable<void(const absl::Status&) &&> done, void* output,
+                    bool registered) {
   context.batcher->Enqueue(BatchRequest{
       .job = std::move(job),
       .response = response,
+      .output = output,
+      .registered = registered,
       .method = method,
       .deadline = control.deadline,
       .cancelled = std::move(control.cancelled),

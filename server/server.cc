@@ -68,6 +68,7 @@ absl::Status CheckOptions(const ServerOptions& options) {
   LocalTransportOptions local;
   local.spin = options.local_spin;
   local.threads = options.local_threads;
+  local.pinned_bytes = options.local_pinned_bytes;
   if (absl::Status s = CheckLocalTransportOptions(local); !s.ok()) return s;
   if (options.shutdown_grace < absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
@@ -163,7 +164,8 @@ absl::StatusOr<int> QmmServer::Start() {
     absl::StatusOr<std::unique_ptr<LocalTransport>> local =
         LocalTransport::Start({.path = options_.local_listen,
                                .spin = options_.local_spin,
-                               .threads = options_.local_threads},
+                               .threads = options_.local_threads,
+                               .pinned_bytes = options_.local_pinned_bytes},
                               context);
     if (!local.ok()) {
       http_.reset();

@@ -72,10 +72,12 @@ struct ServerOptions {
   std::string http_listen;
   // The local transport (server/local_transport.h): the Unix socket path where clients on
   // this host open shared-memory sessions; empty serves none. Refused together with TLS
-  // (its clients are not authenticated). Its pollers' spin and count.
+  // (its clients are not authenticated). Its pollers' spin and count, and how much of its
+  // sessions' memory the backend may page-lock (LocalTransportOptions::pinned_bytes).
   std::string local_listen;
   absl::Duration local_spin = absl::Microseconds(100);
   int local_threads = 2;
+  int64_t local_pinned_bytes = int64_t{1} << 30;
 };
 
 // The budget a server uses when none is given: half the RAM for the CPU backend, 90% of

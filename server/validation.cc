@@ -256,9 +256,16 @@ absl::StatusOr<UploadSpec> CheckWeightHeader(const v1::WeightHeader& header, con
 }
 
 absl::StatusOr<MatMulSpec> CheckMatMulInput(const v1::MatMulRequest& request,
-                                            const StoredWeight& weight,
-                                            const ServiceLimits& limits) {
+                                            const StoredWeight& weight, const ServiceLimits& limits,
+                                            const InputRows* beside) {
   const v1::Tensor& input = request.input();
+  if (beside != nullptr && !input.data().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("input.data is ", input.data().size(),
+                                                   " bytes but must be empty: the rows travel in ",
+                                                   beside->field));
+  }
+  const absl::string_view data = beside != nullptr ? beside->data : input.data();
+  const absl::string_view data_field = beside != nullptr ? beside->field : "input.data";
   const WeightShape& shape = weight.desc().shape;
   MatMulSpec spec;
   absl::StatusOr<DType> x_dtype = CheckDType(input.dtype(), "input.dtype");
@@ -294,10 +301,10 @@ absl::StatusOr<MatMulSpec> CheckMatMulInput(const v1::MatMulRequest& request,
   const std::optional<int64_t> x_elements = CheckedMul(spec.m, shape.k);
   const std::optional<int64_t> x_bytes =
       x_elements ? CheckedMul(*x_elements, DTypeSize(spec.x_dtype)) : std::nullopt;
-  if (!x_bytes || static_cast<int64_t>(input.data().size()) != *x_bytes) {
+  if (!x_bytes || static_cast<int64_t>(data.size()) != *x_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "input.data is ", input.data().size(), " bytes, but shape [", spec.m, ", ", shape.k,
-        "] of ", std::string(DTypeName(spec.x_dtype)), " needs ", x_bytes ? *x_bytes : -1));
+        data_field, " is ", data.size(), " bytes, but shape [", spec.m, ", ", shape.k, "] of ",
+        std::string(DTypeName(spec.x_dtype)), " needs ", x_bytes ? *x_bytes : -1));
   }
   const std::optional<int64_t> y_elements = CheckedMul(spec.m, shape.n);
   const std::optional<int64_t> y_bytes =
@@ -313,7 +320,7 @@ absl::StatusOr<MatMulSpec> CheckMatMulInput(const v1::MatMulRequest& request,
   spec.y_bytes = *y_bytes;
 
   if (weight.desc().scheme == Scheme::kW2A8) {
-    const int64_t bad = FindNonFinite(spec.x_dtype, input.data().data(), *x_elements);
+    const int64_t bad = FindNonFinite(spec.x_dtype, data.data(), *x_elements);
     if (bad >= 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "input[", bad / shape.k, "][", bad % shape.k,

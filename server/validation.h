@@ -63,12 +63,20 @@ struct MatMulSpec {
   int64_t y_bytes = 0;
 };
 
+// A request's input rows when they travel beside its message (the local transport) rather
+// than in input.data, which must then be empty.
+struct InputRows {
+  absl::string_view data;
+  absl::string_view field;  // what messages call them
+};
+
 // Checks dtypes, shape [M, K] (1 <= M <= max_rows, K equal to the weight's), the data
-// size, that the output fits max_message_bytes (RESOURCE_EXHAUSTED otherwise) and, for
-// W2A8 (whose activations are quantized to int8), that every value is finite.
+// size (of `beside` when set), that the output fits max_message_bytes (RESOURCE_EXHAUSTED
+// otherwise) and, for W2A8 (whose activations are quantized to int8), that every value is
+// finite.
 absl::StatusOr<MatMulSpec> CheckMatMulInput(const v1::MatMulRequest& request,
-                                            const StoredWeight& weight,
-                                            const ServiceLimits& limits);
+                                            const StoredWeight& weight, const ServiceLimits& limits,
+                                            const InputRows* beside = nullptr);
 
 }  // namespace qmm
 

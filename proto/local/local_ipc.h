@@ -48,6 +48,8 @@ class Segment {
   Segment(const Segment&) = delete;
   Segment& operator=(const Segment&) = delete;
 
+  std::byte* data() const { return base_; }
+  uint64_t bytes() const { return bytes_; }
   uint64_t slots() const { return slots_; }
   uint64_t slot_bytes() const { return slot_bytes_; }
   SegmentHeader& header() const { return *reinterpret_cast<SegmentHeader*>(base_); }

@@ -20,8 +20,9 @@
 # --channels) to qmm-server, 256 over 16 and 64 to the echo, in ROUNDS rounds. With
 # BENCH_SET=local, the local transport (qmm-server --local_listen, qmmctl bench --local)
 # against gRPC on the same server, in ROUNDS rounds: one caller (polling for its answer or
-# not), 256 callers (verified too), each with and without batching, and 256 callers with 1
-# and 4 pollers (--local_threads) against the default 2.
+# not), 256 callers (verified too), each with and without batching; the same local runs with
+# host copies (--local_pinned_bytes=0: the device does not read the sessions' memory), and
+# 256 callers with 4 pollers (--local_threads) against the default 2.
 #   usage: [BENCH_SET=quick|connections|local] [ROUNDS=2] batching-bench.sh BIN_DIR OUT_DIR
 set -euo pipefail
 bin=$1
@@ -111,12 +112,16 @@ if [[ ${BENCH_SET:-full} == local ]]; then
     bench "r$r-streams256_nobatch" --concurrency=256 --stream --duration=5s --warmup=1
     bench "r$r-local256_nobatch" --local="$sock" --concurrency=256 --duration=5s --warmup=1
     stop_server
-    for threads in 1 4; do  # the pollers
-      start_server --local_listen="$sock" --local_threads=$threads
-      bench "r$r-local256_threads$threads" --local="$sock" --concurrency=256 --duration=5s \
-        --warmup=1
-      stop_server
-    done
+    start_server --local_listen="$sock" --local_pinned_bytes=0
+    bench "r$r-local_one_copies" --local="$sock" --concurrency=1 --requests=2000 --warmup=50
+    bench "r$r-local256_copies" --local="$sock" --concurrency=256 --duration=5s --warmup=1
+    stop_server
+    start_server --local_listen="$sock" --local_pinned_bytes=0 --max_batch_rows=1
+    bench "r$r-local256_nobatch_copies" --local="$sock" --concurrency=256 --duration=5s --warmup=1
+    stop_server
+    start_server --local_listen="$sock" --local_threads=4
+    bench "r$r-local256_threads4" --local="$sock" --concurrency=256 --duration=5s --warmup=1
+    stop_server
   done
   echo "batching-bench: done"
   exit 0

@@ -85,11 +85,22 @@ TEST(CpuBackendTest, ReportsItsConversionsAsTransfers) {
   absl::StatusOr<PackedWeight> view = ViewPacked(Scheme::kW4A16, shape, packed);
   auto weight = backend->Load(*view);
   ASSERT_TRUE(weight.ok());
-  // No staging of its own: callers gather into their own memory.
+  // No staging of its own: callers gather into their own memory. Nor registration: it
+  // reads host memory anyway, so MatMulBlocks has nothing to run on.
   absl::StatusOr<HostStaging> staging = backend->StageHost(0, 1024, 1024);
   ASSERT_TRUE(staging.ok());
   EXPECT_EQ(staging->x, nullptr);
   EXPECT_EQ(staging->y, nullptr);
+  std::string memory(4096, '\0');
+  absl::StatusOr<std::unique_ptr<HostRegistration>> registration =
+      backend->RegisterHost(memory.data(), memory.size());
+  ASSERT_TRUE(registration.ok());
+  EXPECT_EQ(*registration, nullptr);
+  const RowBlock block{memory.data(), memory.data() + 1024, 1};
+  const absl::Status blocks =
+      backend->MatMulBlocks(0, {.weight = weight->get(), .blocks = {&block, 1}}).status();
+  EXPECT_EQ(blocks.code(), absl::StatusCode::kUnimplemented) << blocks;
+  EXPECT_NE(blocks.message().find("registered host memory"), absl::string_view::npos);
   for (DType dtype : {DType::kF16, DType::kF32}) {
     const std::string x = ToBytes(dtype, RandomFloats(4 * 256, 2));
     std::string y(4 * 16 * DTypeSize(dtype), '\xff');

@@ -243,12 +243,12 @@ TEST_F(LocalTransportTest, RefusesBadHellos) {
   local::Hello magic = GoodHello();
   magic.magic = 0x12345678;
   local::Hello version = GoodHello();
-  version.version = 2;
+  version.version = 3;
   local::Hello reserved = GoodHello();
   reserved.reserved = 1;
   const Case cases[] = {
       {magic, absl::StatusCode::kInvalidArgument, "Hello.magic = 0x12345678"},
-      {version, absl::StatusCode::kFailedPrecondition, "Hello.version = 2"},
+      {version, absl::StatusCode::kFailedPrecondition, "Hello.version = 3"},
       {reserved, absl::StatusCode::kInvalidArgument, "Hello.reserved = 1"},
       {GoodHello(0), absl::StatusCode::kInvalidArgument, "Hello.slots = 0 must be in [1, 1024]"},
       {GoodHello(1025), absl::StatusCode::kInvalidArgument, "Hello.slots = 1025"},
@@ -274,52 +274,227 @@ TEST_F(LocalTransportTest, RefusesBadHellos) {
             absl::StatusCode::kUnavailable);
 }
 
-TEST_F(LocalTransportTest, SurvivesGarbageInTheSegment) {
-  RawSession s = Handshake(path_, GoodHello(4, 8192));
-  ASSERT_EQ(s.welcome.code, 0) << s.welcome.message;
-  ASSERT_EQ(s.received, 2);
-  absl::StatusOr<local::Segment> segment = local::Segment::Map(std::move(s.fds[0]), 4, 8192);
-  ASSERT_TRUE(segment.ok()) << segment.status();
-  std::mt19937 rng(11);
-  const auto send = [&](uint64_t slot, uint32_t bytes, int64_t timeout_ns) {
-    local::SlotControl& c = segment->control(slot);
+// A session whose slots the test writes by hand.
+struct MappedSession {
+  MappedSession(const std::string& path, const local::Hello& hello) {
+    RawSession s = Handshake(path, hello);
+    EXPECT_EQ(s.welcome.code, 0) << s.welcome.message;
+    EXPECT_EQ(s.received, 2);
+    doorbell = std::move(s.fds[1]);
+    absl::StatusOr<local::Segment> mapped =
+        local::Segment::Map(std::move(s.fds[0]), hello.slots, hello.slot_bytes);
+    EXPECT_TRUE(mapped.ok()) << mapped.status();
+    if (mapped.ok()) segment = *std::move(mapped);
+    socket = std::move(s.socket);
+  }
+
+  // Publishes what the request area of `slot` holds and waits for the answer.
+  void Send(uint64_t slot, uint32_t bytes, int64_t timeout_ns, uint32_t input_bytes = 0) {
+    local::SlotControl& c = segment.control(slot);
     c.request_bytes = bytes;
+    c.input_bytes = input_bytes;
     c.timeout_ns = timeout_ns;
     const uint32_t seq = local::Shared(c.request_seq).load() + 1;
     local::Shared(c.request_seq).store(seq, std::memory_order_release);
     const uint64_t one = 1;
-    ASSERT_EQ(write(s.fds[1].get(), &one, 8), 8);
+    ASSERT_EQ(write(doorbell.get(), &one, 8), 8);
     for (int i = 0; i < 5000 && local::Shared(c.response_seq).load() != seq; ++i) {
       absl::SleepFor(absl::Milliseconds(1));
     }
     ASSERT_EQ(local::Shared(c.response_seq).load(), seq);
-  };
+  }
+  // Writes `bytes` into the request area of `slot` at `offset`.
+  void Write(uint64_t slot, uint64_t offset, const std::string& bytes) {
+    std::memcpy(segment.request_area(slot).data() + offset, bytes.data(), bytes.size());
+  }
+  // The answer's first `bytes` from `offset` (the error text, or a message).
+  std::string Answer(uint64_t slot, uint64_t offset, uint64_t bytes) const {
+    return std::string(reinterpret_cast<const char*>(segment.response_area(slot).data()) + offset,
+                       bytes);
+  }
+  std::string ErrorText(uint64_t slot) const {
+    return Answer(slot, 0, segment.control(slot).response_bytes);
+  }
+
+  local::Fd socket;
+  local::Fd doorbell;
+  local::Segment segment;
+};
+
+TEST_F(LocalTransportTest, SurvivesGarbageInTheSegment) {
+  MappedSession s(path_, GoodHello(4, 8192));
+  std::mt19937 rng(11);
   for (int round = 0; round < 50; ++round) {
     const uint64_t slot = round % 4;
-    std::span<std::byte> area = segment->request_area(slot);
+    std::span<std::byte> area = s.segment.request_area(slot);
     for (std::byte& b : area) b = static_cast<std::byte>(rng());
-    send(slot, static_cast<uint32_t>(rng() % 8192), 0);
-    const local::SlotControl& c = segment->control(slot);
+    // Every other round claims rows beside the message.
+    s.Send(slot, static_cast<uint32_t>(rng() % 8192), 0,
+           round % 2 == 0 ? 0 : static_cast<uint32_t>(rng() % 8192));
+    const local::SlotControl& c = s.segment.control(slot);
     EXPECT_NE(c.code, 0);
     EXPECT_LE(c.response_bytes, 8192u);
+    EXPECT_EQ(c.output_bytes, 0u);
   }
-  send(0, 9000, 0);
-  EXPECT_EQ(segment->control(0).code, static_cast<int32_t>(absl::StatusCode::kInvalidArgument));
-  ExpectSays(std::string(reinterpret_cast<const char*>(segment->response_area(0).data()),
-                         segment->control(0).response_bytes),
-             "request_bytes = 9000 exceeds the session's slot_bytes = 8192");
+  s.Send(0, 9000, 0);
+  EXPECT_EQ(s.segment.control(0).code, static_cast<int32_t>(absl::StatusCode::kInvalidArgument));
+  ExpectSays(s.ErrorText(0), "request_bytes = 9000 exceeds the session's slot_bytes = 8192");
   const std::string valid = Request(1, 12).SerializeAsString();
-  std::memcpy(segment->request_area(1).data(), valid.data(), valid.size());
-  send(1, static_cast<uint32_t>(valid.size()), -5);
-  ExpectSays(std::string(reinterpret_cast<const char*>(segment->response_area(1).data()),
-                         segment->control(1).response_bytes),
-             "timeout_ns = -5 must not be negative");
-  send(1, static_cast<uint32_t>(valid.size()), 0);
-  EXPECT_EQ(segment->control(1).code, 0);
+  s.Write(1, 0, valid);
+  s.Send(1, static_cast<uint32_t>(valid.size()), -5);
+  ExpectSays(s.ErrorText(1), "timeout_ns = -5 must not be negative");
+  s.Send(1, static_cast<uint32_t>(valid.size()), 0);
+  EXPECT_EQ(s.segment.control(1).code, 0);
   // The server still serves everyone.
   std::unique_ptr<LocalChannel> channel = Connect();
   v1::MatMulResponse response;
   EXPECT_TRUE(channel->MatMul(0, Request(1, 13), &response).ok());
+}
+
+// `request` without input.data, as a version 2 client sends it beside its rows.
+std::string MessageWithoutRows(v1::MatMulRequest request) {
+  request.mutable_input()->clear_data();
+  return request.SerializeAsString();
+}
+
+TEST_F(LocalTransportTest, ServesVersionOneClientsInline) {
+  local::Hello hello = GoodHello(1, 8192);
+  hello.version = 1;
+  MappedSession s(path_, hello);
+  const v1::MatMulRequest request = Request(3, 31);
+  const std::string message = request.SerializeAsString();
+  s.Write(0, 0, message);
+  s.Send(0, static_cast<uint32_t>(message.size()), 0);
+  const local::SlotControl& c = s.segment.control(0);
+  ASSERT_EQ(c.code, 0) << s.ErrorText(0);
+  EXPECT_EQ(c.output_bytes, 0u);
+  v1::MatMulResponse response;
+  ASSERT_TRUE(response.ParseFromString(s.Answer(0, 0, c.response_bytes)));
+  ExpectCorrect(request, response, DType::kF16);
+}
+
+TEST_F(LocalTransportTest, AnswersRowsBesideTheMessageBesideItsAnswer) {
+  MappedSession s(path_, GoodHello(1, 8192));
+  const local::SlotControl& c = s.segment.control(0);
+  const v1::MatMulRequest request = Request(2, 41);
+  const std::string& rows = request.input().data();  // 1024 bytes
+  const std::string message = MessageWithoutRows(request);
+  s.Write(0, 0, rows);
+  s.Write(0, 1024, message);
+  std::memset(s.segment.response_area(0).data(), 0xFF, 8192);  // poison
+  s.Send(0, static_cast<uint32_t>(message.size()), 0, 1024);
+  ASSERT_EQ(c.code, 0) << s.ErrorText(0);
+  ASSERT_EQ(c.output_bytes, 2u * kN * 2);
+  v1::MatMulResponse response;
+  ASSERT_TRUE(response.ParseFromString(
+      s.Answer(0, local::MessageOffset(c.output_bytes), c.response_bytes)));
+  EXPECT_TRUE(response.output().data().empty());
+  response.mutable_output()->set_data(s.Answer(0, 0, c.output_bytes));
+  ExpectCorrect(request, response, DType::kF16);
+
+  // The message still holding its rows; rows of the wrong size; more than the slot.
+  s.Write(0, 1024, request.SerializeAsString());
+  s.Send(0, static_cast<uint32_t>(request.ByteSizeLong()), 0, 1024);
+  EXPECT_EQ(c.code, static_cast<int32_t>(absl::StatusCode::kInvalidArgument));
+  ExpectSays(s.ErrorText(0), "input.data is 1024 bytes but must be empty");
+  s.Write(0, 1024, message);
+  s.Send(0, static_cast<uint32_t>(message.size()), 0, 1000);
+  EXPECT_EQ(c.code, static_cast<int32_t>(absl::StatusCode::kInvalidArgument));
+  ExpectSays(s.ErrorText(0), "the rows beside the message (input_bytes) is 1000 bytes");
+  s.Send(0, 300, 0, 8000);
+  EXPECT_EQ(c.code, static_cast<int32_t>(absl::StatusCode::kInvalidArgument));
+  ExpectSays(s.ErrorText(0), "input_bytes = 8000 and request_bytes = 300");
+  EXPECT_EQ(c.output_bytes, 0u);
+
+  // A result that does not fit beside the answer's message: one row of a 4096-wide weight.
+  weights_.Upload(*stub_, "wide", Scheme::kW4A16, {.n = 4096, .k = kK}, 8);
+  const v1::MatMulRequest wide = Request(1, 42, DType::kF16, "wide");
+  s.Write(0, 0, wide.input().data());
+  const std::string wide_message = MessageWithoutRows(wide);
+  s.Write(0, 512, wide_message);
+  s.Send(0, static_cast<uint32_t>(wide_message.size()), 0, 512);
+  EXPECT_EQ(c.code, static_cast<int32_t>(absl::StatusCode::kResourceExhausted));
+  ExpectSays(s.ErrorText(0), "the result's 8192 bytes do not fit");
+  EXPECT_EQ(server_->batcher().stats().requests, 1);
+}
+
+// A backend whose device reads host memory (the gate plays one): fp16 rows of every
+// session run in place through MatMulBlocks, many requests a launch; bf16 rows, copied out
+// first, through MatMul. Registrations end with their sessions.
+TEST_F(LocalTransportTest, RegisteredSessionsRunThroughMatMulBlocks) {
+  gate_->RegistersHost(true);
+  constexpr int kCallers = 32;
+  constexpr int kSessions = 4;
+  std::vector<std::unique_ptr<LocalChannel>> sessions;
+  for (int i = 0; i < kSessions; ++i) sessions.push_back(Connect(kCallers / kSessions));
+  EXPECT_EQ(gate_->registrations(), kSessions);
+  gate_->Close();
+  std::vector<std::thread> callers;
+  for (int c = 0; c < kCallers; ++c) {
+    callers.emplace_back([&, c] {
+      for (int i = 0; i < 4; ++i) {
+        const DType dtype = i == 3 ? DType::kBF16 : DType::kF16;
+        const v1::MatMulRequest request = Request(1 + (c + i) % 3, 2000 + c * 4 + i, dtype);
+        v1::MatMulResponse response;
+        const absl::Status s = sessions[c % kSessions]->MatMul(c / kSessions, request, &response);
+        ASSERT_TRUE(s.ok()) << s;
+        ExpectCorrect(request, response, dtype);
+      }
+    });
+  }
+  ASSERT_TRUE(gate_->WaitForCalls(1));
+  absl::SleepFor(absl::Milliseconds(200));
+  gate_->Open();
+  for (std::thread& t : callers) t.join();
+  int blocks = 0, most = 0;
+  for (const GatedBackend::Call& call : gate_->calls()) {
+    EXPECT_EQ(call.blocks, call.x_dtype == DType::kF16);
+    blocks += call.blocks;
+    if (call.blocks) most = std::max<int>(most, static_cast<int>(call.m));
+  }
+  EXPECT_GT(blocks, 0);
+  EXPECT_GT(most, 8);  // rows of many requests in one call
+  sessions.clear();
+  for (int i = 0; i < 5000 && gate_->registrations() > 0; ++i) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  EXPECT_EQ(gate_->registrations(), 0);
+}
+
+// LocalChannel sends a request's message without its rows by copying every other field by
+// name: a field added to either message must be added there too.
+TEST(LocalChannelTest, KnowsEveryFieldOfTheRequest) {
+  EXPECT_EQ(v1::MatMulRequest::descriptor()->field_count(), 3);
+  EXPECT_EQ(v1::Tensor::descriptor()->field_count(), 3);
+}
+
+// --local_pinned_bytes bounds what sessions register; a session beyond it is served with
+// host copies, and the budget comes back when a registered session ends.
+TEST_F(LocalTransportTest, PinnedBytesBoundTheRegisteredSessions) {
+  server_.reset();
+  ServerOptions options;
+  options.local_pinned_bytes = static_cast<int64_t>(local::SegmentBytes(2, 8192));
+  Start(std::move(options));
+  gate_->RegistersHost(true);
+  std::unique_ptr<LocalChannel> first = Connect(2, 8192);
+  std::unique_ptr<LocalChannel> second = Connect(2, 8192);
+  EXPECT_EQ(gate_->registrations(), 1);
+  v1::MatMulResponse response;
+  for (LocalChannel* channel : {first.get(), second.get()}) {
+    const v1::MatMulRequest request = Request(2, 51);
+    ASSERT_TRUE(channel->MatMul(1, request, &response).ok());
+    ExpectCorrect(request, response, DType::kF16);
+  }
+  const std::vector<GatedBackend::Call> calls = gate_->calls();
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_TRUE(calls[0].blocks);
+  EXPECT_FALSE(calls[1].blocks);
+  first.reset();
+  for (int i = 0; i < 5000 && gate_->registrations() > 0; ++i) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  std::unique_ptr<LocalChannel> third = Connect(2, 8192);
+  EXPECT_EQ(gate_->registrations(), 1);
 }
 
 TEST_F(LocalTransportTest, DropsTheQueuedRequestsOfAClientThatLeft) {

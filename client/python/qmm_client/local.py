@@ -20,15 +20,21 @@ from qmm.v1 import qmm_pb2
 from qmm_client.tensors import dtype_value, from_tensor, to_tensor
 
 _MAGIC = 0x4C4D4D51  # "QMML"
-_VERSION = 1
+_VERSION = 2
 _HELLO = struct.Struct("<IIIIQ")
 _WELCOME = struct.Struct("<IIiIQ256s")
 _HEADER_BYTES = 64
 _CONTROL_BYTES = 128
+_ALIGN = 64
 # SlotControl's fields, by offset within the slot's control block.
-_REQUEST_SEQ, _REQUEST_BYTES, _TIMEOUT_NS = 0, 4, 8
-_RESPONSE_SEQ, _CLIENT_WAITING, _CODE, _RESPONSE_BYTES = 64, 68, 72, 76
+_REQUEST_SEQ, _REQUEST_BYTES, _TIMEOUT_NS, _INPUT_BYTES = 0, 4, 8, 16
+_RESPONSE_SEQ, _CLIENT_WAITING, _CODE, _RESPONSE_BYTES, _OUTPUT_BYTES = 64, 68, 72, 76, 80
 _SERVER_SLEEPING = 24  # in the segment header
+
+
+def _message_offset(rows_bytes):
+    """Where a message starts after rows_bytes of rows: the next 64-byte boundary."""
+    return (rows_bytes + _ALIGN - 1) // _ALIGN * _ALIGN
 
 _SYS_FUTEX = {"x86_64": 202, "aarch64": 98}.get(platform.machine())
 _FUTEX_WAIT = 0
@@ -144,15 +150,25 @@ class LocalChannel:
             raise ValueError(f"slot = {slot} must be in [0, {self._slots})")
         if self._map is None:
             raise ValueError("the channel is closed")
-        body = request.SerializeToString()
-        if len(body) > self._slot_bytes:
+        # The rows go beside the message, where the server reads them in place; a request
+        # without rows goes inline, for the server to refuse as gRPC would.
+        rows = request.input.data
+        header = request
+        if rows:
+            header = qmm_pb2.MatMulRequest()
+            header.CopyFrom(request)
+            header.input.ClearField("data")
+        body = header.SerializeToString()
+        at = _message_offset(len(rows))
+        if at + len(body) > self._slot_bytes:
             raise LocalError(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                             f"the request's {len(body)} bytes exceed the session's "
+                             f"the request's {at + len(body)} bytes exceed the session's "
                              f"slot_bytes = {self._slot_bytes}")
         control, area = self._control(slot), self._area(slot)
-        self._map[area:area + len(body)] = body
-        struct.pack_into("<Iq", self._map, control + _REQUEST_BYTES, len(body),
-                         0 if timeout is None else int(timeout * 1e9))
+        self._map[area:area + len(rows)] = rows
+        self._map[area + at:area + at + len(body)] = body
+        struct.pack_into("<IqI", self._map, control + _REQUEST_BYTES, len(body),
+                         0 if timeout is None else int(timeout * 1e9), len(rows))
         # The client alone writes request_seq: the last value it wrote is there to read.
         request_seq = self._u32(control + _REQUEST_SEQ)
         seq = (request_seq.value + 1) & 0xFFFFFFFF
@@ -185,14 +201,19 @@ class LocalChannel:
                 raise LocalError(grpc.StatusCode.DEADLINE_EXCEEDED,
                                  f"no answer on local slot {slot} within {timeout} s")
         waiting.value = 0
-        code, size = struct.unpack_from("<iI", self._map, control + _CODE)
-        size = min(size, self._slot_bytes)
-        data = self._map[area + self._slot_bytes:area + self._slot_bytes + size]
+        code, size, output_bytes = struct.unpack_from("<iII", self._map, control + _CODE)
+        answer = area + self._slot_bytes
         if code != 0:
+            text = self._map[answer:answer + min(size, self._slot_bytes)]
             raise LocalError(_CODES.get(code, grpc.StatusCode.UNKNOWN),
-                             data.decode("utf-8", "replace"))
+                             text.decode("utf-8", "replace"))
+        at = _message_offset(output_bytes) if output_bytes else 0
+        if at + size > self._slot_bytes:
+            raise LocalError(grpc.StatusCode.DATA_LOSS, "the local answer overruns its slot")
         response = qmm_pb2.MatMulResponse()
-        response.ParseFromString(data)
+        response.ParseFromString(self._map[answer + at:answer + at + size])
+        if output_bytes:
+            response.output.data = self._map[answer:answer + output_bytes]
         return response
 
     def _server_gone(self):

@@ -4,6 +4,7 @@
 #include "server/cuda_backend.h"
 
 #include <cuda_runtime.h>
+#include <sys/mman.h>
 
 #include <cmath>
 #include <cstdint>
@@ -12,6 +13,7 @@
 #include <deque>
 #include <random>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -228,6 +230,96 @@ TEST(CudaBackendTest, InputsGatheredInTheStagingBuffersGiveTheSameResults) {
     std::vector<float> big = RandomNormal(rng, m * 512, 3e5f);
     big[m * 512 - 1] = 2e9f;
     CheckMatMul(*backend, 0, **weight, packed, big, m, DType::kF32, DType::kF32, /*staged=*/true);
+  }
+}
+
+// Shared anonymous memory, as a local session's segment is (mmap of a memfd).
+struct SharedMapping {
+  explicit SharedMapping(size_t n) : bytes(n) {
+    void* p = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    data = p == MAP_FAILED ? nullptr : static_cast<uint8_t*>(p);
+  }
+  ~SharedMapping() {
+    if (data != nullptr) munmap(data, bytes);
+  }
+  uint8_t* data = nullptr;
+  size_t bytes = 0;
+};
+
+// MatMulBlocks over requests of 1 to 9 rows scattered through registered shared memory
+// (from the third on at offsets only 4-byte aligned, which the copy moves bytewise) gives,
+// block by block, the bytes MatMul gives for the same rows gathered, which CheckMatMul
+// holds to the CPU kernel; every wire dtype, fp32 beyond fp16's range (one scale for the whole
+// call) included. The y areas start poisoned and the bytes between blocks stay untouched.
+TEST(CudaBackendTest, BlocksInRegisteredMemoryGiveMatMulsResults) {
+  std::unique_ptr<Backend> backend = MakeBackend();
+  ASSERT_NE(backend, nullptr);
+  std::mt19937_64 rng(std::random_device{}());
+  const Packed packed = RandomPacked(Scheme::kW4A16, {384, 512, kW4GroupSize}, rng);
+  absl::StatusOr<std::unique_ptr<BackendWeight>> weight = backend->Load(packed.view());
+  ASSERT_TRUE(weight.ok()) << weight.status();
+  SharedMapping shared(size_t{8} << 20);
+  ASSERT_NE(shared.data, nullptr);
+  absl::StatusOr<std::unique_ptr<HostRegistration>> registration =
+      backend->RegisterHost(shared.data, shared.bytes);
+  ASSERT_TRUE(registration.ok()) << registration.status();
+  ASSERT_NE(*registration, nullptr) << "this device cannot address registered host memory";
+
+  const std::vector<int64_t> rows = {1, 3, 1, 9, 2, 1, 1, 5};
+  int64_t m = 0;
+  for (int64_t r : rows) m += r;
+  for (const auto& [x_dtype, y_dtype, sigma] :
+       {std::tuple{DType::kF16, DType::kF16, 1.0f}, std::tuple{DType::kBF16, DType::kF32, 1.0f},
+        std::tuple{DType::kF32, DType::kBF16, 1.0f}, std::tuple{DType::kF32, DType::kF32, 3e5f}}) {
+    SCOPED_TRACE(::testing::Message() << DTypeName(x_dtype) << " -> " << DTypeName(y_dtype));
+    std::vector<float> x = RandomNormal(rng, m * 512, sigma);
+    if (sigma > 1.0f) x[5 * 512 + 7] = 2e9f;  // in the fourth block
+    CheckMatMul(*backend, 0, **weight, packed, x, m, x_dtype, y_dtype);
+    std::vector<uint8_t> wire(x.size() * DTypeSize(x_dtype));
+    FromFloat(x_dtype, x.data(), x.size(), wire.data());
+    std::vector<uint8_t> expected(m * 384 * DTypeSize(y_dtype));
+    MatMulCall gathered{.weight = weight->get(),
+                        .x_dtype = x_dtype,
+                        .x = wire.data(),
+                        .m = m,
+                        .y_dtype = y_dtype,
+                        .y = expected.data()};
+    ASSERT_TRUE(backend->MatMul(1, gathered).ok());
+
+    std::memset(shared.data, 0x5A, shared.bytes);
+    std::vector<RowBlock> blocks;
+    const size_t x_row = 512 * DTypeSize(x_dtype), y_row = 384 * DTypeSize(y_dtype);
+    size_t at = 64, row = 0;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      at += i % 3 == 2 ? 4 : 64;  // from the third block on, only 4-byte aligned
+      uint8_t* bx = shared.data + at;
+      std::memcpy(bx, wire.data() + row * x_row, rows[i] * x_row);
+      at += rows[i] * x_row + 64;
+      uint8_t* by = shared.data + at;
+      std::memset(by, 0xFF, rows[i] * y_row);
+      at += rows[i] * y_row;
+      blocks.push_back({.x = bx, .y = by, .rows = rows[i]});
+      row += rows[i];
+    }
+    TransferTimes transfer;
+    absl::StatusOr<int64_t> ns = backend->MatMulBlocks(0, {.weight = weight->get(),
+                                                           .x_dtype = x_dtype,
+                                                           .y_dtype = y_dtype,
+                                                           .blocks = blocks,
+                                                           .transfer = &transfer});
+    ASSERT_TRUE(ns.ok()) << ns.status();
+    EXPECT_GT(*ns, 0);
+    EXPECT_GE(transfer.h2d_ns, 0);
+    EXPECT_GE(transfer.d2h_ns, 0);
+    row = 0;
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      EXPECT_EQ(std::memcmp(blocks[i].y, expected.data() + row * y_row, rows[i] * y_row), 0)
+          << "block " << i;
+      // The 64 bytes after each block's results are the next block's gap: untouched.
+      const uint8_t* after = static_cast<const uint8_t*>(blocks[i].y) + rows[i] * y_row;
+      for (int j = 0; j < 2; ++j) EXPECT_EQ(after[j], 0x5A) << "after block " << i;
+      row += rows[i];
+    }
   }
 }
 
