@@ -8,9 +8,13 @@
 // holds the next ones back at most that long). Poller threads, each with the sessions
 // given to it in turn, poll the sessions' slots for new requests: after one, for
 // `spin`, they keep polling; then they sleep until a doorbell, a new session or a closed
-// one. A request is copied out, parsed and checked on the poller (the same
+// one. A request's message is copied out, parsed and checked on the poller (the same
 // PrepareMatMul as gRPC's MatMul, metrics method "LocalMatMul"), then queued; its answer
-// is written into the session's segment by the thread that finishes it.
+// is written into the session's segment by the thread that finishes it. fp16 rows beside
+// the message stay where the client wrote them, and their results go straight into the
+// answer's area: on a backend that registers host memory (the GPU's), each session's
+// segment is registered when it opens (within `pinned_bytes`), and launches of such
+// requests run through Backend::MatMulBlocks, the device reading and writing the segments.
 //
 // Threads: Start and Shutdown from the server's controlling thread.
 #ifndef QMM_SERVER_LOCAL_TRANSPORT_H_
