@@ -113,7 +113,8 @@ struct BatchRequest {
   // output.data empty.
   void* output = nullptr;
   // job.x and `output` lie in host memory registered with the backend (RegisterHost): a
-  // launch of only such requests runs through Backend::MatMulBlocks, without host copies.
+  // launch of several requests, all such, runs through Backend::MatMulBlocks, without host
+  // copies.
   bool registered = false;
   // The same for a Forward: holds the model.
   ForwardJob forward = {};

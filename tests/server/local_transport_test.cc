@@ -418,9 +418,9 @@ TEST_F(LocalTransportTest, AnswersRowsBesideTheMessageBesideItsAnswer) {
   EXPECT_EQ(server_->batcher().stats().requests, 1);
 }
 
-// A backend whose device reads host memory (the gate plays one): fp16 rows of every
-// session run in place through MatMulBlocks, many requests a launch; bf16 rows, copied out
-// first, through MatMul. Registrations end with their sessions.
+// A backend whose device reads host memory (the gate plays one): launches of several
+// requests with fp16 rows run in place through MatMulBlocks; bf16 rows, copied out first,
+// and lone requests, through MatMul. Registrations end with their sessions.
 TEST_F(LocalTransportTest, RegisteredSessionsRunThroughMatMulBlocks) {
   gate_->RegistersHost(true);
   constexpr int kCallers = 32;
@@ -448,9 +448,10 @@ TEST_F(LocalTransportTest, RegisteredSessionsRunThroughMatMulBlocks) {
   for (std::thread& t : callers) t.join();
   int blocks = 0, most = 0;
   for (const GatedBackend::Call& call : gate_->calls()) {
-    EXPECT_EQ(call.blocks, call.x_dtype == DType::kF16);
-    blocks += call.blocks;
-    if (call.blocks) most = std::max<int>(most, static_cast<int>(call.m));
+    if (!call.blocks) continue;
+    EXPECT_EQ(call.x_dtype, DType::kF16);
+    ++blocks;
+    most = std::max<int>(most, static_cast<int>(call.m));
   }
   EXPECT_GT(blocks, 0);
   EXPECT_GT(most, 8);  // rows of many requests in one call
@@ -485,10 +486,6 @@ TEST_F(LocalTransportTest, PinnedBytesBoundTheRegisteredSessions) {
     ASSERT_TRUE(channel->MatMul(1, request, &response).ok());
     ExpectCorrect(request, response, DType::kF16);
   }
-  const std::vector<GatedBackend::Call> calls = gate_->calls();
-  ASSERT_EQ(calls.size(), 2u);
-  EXPECT_TRUE(calls[0].blocks);
-  EXPECT_FALSE(calls[1].blocks);
   first.reset();
   for (int i = 0; i < 5000 && gate_->registrations() > 0; ++i) {
     absl::SleepFor(absl::Milliseconds(1));
