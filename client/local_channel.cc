@@ -16,7 +16,8 @@ using local::Shared;
 namespace {
 
 // `request` without its rows, which travel beside the message: every field of MatMulRequest
-// and of its input Tensor but input.data (local_channel_test checks there are no others).
+// and of its input Tensor but input.data (LocalChannelTest in local_transport_test.cc checks
+// there are no others).
 v1::MatMulRequest WithoutRows(const v1::MatMulRequest& request) {
   v1::MatMulRequest header;
   header.set_weight(request.weight());
