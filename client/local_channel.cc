@@ -71,7 +71,16 @@ LocalChannel::LocalChannel(Fd socket, Fd doorbell, local::Segment segment, absl:
     : socket_(std::move(socket)),
       doorbell_(std::move(doorbell)),
       segment_(std::move(segment)),
-      spin_(spin) {}
+      spin_(spin),
+      sent_(std::make_unique<Sent[]>(segment_.slots())) {}
+
+absl::Status LocalChannel::CheckSlot(int slot) const {
+  if (slot < 0 || slot >= slots()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("slot = ", slot, " must be in [0, ", slots(), ")"));
+  }
+  return absl::OkStatus();
+}
 
 bool LocalChannel::ServerGone() const {
   pollfd p{.fd = socket_.get(), .events = POLLIN | POLLRDHUP, .revents = 0};
@@ -80,9 +89,17 @@ bool LocalChannel::ServerGone() const {
 
 absl::Status LocalChannel::MatMul(int slot, const v1::MatMulRequest& request,
                                   v1::MatMulResponse* response, absl::Duration timeout) {
-  if (slot < 0 || slot >= slots()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("slot = ", slot, " must be in [0, ", slots(), ")"));
+  if (absl::Status s = Send(slot, request, timeout); !s.ok()) return s;
+  return Receive(slot, response);
+}
+
+absl::Status LocalChannel::Send(int slot, const v1::MatMulRequest& request,
+                                absl::Duration timeout) {
+  if (absl::Status s = CheckSlot(slot); !s.ok()) return s;
+  Sent& sent = sent_[slot];
+  if (sent.waiting) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("local slot ", slot, " still holds a request: Receive its answer first"));
   }
   // The rows beside the message, where the server reads them in place; a request without
   // rows goes inline, for the server to refuse as gRPC would.
@@ -112,12 +129,27 @@ absl::Status LocalChannel::MatMul(int slot, const v1::MatMulRequest& request,
     const uint64_t one = 1;
     [[maybe_unused]] ssize_t n = write(doorbell_.get(), &one, sizeof(one));
   }
+  sent = {.seq = seq,
+          .waiting = true,
+          .timeout = timeout,
+          .give_up = timeout == absl::InfiniteDuration()
+                         ? absl::InfiniteFuture()
+                         : absl::Now() + timeout + absl::Seconds(1)};
+  return absl::OkStatus();
+}
 
+absl::Status LocalChannel::Receive(int slot, v1::MatMulResponse* response) {
+  if (absl::Status s = CheckSlot(slot); !s.ok()) return s;
+  Sent& sent = sent_[slot];
+  if (!sent.waiting) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("local slot ", slot, " has no request to answer: Send one first"));
+  }
+  sent.waiting = false;
+  const uint32_t seq = sent.seq;
+  local::SlotControl& control = segment_.control(slot);
   std::atomic_ref<uint32_t> answered = Shared(control.response_seq);
   const absl::Time start = absl::Now();
-  const absl::Time give_up = timeout == absl::InfiniteDuration()
-                                 ? absl::InfiniteFuture()
-                                 : start + timeout + absl::Seconds(1);
   while (answered.load(std::memory_order_acquire) != seq && absl::Now() - start < spin_) {
   }
   while (true) {
@@ -133,10 +165,10 @@ absl::Status LocalChannel::MatMul(int slot, const v1::MatMulRequest& request,
       Shared(control.client_waiting).store(0, std::memory_order_relaxed);
       return absl::UnavailableError("the server ended the local session");
     }
-    if (absl::Now() >= give_up) {
+    if (absl::Now() >= sent.give_up) {
       Shared(control.client_waiting).store(0, std::memory_order_relaxed);
       return absl::DeadlineExceededError(absl::StrCat("no answer on local slot ", slot, " within ",
-                                                      absl::FormatDuration(timeout)));
+                                                      absl::FormatDuration(sent.timeout)));
     }
   }
   Shared(control.client_waiting).store(0, std::memory_order_relaxed);

@@ -371,19 +371,41 @@ std::unique_ptr<Lane> MakeLane(const Run& run, const std::shared_ptr<grpc::Chann
       [stub](grpc::ClientContext* context) { return stub->MatMulStream(context); });
 }
 
-// A caller's slot of a local session: slot caller / sessions of session caller % sessions.
-std::unique_ptr<Lane> LocalLane(const Run& run, int caller) {
-  const size_t sessions = run.local_channels.size();
-  auto call = [channel = run.local_channels[caller % sessions].get(),
-               slot = static_cast<int>(caller / sessions), timeout = run.call_timeout,
-               &requests = run.inputs.matmul](int input, v1::MatMulResponse* response,
-                                              std::optional<int64_t>* compute) {
-    const absl::Status status = channel->MatMul(slot, requests[input], response, timeout);
+// A caller's `inflight` slots of a local session, taken in turn (answers come oldest
+// first): caller c has session c % sessions, slots from (c / sessions) * inflight.
+class LocalLane final : public Lane {
+ public:
+  LocalLane(const Run& run, int caller)
+      : channel_(*run.local_channels[caller % run.local_channels.size()]),
+        requests_(run.inputs.matmul),
+        timeout_(run.call_timeout),
+        first_(static_cast<int>(caller / run.local_channels.size()) * run.options.inflight),
+        depth_(run.options.inflight) {}
+  bool CanSend() const override { return static_cast<int>(sent_.size()) < depth_; }
+  void Send(int input) override {
+    const int slot = first_ + next_;
+    next_ = (next_ + 1) % depth_;
+    // A refused Send shows as its answer.
+    sent_.push_back({slot, channel_.Send(slot, requests_[input], timeout_)});
+  }
+  absl::Status Receive(v1::MatMulResponse* response, std::optional<int64_t>* compute) override {
+    const auto [slot, sent] = sent_.front();
+    sent_.pop_front();
+    if (!sent.ok()) return sent;
+    const absl::Status status = channel_.Receive(slot, response);
     if (status.ok() && response->compute_ns() > 0) *compute = response->compute_ns();
     return status;
-  };
-  return std::make_unique<UnaryLane<decltype(call)>>(std::move(call));
-}
+  }
+
+ private:
+  LocalChannel& channel_;
+  const std::vector<v1::MatMulRequest>& requests_;
+  const absl::Duration timeout_;
+  const int first_;
+  const int depth_;
+  int next_ = 0;
+  std::deque<std::pair<int, absl::Status>> sent_;  // slot and how its Send went, oldest first
+};
 
 // The local sessions for `callers` callers: `count` of them, with the slots and slot size
 // the largest request and its answer need.
@@ -393,7 +415,7 @@ absl::StatusOr<std::vector<std::unique_ptr<LocalChannel>>> OpenLocalChannels(
   for (const v1::MatMulRequest& request : inputs.matmul) {
     largest = std::max<int64_t>(largest, static_cast<int64_t>(request.ByteSizeLong()));
   }
-  const LocalChannelOptions options{.slots = (o.concurrency + count - 1) / count,
+  const LocalChannelOptions options{.slots = (o.concurrency + count - 1) / count * o.inflight,
                                     .slot_bytes = std::max<int64_t>(4096, (largest + 63) / 64 * 64),
                                     .spin = o.local_spin};
   std::vector<std::unique_ptr<LocalChannel>> channels;
@@ -409,7 +431,7 @@ void Caller(Run& run, int caller, BenchTally& tally) {
   const BenchOptions& o = run.options;
   const std::unique_ptr<Lane> lane = run.local_channels.empty()
                                          ? MakeLane(run, run.channels[caller % run.channels.size()])
-                                         : LocalLane(run, caller);
+                                         : std::make_unique<LocalLane>(run, caller);
   v1::MatMulResponse response;
   std::optional<int64_t> compute;
 
@@ -514,8 +536,8 @@ absl::Status CheckBenchOptions(const BenchOptions& o) {
     return absl::InvalidArgumentError(
         absl::StrCat("--inflight = ", o.inflight, " must be in [1, ", kMaxInflight, "]"));
   }
-  if (o.inflight > 1 && !o.stream) {
-    return absl::InvalidArgumentError("--inflight above 1 needs --stream");
+  if (o.inflight > 1 && !o.stream && o.local.empty()) {
+    return absl::InvalidArgumentError("--inflight above 1 needs --stream or --local");
   }
   if (o.channels < 0 || o.channels > kMaxChannels) {
     return absl::InvalidArgumentError(

@@ -44,15 +44,15 @@ struct BenchOptions {
   std::optional<absl::Duration> duration;
   int64_t rows = 1;  // M of every request
   bool stream = false;
-  // Requests each stream keeps ahead of their answers (1 to 16; above 1 only with
-  // `stream`), which the server batches together.
+  // Requests each stream (or local caller) keeps ahead of their answers (1 to 16; above 1
+  // only with `stream` or `local`), which the server batches together.
   int inflight = 1;
   // Through inference.GRPCInferenceService (answers in the activations' dtype, without the
   // server's compute time) instead of qmm.v1.Qmm.
   bool open_inference = false;
   // Through the local transport at this Unix socket path (qmm-server --local_listen)
-  // instead of gRPC: each caller takes a slot of one of `channels` sessions. Unary MatMul
-  // only; metadata and uploads still go over gRPC.
+  // instead of gRPC: each caller takes `inflight` slots of one of `channels` sessions.
+  // Unary MatMul only; metadata and uploads still go over gRPC.
   std::string local;
   // How long a local caller polls for its answer before sleeping.
   absl::Duration local_spin = absl::ZeroDuration();

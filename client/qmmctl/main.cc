@@ -119,13 +119,15 @@ ABSL_FLAG(int32_t, channels, 0,
 ABSL_FLAG(int32_t, inputs, 64, "bench: distinct random activation sets, sent round robin");
 ABSL_FLAG(int32_t, warmup, 0, "bench: requests per caller before the clock starts");
 ABSL_FLAG(int32_t, inflight, 1,
-          "bench --stream: requests each stream sends ahead of their answers (1 to 16)");
+          "bench --stream or --local: requests each caller sends ahead of their answers (1 to "
+          "16)");
 ABSL_FLAG(std::string, protocol, "qmm",
           "bench: qmm (MatMul, MatMulStream) or oip (the Open Inference Protocol's ModelInfer, "
           "ModelStreamInfer)");
 ABSL_FLAG(std::string, local, "",
           "bench: send MatMul through the server's local transport at this Unix socket path "
-          "(qmm-server --local_listen) instead of gRPC; --channels sessions, a slot a caller");
+          "(qmm-server --local_listen) instead of gRPC; --channels sessions, --inflight slots a "
+          "caller");
 ABSL_FLAG(int64_t, local_spin_us, 0,
           "bench --local: how long a caller polls for its answer before sleeping (us)");
 ABSL_FLAG(std::string, model, "", "forward, bench: the model to run");
@@ -166,7 +168,7 @@ constexpr char kUsage[] =
     "           [--stream [--inflight=N]] [--dtype] [--out_dtype]\n"
     "           [--verify (--verify_seed=S | --verify_seeds=W1=S1,..) [--tolerance]]\n"
     "           [--json FILE] [--channels] [--inputs] [--warmup] [--seed] [--protocol=qmm|oip]\n"
-    "           [--local=PATH [--local_spin_us]]\n"
+    "           [--local=PATH [--local_spin_us] [--inflight=N]]\n"
     "  create-model SPEC.json   a model from a JSON layer list (client/model_spec.h)\n"
     "  ls-models                the models held\n"
     "  rm-model NAME            delete a model (its weights stay)\n"

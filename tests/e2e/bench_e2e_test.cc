@@ -3,8 +3,8 @@
 // with --max_batch_rows=1 the server runs every request alone, the Open Inference
 // Protocol's calls (--protocol=oip) are batched and right as qmm.v1's are, and one
 // stream's requests sent ahead (--inflight) share launches, and so do callers through the
-// local transport (--local). Then the same qmmctl bench
-// against qmm-echo-server, the transport by itself: every call answered, no batching
+// local transport (--local), one slot a caller or several in flight each. Then the same qmmctl
+// bench against qmm-echo-server, the transport by itself: every call answered, no batching
 // reported.
 #include <signal.h>
 #include <unistd.h>
@@ -126,14 +126,21 @@ TEST_F(BenchEndToEndTest, MaxBatchRowsOneRunsEveryRequestAlone) {
 TEST_F(BenchEndToEndTest, LocalTransportCallersAreBatchedAndRight) {
   const std::string socket = absl::StrCat(::testing::TempDir(), "bench_local_", getpid(), ".sock");
   Start({"--workers=1", "--cpu_threads=1", "--local_listen=" + socket});
-  for (const char* spin : {"--local_spin_us=0", "--local_spin_us=200"}) {
-    const nlohmann::json j = Bench({"--concurrency=16", "--requests=400", "--rows=2",
-                                    "--channels=3", "--local=" + socket, spin});
+  // One slot a caller, polling or not; then callers with several requests in flight each.
+  for (const std::vector<std::string>& callers :
+       {std::vector<std::string>{"--concurrency=16", "--local_spin_us=0"},
+        {"--concurrency=16", "--local_spin_us=200"},
+        {"--concurrency=3", "--inflight=5"}}) {
+    std::vector<std::string> args = {"--requests=400", "--rows=2", "--channels=3",
+                                     "--local=" + socket};
+    args.insert(args.end(), callers.begin(), callers.end());
+    const nlohmann::json j = Bench(args);
     ASSERT_TRUE(j.is_object());
     EXPECT_EQ(j["ok"], 400);
     EXPECT_EQ(j["errors"], 0);
     EXPECT_EQ(j["mismatches"], 0);
     EXPECT_EQ(j["setup"]["protocol"], "local");
+    EXPECT_EQ(j["setup"]["inflight"], callers[0] == "--concurrency=3" ? 5 : 1);
     const nlohmann::json& b = j["server_batching"];
     EXPECT_EQ(b["requests"], 400);
     EXPECT_GT(b["multi_request_launches"].get<int64_t>(), 0);

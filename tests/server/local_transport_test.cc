@@ -1,7 +1,7 @@
 // The local transport (server/local_transport.h) through its client (client/local_channel.h)
 // and through raw segment writes: results against gRPC's and the float64 reference, many
-// callers batched together, every refusal of a Hello and of a request, a client that goes
-// away, deadlines, and shutdown with sessions open.
+// callers batched together, one thread's requests in flight on many slots, every refusal of a Hello
+// and of a request, a client that goes away, deadlines, and shutdown with sessions open.
 #include "server/local_transport.h"
 
 #include <gtest/gtest.h>
@@ -191,6 +191,43 @@ TEST_F(LocalTransportTest, SixtyFourCallersGetTheirOwnRowsFromSharedLaunches) {
   EXPECT_EQ(stats.requests, kCallers * 8);
   EXPECT_GT(stats.multi_request_launches, 0);
   EXPECT_GT(stats.max_requests_per_launch, 8);
+}
+
+TEST_F(LocalTransportTest, OneThreadKeepsManySlotsInFlight) {
+  constexpr int kSlots = 12;
+  std::unique_ptr<LocalChannel> channel = Connect(kSlots);
+  ASSERT_NE(channel, nullptr);
+  v1::MatMulResponse response;
+  EXPECT_EQ(channel->Receive(0, &response).code(), absl::StatusCode::kFailedPrecondition);
+  // Every slot sent while the worker is held, so that they share the next launch; answers
+  // taken in another order than the requests went.
+  std::thread holder = HoldTheWorker(*channel, 0);
+  std::vector<v1::MatMulRequest> requests;
+  for (int slot = 1; slot < kSlots; ++slot) {
+    requests.push_back(Request(1 + slot % 3, 500 + slot));
+    ASSERT_TRUE(channel->Send(slot, requests.back()).ok());
+  }
+  const absl::Status again = channel->Send(1, requests[0]);
+  EXPECT_EQ(again.code(), absl::StatusCode::kFailedPrecondition);
+  ExpectSays(again.message(), "local slot 1 still holds a request");
+  for (int i = 0; i < 5000 && server_->batcher().stats().waiting_requests < kSlots - 1; ++i) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  gate_->Open();
+  holder.join();
+  for (int slot = kSlots - 1; slot >= 1; --slot) {
+    response.mutable_output()->set_data("poison");
+    const absl::Status s = channel->Receive(slot, &response);
+    ASSERT_TRUE(s.ok()) << s;
+    ExpectCorrect(requests[slot - 1], response, DType::kF16);
+  }
+  const BatchStats stats = server_->batcher().stats();
+  EXPECT_EQ(stats.requests, kSlots);
+  EXPECT_EQ(stats.max_requests_per_launch, kSlots - 1);
+  // A slot is free again once its answer was taken.
+  ExpectSays(channel->Receive(3, &response).message(), "local slot 3 has no request");
+  ASSERT_TRUE(channel->MatMul(3, requests[0], &response).ok());
+  ExpectCorrect(requests[0], response, DType::kF16);
 }
 
 TEST_F(LocalTransportTest, RefusesBadRequestsWithGrpcsCodesAndChangesNothing) {

@@ -347,6 +347,11 @@ TEST(CheckBenchOptionsTest, EachBoundIsChecked) {
   good.local = "/tmp/s";
   good.local_spin = absl::Microseconds(100);
   EXPECT_TRUE(CheckBenchOptions(good).ok());
+  good.inflight = 16;  // a local caller's slots
+  EXPECT_TRUE(CheckBenchOptions(good).ok());
+  good.inflight = 17;
+  EXPECT_FALSE(CheckBenchOptions(good).ok());
+  good.inflight = 1;
   good.local.clear();
   good.stream = true;
   good.inflight = 16;
