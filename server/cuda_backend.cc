@@ -370,16 +370,7 @@ class CudaBackend : public Backend {
   }
 
   absl::StatusOr<int64_t> MatMul(int worker, const MatMulCall& call) override {
-    absl::StatusOr<Worker*> entered = Enter(worker);
-    if (!entered.ok()) return entered.status();
-    Worker& w = **entered;
-    absl::StatusOr<int64_t> result = Run(w, call);
-    if (!result.ok()) {
-      // Nothing queued may outlive the call: the buffers can be reallocated by the next.
-      cudaStreamSynchronize(w.stream);
-      cudaGetLastError();
-    }
-    return result;
+    return OnWorker(worker, [&](Worker& w) { return Run(w, call); });
   }
 
   absl::StatusOr<std::unique_ptr<HostRegistration>> RegisterHost(void* data,
@@ -403,15 +394,7 @@ class CudaBackend : public Backend {
 
   absl::StatusOr<int64_t> MatMulBlocks(int worker, const BlocksMatMulCall& call) override {
     if (!host_pointers_) return Backend::MatMulBlocks(worker, call);
-    absl::StatusOr<Worker*> entered = Enter(worker);
-    if (!entered.ok()) return entered.status();
-    Worker& w = **entered;
-    absl::StatusOr<int64_t> result = RunBlocks(w, call);
-    if (!result.ok()) {
-      cudaStreamSynchronize(w.stream);
-      cudaGetLastError();
-    }
-    return result;
+    return OnWorker(worker, [&](Worker& w) { return RunBlocks(w, call); });
   }
 
   absl::StatusOr<HostStaging> StageHost(int worker, size_t x_bytes, size_t y_bytes) override {
@@ -462,20 +445,26 @@ class CudaBackend : public Backend {
   }
 
   absl::StatusOr<int64_t> Forward(int worker, const ForwardCall& call) override {
-    absl::StatusOr<Worker*> entered = Enter(worker);
-    if (!entered.ok()) return entered.status();
-    Worker& w = **entered;
-    absl::StatusOr<int64_t> result = RunForward(w, worker, call);
-    if (!result.ok()) {
-      cudaStreamSynchronize(w.stream);
-      cudaGetLastError();
-    }
-    return result;
+    return OnWorker(worker, [&](Worker& w) { return RunForward(w, worker, call); });
   }
 
   bool healthy() const override { return healthy_.load(std::memory_order_relaxed); }
 
  private:
+  // `run` on `worker`'s entry (Enter). A failed call first waits for what it queued:
+  // nothing may outlive it, since the next call can reallocate the buffers.
+  template <typename RunOnWorker>
+  absl::StatusOr<int64_t> OnWorker(int worker, RunOnWorker run) {
+    absl::StatusOr<Worker*> entered = Enter(worker);
+    if (!entered.ok()) return entered.status();
+    absl::StatusOr<int64_t> result = run(**entered);
+    if (!result.ok()) {
+      cudaStreamSynchronize((*entered)->stream);
+      cudaGetLastError();
+    }
+    return result;
+  }
+
   // A worker's entry: its index in range, the device healthy and current on this thread.
   absl::StatusOr<Worker*> Enter(int worker) {
     if (worker < 0 || worker >= num_workers()) {
