@@ -482,7 +482,7 @@ void LocalTransport::Handshake(Fd socket) {
     pinned = Pin(*segment);
     local::SegmentHeader& header = segment->header();
     header.magic = local::kMagic;
-    header.version = local::kVersion;
+    header.version = hello.version;
     header.slots = hello.slots;
     header.slot_bytes = hello.slot_bytes;
     welcome.segment_bytes = local::SegmentBytes(hello.slots, hello.slot_bytes);

@@ -80,8 +80,8 @@ static_assert(sizeof(Hello) == 24);
 // Server -> client, the answer to the Hello.
 struct Welcome {
   uint32_t magic;
-  uint32_t version;
-  int32_t code;  // a gRPC status code; 0: the session is open and the fds came with it
+  uint32_t version;  // the server's (kVersion)
+  int32_t code;      // a gRPC status code; 0: the session is open and the fds came with it
   uint32_t reserved;
   uint64_t segment_bytes;
   char message[256];  // why the session was refused, NUL-terminated; empty on OK
@@ -90,7 +90,7 @@ static_assert(sizeof(Welcome) == 280);
 
 struct SegmentHeader {
   uint32_t magic;
-  uint32_t version;
+  uint32_t version;  // the session's: the Hello's
   uint32_t slots;
   uint32_t reserved;
   uint64_t slot_bytes;

@@ -398,6 +398,7 @@ TEST_F(LocalTransportTest, ServesVersionOneClientsInline) {
   local::Hello hello = GoodHello(1, 8192);
   hello.version = 1;
   MappedSession s(path_, hello);
+  EXPECT_EQ(s.segment.header().version, 1u);
   const v1::MatMulRequest request = Request(3, 31);
   const std::string message = request.SerializeAsString();
   s.Write(0, 0, message);
