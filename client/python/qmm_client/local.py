@@ -74,7 +74,8 @@ class _Fence:
 class LocalChannel:
     """A session with the server listening at `path`: `slots` requests in flight at once,
     each request and answer up to `slot_bytes` serialized. spin: seconds a caller polls for
-    its answer before it sleeps until the server wakes it."""
+    its answer before it sleeps until the server wakes it. One thread may keep several
+    slots busy (send on each, then receive on each): the server batches them together."""
 
     def __init__(self, path, slots=1, slot_bytes=1 << 20, spin=0.0):
         if _SYS_FUTEX is None:
@@ -110,6 +111,7 @@ class LocalChannel:
         self._slot_bytes = slot_bytes
         self._spin = spin
         self._fence = _Fence()
+        self._sent = {}  # slot: (request_seq, give_up, timeout) until its answer is received
 
     def close(self):
         if getattr(self, "_map", None) is not None:
@@ -146,10 +148,22 @@ class LocalChannel:
 
     def call(self, request, slot=0, timeout=30.0):
         """One qmm.v1 MatMulRequest through slot `slot`: its MatMulResponse."""
+        self.send(request, slot, timeout)
+        return self.receive(slot)
+
+    def _check_slot(self, slot):
         if not 0 <= slot < self._slots:
             raise ValueError(f"slot = {slot} must be in [0, {self._slots})")
         if self._map is None:
             raise ValueError("the channel is closed")
+
+    def send(self, request, slot=0, timeout=30.0):
+        """Hands a qmm.v1 MatMulRequest to the server on slot `slot` without waiting for
+        its answer, which receive(slot) takes. timeout: the request's deadline in seconds
+        (None: none)."""
+        self._check_slot(slot)
+        if slot in self._sent:
+            raise ValueError(f"local slot {slot} still holds a request: receive its answer first")
         # The rows go beside the message, where the server reads them in place; a request
         # without rows goes inline, for the server to refuse as gRPC would.
         rows = request.input.data
@@ -172,12 +186,22 @@ class LocalChannel:
         # The client alone writes request_seq: the last value it wrote is there to read.
         request_seq = self._u32(control + _REQUEST_SEQ)
         seq = (request_seq.value + 1) & 0xFFFFFFFF
-        answered = self._u32(control + _RESPONSE_SEQ)
-        waiting = self._u32(control + _CLIENT_WAITING)
         request_seq.value = seq
         # Ringing every time spares the fence before reading server_sleeping.
         os.write(self._doorbell, struct.pack("<Q", 1))
-        give_up = None if timeout is None else time.monotonic() + timeout + 1.0
+        self._sent[slot] = (seq, None if timeout is None else time.monotonic() + timeout + 1.0,
+                            timeout)
+
+    def receive(self, slot=0):
+        """The MatMulResponse to the request sent on slot `slot`, waited for at most its
+        timeout and a second more (then DEADLINE_EXCEEDED, and the slot is free again)."""
+        self._check_slot(slot)
+        if slot not in self._sent:
+            raise ValueError(f"local slot {slot} has no request to answer: send one first")
+        seq, give_up, timeout = self._sent.pop(slot)
+        control, area = self._control(slot), self._area(slot)
+        answered = self._u32(control + _RESPONSE_SEQ)
+        waiting = self._u32(control + _CLIENT_WAITING)
         spin_until = time.monotonic() + self._spin
         while answered.value != seq and time.monotonic() < spin_until:
             pass

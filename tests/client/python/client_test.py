@@ -290,6 +290,19 @@ class ServerTest(unittest.TestCase):
             with self.assertRaisesRegex(ValueError, r"slot = 2 must be in \[0, 2\)"):
                 local.matmul("py.local", x, slot=2)
             self.assertEqual(local.matmul("py.local", x).shape, (17, n))
+            # Both slots in flight from this one thread, answers taken in reverse order.
+            xs = [RNG.standard_normal((1 + slot, k)).astype(np.float32) for slot in (0, 1)]
+            for slot in (0, 1):
+                local.send(qmm_pb2.MatMulRequest(weight="py.local",
+                                                 input=to_tensor(xs[slot], "fp16")), slot)
+            with self.assertRaisesRegex(ValueError, "local slot 1 still holds a request"):
+                local.send(qmm_pb2.MatMulRequest(weight="py.local"), 1)
+            for slot in (1, 0):
+                np.testing.assert_array_equal(from_tensor(local.receive(slot).output),
+                                              self.client.matmul("py.local", xs[slot],
+                                                                 dtype="fp16"))
+            with self.assertRaisesRegex(ValueError, "local slot 0 has no request to answer"):
+                local.receive(0)
         with self.assertRaises(LocalError) as caught:
             LocalChannel(self.local, slot_bytes=100)
         self.assertEqual(caught.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
