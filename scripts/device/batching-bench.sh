@@ -20,9 +20,9 @@
 # --channels) to qmm-server, 256 over 16 and 64 to the echo, in ROUNDS rounds. With
 # BENCH_SET=local, the local transport (qmm-server --local_listen, qmmctl bench --local)
 # against gRPC on the same server, in ROUNDS rounds: one caller (polling for its answer or
-# not), 256 callers (verified too), each with and without batching; the same local runs with
-# host copies (--local_pinned_bytes=0: the device does not read the sessions' memory), and
-# 256 callers with 4 pollers (--local_threads) against the default 2.
+# not); 256 callers, and 256 requests in flight from 32 callers of 8 slots each (qmmctl
+# bench --inflight), each verified too and each with and without batching; and the 32 x 8
+# again with 1 and 2 pollers (--local_threads) against the default.
 #   usage: [BENCH_SET=quick|connections|local] [ROUNDS=2] batching-bench.sh BIN_DIR OUT_DIR
 set -euo pipefail
 bin=$1
@@ -108,20 +108,22 @@ if [[ ${BENCH_SET:-full} == local ]]; then
     bench "r$r-local256_verify" --local="$sock" --concurrency=256 --requests=20000 --verify \
       --verify_seed=1
     stop_server
+    bench "r$r-local32x8" --local="$sock" --concurrency=32 --inflight=8 --duration=5s --warmup=1
+    bench "r$r-local32x8_verify" --local="$sock" --concurrency=32 --inflight=8 --requests=20000 \
+      --verify --verify_seed=1
+    stop_server
     start_server --local_listen="$sock" --max_batch_rows=1
     bench "r$r-streams256_nobatch" --concurrency=256 --stream --duration=5s --warmup=1
     bench "r$r-local256_nobatch" --local="$sock" --concurrency=256 --duration=5s --warmup=1
+    bench "r$r-local32x8_nobatch" --local="$sock" --concurrency=32 --inflight=8 --duration=5s \
+      --warmup=1
     stop_server
-    start_server --local_listen="$sock" --local_pinned_bytes=0
-    bench "r$r-local_one_copies" --local="$sock" --concurrency=1 --requests=2000 --warmup=50
-    bench "r$r-local256_copies" --local="$sock" --concurrency=256 --duration=5s --warmup=1
-    stop_server
-    start_server --local_listen="$sock" --local_pinned_bytes=0 --max_batch_rows=1
-    bench "r$r-local256_nobatch_copies" --local="$sock" --concurrency=256 --duration=5s --warmup=1
-    stop_server
-    start_server --local_listen="$sock" --local_threads=4
-    bench "r$r-local256_threads4" --local="$sock" --concurrency=256 --duration=5s --warmup=1
-    stop_server
+    for pollers in 1 2; do
+      start_server --local_listen="$sock" --local_threads=$pollers
+      bench "r$r-local32x8_pollers$pollers" --local="$sock" --concurrency=32 --inflight=8 \
+        --duration=5s --warmup=1
+      stop_server
+    done
   done
   echo "batching-bench: done"
   exit 0
