@@ -107,7 +107,6 @@ if [[ ${BENCH_SET:-full} == local ]]; then
     bench "r$r-local256" --local="$sock" --concurrency=256 --duration=5s --warmup=1
     bench "r$r-local256_verify" --local="$sock" --concurrency=256 --requests=20000 --verify \
       --verify_seed=1
-    stop_server
     bench "r$r-local32x8" --local="$sock" --concurrency=32 --inflight=8 --duration=5s --warmup=1
     bench "r$r-local32x8_verify" --local="$sock" --concurrency=32 --inflight=8 --requests=20000 \
       --verify --verify_seed=1
