@@ -314,8 +314,9 @@ bool Batcher::RunOneBatch(WeightQueue* q, int worker) {
   TransferTimes transfer;
   const absl::Status status = weight != nullptr ? Launch(worker, *weight, batch, transfer)
                                                 : LaunchForward(worker, *model, batch, transfer);
-  RecordUsage(weight != nullptr ? weight->usage() : model->usage(), batch, rows, taken, status,
-              transfer);
+  const absl::Time ended = absl::Now();
+  RecordUsage(weight != nullptr ? weight->usage() : model->usage(), batch, rows, taken, ended,
+              status, transfer);
 
   const auto requests = static_cast<int64_t>(batch.size());
   Completions completions;
@@ -339,6 +340,12 @@ bool Batcher::RunOneBatch(WeightQueue* q, int worker) {
   }
   metrics_.RecordBatch(rows, requests);
   if (status.ok()) {
+    const int64_t measured_ns = ComputeNs(batch.front().request) +
+                                std::max<int64_t>(transfer.h2d_ns, 0) +
+                                std::max<int64_t>(transfer.d2h_ns, 0);
+    // Clocks apart (the device's events, the host's): never below zero.
+    metrics_.RecordLaunchHost(
+        std::max(0.0, Seconds(ended - taken) - static_cast<double>(measured_ns) * 1e-9));
     if (transfer.h2d_ns >= 0) {
       metrics_.RecordTransfer(TransferDirection::kHostToDevice,
                               static_cast<double>(transfer.h2d_ns) * 1e-9);
@@ -366,9 +373,8 @@ bool Batcher::RunOneBatch(WeightQueue* q, int worker) {
 }
 
 void Batcher::RecordUsage(UsageStats& usage, const std::vector<Waiting>& batch, int64_t rows,
-                          absl::Time taken, const absl::Status& status,
+                          absl::Time taken, absl::Time ended, const absl::Status& status,
                           const TransferTimes& transfer) {
-  const absl::Time ended = absl::Now();
   if (!status.ok()) {
     for (const Waiting& w : batch) usage.RecordFailure(ended - w.enqueued);
     return;

@@ -219,9 +219,10 @@ class Batcher {
   absl::Status LaunchForward(int worker, const StoredModel& model, std::vector<Waiting>& batch,
                              TransferTimes& transfer);
   // Records a launch of `batch` (`rows` rows, taken from the queue at `taken`) that ended
-  // with `status` into the weight's or model's statistics.
+  // at `ended` with `status` into the weight's or model's statistics.
   void RecordUsage(UsageStats& usage, const std::vector<Waiting>& batch, int64_t rows,
-                   absl::Time taken, const absl::Status& status, const TransferTimes& transfer);
+                   absl::Time taken, absl::Time ended, const absl::Status& status,
+                   const TransferTimes& transfer);
   void TimerLoop();
   // Runs every request's `done` with `status`: on this thread for a single request (no
   // extra thread hop for it) unless the worker has another launch to run (`busy`), else

@@ -136,6 +136,15 @@ Metrics::Metrics(const MetricsOptions& options)
         &AddHistogram(transfer, "direction", kTransferDirectionNames[i], DurationBuckets());
   }
 
+  launch_host_duration_ = &BuildHistogram()
+                               .Name("qmm_launch_host_duration_seconds")
+                               .Help(
+                                   "A worker's time on one launch beyond its measured kernel "
+                                   "and copy times: taking the batch, issuing the launch, "
+                                   "seeing it end, filling the responses.")
+                               .Register(*registry_)
+                               .Add({}, DurationBuckets());
+
   batch_rows_ = &BuildHistogram()
                      .Name("qmm_batch_rows")
                      .Help("Activation rows run by one launch.")
@@ -253,6 +262,8 @@ void Metrics::RecordCompute(Scheme scheme, double seconds) {
 void Metrics::RecordTransfer(TransferDirection direction, double seconds) {
   transfer_duration_[static_cast<int>(direction)]->Observe(seconds);
 }
+
+void Metrics::RecordLaunchHost(double seconds) { launch_host_duration_->Observe(seconds); }
 
 void Metrics::RecordBatch(int64_t rows, int64_t requests) {
   batch_rows_->Observe(static_cast<double>(rows));

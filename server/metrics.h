@@ -127,6 +127,11 @@ class Metrics : public prometheus::Collectable {
   // `scheme` label is SchemeName() in lower case ("w4a16").
   void RecordCompute(Scheme scheme, double seconds);
   void RecordTransfer(TransferDirection direction, double seconds);
+  // A worker's time on one successful launch beyond the kernel and copy times the backend
+  // measured: taking the batch, preparing and issuing the launch, seeing it end and
+  // filling the responses (handing them to the callers not included). Where it grows, the
+  // host, not the device, sets how often a weight can launch.
+  void RecordLaunchHost(double seconds);
   // One launch: how many activation rows it ran and how many requests they came from.
   void RecordBatch(int64_t rows, int64_t requests);
   void RecordRejected(RejectReason reason);
@@ -184,6 +189,7 @@ class Metrics : public prometheus::Collectable {
   std::array<prometheus::Histogram*, kNumRpcMethods> queue_duration_{};
   std::array<prometheus::Histogram*, std::size(kAllSchemes)> compute_duration_{};
   std::array<prometheus::Histogram*, 2> transfer_duration_{};
+  prometheus::Histogram* launch_host_duration_ = nullptr;
   prometheus::Histogram* batch_rows_ = nullptr;
   prometheus::Histogram* batch_requests_ = nullptr;
   prometheus::Gauge* queue_rows_ = nullptr;

@@ -61,9 +61,10 @@ stop_server() {
 cpu_seconds() {  # pid: its user + system CPU time so far
   awk -v hz="$(getconf CLK_TCK)" '{printf "%.3f", ($14 + $15) / hz}' "/proc/$1/stat"
 }
-histograms() {  # the request, queue, compute and transfer histograms' sums and counts
+histograms() {  # the request, queue, compute, transfer and launch-host histograms' sums, counts
   if command -v curl >/dev/null && [[ -n $metrics ]]; then
-    curl -s "$metrics" | grep -E '^qmm_(request|queue|compute|transfer)_duration_seconds_(count|sum)'
+    curl -s "$metrics" |
+      grep -E '^qmm_(request|queue|compute|transfer|launch_host)_duration_seconds_(count|sum)'
   fi
   return 0
 }
@@ -88,9 +89,10 @@ bench() {  # json-name flags...
                if (n > 0) m[x] = sprintf("%.0f", 1e6 * (v["a", x, "s"] - v["b", x, "s"]) / n)
              }
              if ("qmm_request_duration_seconds" in m)
-               printf "  server means: request %s us, queue %s us, compute %s us a launch\n",
-                 m["qmm_request_duration_seconds"], m["qmm_queue_duration_seconds"],
-                 m["qmm_compute_duration_seconds"] }' \
+               printf "  server means: request %s us, queue %s us, compute %s us a launch, " \
+                 "host %s us a launch\n", m["qmm_request_duration_seconds"],
+                 m["qmm_queue_duration_seconds"], m["qmm_compute_duration_seconds"],
+                 m["qmm_launch_host_duration_seconds"] }' \
     "$out/$name.metrics-before" "$out/$name.metrics-after" >>"$out/$name.txt"
   cat "$out/$name.txt"
 }

@@ -163,6 +163,9 @@ TEST_F(MetricsServerTest, CountsMatchTheTraffic) {
   // fp32 buffers (of zero length here, fp32 throughout, but observed all the same).
   EXPECT_EQ(e.Value("qmm_transfer_duration_seconds_count", {{"direction", "h2d"}}), kOk + 3);
   EXPECT_EQ(e.Value("qmm_transfer_duration_seconds_count", {{"direction", "d2h"}}), kOk + 3);
+  // And the host's share of each launch, which cannot be zero: it took the batch.
+  EXPECT_EQ(e.Value("qmm_launch_host_duration_seconds_count"), kOk + 3);
+  EXPECT_GT(e.Value("qmm_launch_host_duration_seconds_sum").value_or(0), 0);
 
   EXPECT_EQ(e.Value("qmm_upload_bytes_total"), static_cast<double>(payload.size()));
   EXPECT_EQ(e.Value("qmm_weights"), 1);

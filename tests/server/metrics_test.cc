@@ -97,6 +97,7 @@ TEST(MetricsTest, EveryFamilyFollowsTheConventions) {
       {"qmm_queue_duration_seconds", "histogram"},
       {"qmm_compute_duration_seconds", "histogram"},
       {"qmm_transfer_duration_seconds", "histogram"},
+      {"qmm_launch_host_duration_seconds", "histogram"},
       {"qmm_batch_rows", "histogram"},
       {"qmm_batch_requests", "histogram"},
       {"qmm_queue_rows", "gauge"},
@@ -223,6 +224,8 @@ TEST(MetricsTest, ComputeTransferAndBatchHistogramsMove) {
   metrics.RecordTransfer(TransferDirection::kHostToDevice, 2e-5);
   metrics.RecordTransfer(TransferDirection::kHostToDevice, 3e-5);
   metrics.RecordTransfer(TransferDirection::kDeviceToHost, 4e-5);
+  metrics.RecordLaunchHost(7e-5);
+  metrics.RecordLaunchHost(3e-6);
   int64_t rows = 0;
   for (int i = 0; i < 25; ++i) {
     const int64_t r = 1 + rng() % 64;
@@ -239,6 +242,9 @@ TEST(MetricsTest, ComputeTransferAndBatchHistogramsMove) {
   EXPECT_EQ(e.Value("qmm_transfer_duration_seconds_count", {{"direction", "h2d"}}), 2);
   EXPECT_NEAR(*e.Value("qmm_transfer_duration_seconds_sum", {{"direction", "h2d"}}), 5e-5, 1e-12);
   EXPECT_EQ(e.Value("qmm_transfer_duration_seconds_count", {{"direction", "d2h"}}), 1);
+  EXPECT_EQ(e.Value("qmm_launch_host_duration_seconds_count"), 2);
+  EXPECT_NEAR(*e.Value("qmm_launch_host_duration_seconds_sum"), 7.3e-5, 1e-12);
+  EXPECT_EQ(e.Value("qmm_launch_host_duration_seconds_bucket", {{"le", "1e-05"}}), 1);
   EXPECT_EQ(e.Value("qmm_batch_rows_count"), 25);
   EXPECT_EQ(e.Value("qmm_batch_rows_sum"), rows);
   EXPECT_EQ(e.Value("qmm_batch_requests_count"), 25);
