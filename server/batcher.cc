@@ -306,10 +306,7 @@ bool Batcher::RunOneBatch(WeightQueue* q, int worker) {
   }
   if (batch.empty()) return false;
   int64_t rows = 0;
-  for (const Waiting& w : batch) {
-    metrics_.RecordQueue(w.request.method, Seconds(taken - w.enqueued));
-    rows += Rows(w.request);
-  }
+  for (const Waiting& w : batch) rows += Rows(w.request);
 
   TransferTimes transfer;
   const absl::Status status = weight != nullptr ? Launch(worker, *weight, batch, transfer)
@@ -368,7 +365,11 @@ bool Batcher::RunOneBatch(WeightQueue* q, int worker) {
     }
   }
   for (auto& [done, s] : completions) std::move(done)(s);
-  FinishBatch(batch, status, /*busy=*/run_here);
+  const Finish finish{.status = status,
+                      .taken = taken,
+                      .compute_ns = status.ok() ? ComputeNs(batch.front().request) : 0,
+                      .start_responses = InPlace(batch)};
+  FinishBatch(batch, finish, /*busy=*/run_here);
   return run_here;
 }
 
@@ -392,31 +393,44 @@ void Batcher::RecordUsage(UsageStats& usage, const std::vector<Waiting>& batch, 
   usage.RecordLaunch(rows, times, requests);
 }
 
-void Batcher::FinishBatch(std::vector<Waiting>& batch, const absl::Status& status, bool busy) {
+void Batcher::FinishRequest(Waiting& w, const Finish& finish) {
+  metrics_.RecordQueue(w.request.method, Seconds(finish.taken - w.enqueued));
+  if (finish.status.ok() && finish.start_responses) {
+    StartResponse(w.request.job, w.request.response);
+    w.request.response->set_compute_ns(finish.compute_ns);
+  }
+  std::move(w.request.done)(finish.status);
+}
+
+void Batcher::FinishBatch(std::vector<Waiting>& batch, const Finish& finish, bool busy) {
   // Below this many requests per chunk, the hop to a completion thread costs more than
   // it spreads.
   constexpr size_t kMinChunk = 4;
   const size_t n = batch.size();
   if ((n == 1 && !busy) || completion_ == nullptr) {
-    for (Waiting& w : batch) std::move(w.request.done)(status);
+    for (Waiting& w : batch) FinishRequest(w, finish);
     return;
   }
-  using Done = absl::AnyInvocable<void(const absl::Status&) &&>;
   const size_t chunks =
       std::min<size_t>(static_cast<size_t>(completion_->size()), (n + kMinChunk - 1) / kMinChunk);
   for (size_t c = 0; c < chunks; ++c) {
-    // Shared, so that the dones survive a refused Submit (which drops the task).
-    auto part = std::make_shared<std::vector<Done>>();
+    // Shared, so that the requests survive a refused Submit (which drops the task).
+    auto part = std::make_shared<std::vector<Waiting>>();
     part->reserve(n / chunks + 1);
     for (size_t i = c * n / chunks; i < (c + 1) * n / chunks; ++i) {
-      part->push_back(std::move(batch[i].request.done));
+      part->push_back(std::move(batch[i]));
     }
-    const auto run = [part, status] {
-      for (Done& done : *part) std::move(done)(status);
+    const auto run = [this, part, finish] {
+      for (Waiting& w : *part) FinishRequest(w, finish);
       part->clear();
     };
     if (!completion_->Submit([run](int) { run(); }).ok()) run();
   }
+}
+
+bool Batcher::InPlace(const std::vector<Waiting>& batch) {
+  return batch.size() > 1 &&
+         std::ranges::all_of(batch, [](const Waiting& w) { return w.request.registered; });
 }
 
 absl::Status Batcher::Launch(int worker, const StoredWeight& weight, std::vector<Waiting>& batch,
@@ -425,10 +439,7 @@ absl::Status Batcher::Launch(int worker, const StoredWeight& weight, std::vector
   // through the backend's pinned buffers took 7 us in and 1 out where the device's own
   // gather and scatter over the bus took 12 and 6, so a lone caller waited 56-58 us at the
   // median against 65-67; from 58 requests a launch on, the device's way served 1.3x more.
-  if (batch.size() > 1 &&
-      std::ranges::all_of(batch, [](const Waiting& w) { return w.request.registered; })) {
-    return LaunchBlocks(worker, weight, batch, transfer);
-  }
+  if (InPlace(batch)) return LaunchBlocks(worker, weight, batch, transfer);
   // Alone: straight from the request into its response (or output), no copies.
   if (batch.size() == 1) {
     const BatchRequest& r = batch.front().request;
@@ -492,7 +503,6 @@ absl::Status Batcher::LaunchBlocks(int worker, const StoredWeight& weight,
   blocks.clear();
   for (const Waiting& w : batch) {
     const BatchRequest& r = w.request;
-    StartResponse(r.job, r.response);
     blocks.push_back({.x = r.job.x.data(), .y = r.output, .rows = r.job.spec.m});
   }
   const MatMulSpec& spec = batch.front().request.job.spec;
@@ -505,7 +515,9 @@ absl::Status Batcher::LaunchBlocks(int worker, const StoredWeight& weight,
                                         .transfer = &transfer,
                                     });
   if (!compute_ns.ok()) return compute_ns.status();
-  for (Waiting& w : batch) w.request.response->set_compute_ns(*compute_ns);
+  // The others' responses are started on the completion threads (FinishRequest); the
+  // first carries the launch's time to the worker's statistics until then.
+  batch.front().request.response->set_compute_ns(*compute_ns);
   return absl::OkStatus();
 }
 

@@ -32,10 +32,11 @@
 // runs exactly once: on a worker; for a launch of several requests, on the completion
 // threads (BatcherOptions::completion_threads), so that handing the results to gRPC, which
 // costs about as much per request as the kernel, does not hold the worker back from the
-// next launch; or on the thread that found its launch could not be queued (Enqueue
-// refusing it, a full pool()). Destroy the batcher only after every
-// request has finished (the server's Shutdown guarantees it); the destructor then stops
-// the delay timer and joins the workers.
+// next launch (nor do the request's queue metric and, for rows in registered memory, its
+// response's fields, recorded there too); or on the thread that found its launch could not be
+// queued (Enqueue refusing it, a full pool()). Destroy the batcher only after every request has
+// finished (the server's Shutdown guarantees it); the destructor then stops the delay timer and
+// joins the workers.
 #ifndef QMM_SERVER_BATCHER_H_
 #define QMM_SERVER_BATCHER_H_
 
@@ -207,12 +208,13 @@ class Batcher {
   void RunBatch(WeightQueue* q, int worker);
   // One launch of RunBatch; true when the worker should run the next one of `q` itself.
   bool RunOneBatch(WeightQueue* q, int worker);
-  // Runs `batch` (all of one weight and one dtype pair) and fills every response;
-  // `transfer` receives the backend's transfer times.
+  // Runs `batch` (all of one weight and one dtype pair) and fills every response (but
+  // LaunchBlocks'); `transfer` receives the backend's transfer times.
   absl::Status Launch(int worker, const StoredWeight& weight, std::vector<Waiting>& batch,
                       TransferTimes& transfer);
   // Launch's path for requests whose rows all lie in registered host memory
-  // (BatchRequest::registered): Backend::MatMulBlocks, no host copies.
+  // (BatchRequest::registered): Backend::MatMulBlocks, no host copies. Only the first
+  // response gets the compute time; FinishRequest starts them all.
   absl::Status LaunchBlocks(int worker, const StoredWeight& weight, std::vector<Waiting>& batch,
                             TransferTimes& transfer);
   // The same for a model's Forward requests.
@@ -224,10 +226,23 @@ class Batcher {
                    absl::Time taken, absl::Time ended, const absl::Status& status,
                    const TransferTimes& transfer);
   void TimerLoop();
-  // Runs every request's `done` with `status`: on this thread for a single request (no
+  // How a launch ended, for its requests.
+  struct Finish {
+    absl::Status status;
+    absl::Time taken;              // when the launch took them from the queue
+    int64_t compute_ns = 0;        // the launch's, when it succeeded
+    bool start_responses = false;  // LaunchBlocks': the responses are still to be started
+  };
+  // Records a request's queue time, starts its response when `finish` says so, and runs
+  // its `done`.
+  void FinishRequest(Waiting& w, const Finish& finish);
+  // FinishRequest for every request of a launch: on this thread for a single request (no
   // extra thread hop for it) unless the worker has another launch to run (`busy`), else
-  // in chunks on the completion threads.
-  void FinishBatch(std::vector<Waiting>& batch, const absl::Status& status, bool busy);
+  // in chunks on the completion threads, so that this per-request work stays off the
+  // worker's path to its next launch.
+  void FinishBatch(std::vector<Waiting>& batch, const Finish& finish, bool busy);
+  // Whether `batch` runs through LaunchBlocks: several requests, all registered.
+  static bool InPlace(const std::vector<Waiting>& batch);
 
   Backend& backend_;
   const WeightStore& store_;
