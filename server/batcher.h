@@ -33,10 +33,10 @@
 // threads (BatcherOptions::completion_threads), so that handing the results to gRPC, which
 // costs about as much per request as the kernel, does not hold the worker back from the
 // next launch (nor do the request's queue metric and, for rows in registered memory, its
-// response's fields, recorded there too); or on the thread that found its launch could not be
-// queued (Enqueue refusing it, a full pool()). Destroy the batcher only after every request has
-// finished (the server's Shutdown guarantees it); the destructor then stops the delay timer and
-// joins the workers.
+// response's fields, recorded there too); or on the thread that found its launch could
+// not be queued (Enqueue refusing it, a full pool()). Destroy the batcher only after
+// every request has finished (the server's Shutdown guarantees it); the destructor then
+// stops the delay timer and joins the workers.
 #ifndef QMM_SERVER_BATCHER_H_
 #define QMM_SERVER_BATCHER_H_
 
