@@ -26,9 +26,6 @@ DType YDType(const BatchRequest& r) {
 bool BeyondFp16(const BatchRequest& r) {
   return IsForward(r) ? r.forward.beyond_fp16 : r.job.beyond_fp16;
 }
-int64_t ComputeNs(const BatchRequest& r) {
-  return IsForward(r) ? r.forward_response->compute_ns() : r.response->compute_ns();
-}
 UsageStats& UsageOf(const BatchRequest& r) {
   return IsForward(r) ? r.forward.model->usage() : r.job.weight->usage();
 }
@@ -309,11 +306,14 @@ bool Batcher::RunOneBatch(WeightQueue* q, int worker) {
   for (const Waiting& w : batch) rows += Rows(w.request);
 
   TransferTimes transfer;
-  const absl::Status status = weight != nullptr ? Launch(worker, *weight, batch, transfer)
-                                                : LaunchForward(worker, *model, batch, transfer);
+  const absl::StatusOr<int64_t> launched = weight != nullptr
+                                               ? Launch(worker, *weight, batch, transfer)
+                                               : LaunchForward(worker, *model, batch, transfer);
   const absl::Time ended = absl::Now();
+  const absl::Status status = launched.status();
+  const int64_t compute_ns = launched.value_or(0);
   RecordUsage(weight != nullptr ? weight->usage() : model->usage(), batch, rows, taken, ended,
-              status, transfer);
+              status, compute_ns, transfer);
 
   const auto requests = static_cast<int64_t>(batch.size());
   Completions completions;
@@ -337,9 +337,8 @@ bool Batcher::RunOneBatch(WeightQueue* q, int worker) {
   }
   metrics_.RecordBatch(rows, requests);
   if (status.ok()) {
-    const int64_t measured_ns = ComputeNs(batch.front().request) +
-                                std::max<int64_t>(transfer.h2d_ns, 0) +
-                                std::max<int64_t>(transfer.d2h_ns, 0);
+    const int64_t measured_ns =
+        compute_ns + std::max<int64_t>(transfer.h2d_ns, 0) + std::max<int64_t>(transfer.d2h_ns, 0);
     // Clocks apart (the device's events, the host's): never below zero.
     metrics_.RecordLaunchHost(
         std::max(0.0, Seconds(ended - taken) - static_cast<double>(measured_ns) * 1e-9));
@@ -353,8 +352,7 @@ bool Batcher::RunOneBatch(WeightQueue* q, int worker) {
     }
   }
   if (status.ok() && weight != nullptr) {
-    // Every response carries the launch's time.
-    const double seconds = static_cast<double>(ComputeNs(batch.front().request)) * 1e-9;
+    const double seconds = static_cast<double>(compute_ns) * 1e-9;
     metrics_.RecordCompute(weight->desc().scheme, seconds);
     if (metrics_.per_weight()) {
       for (const Waiting& w : batch) {
@@ -367,7 +365,7 @@ bool Batcher::RunOneBatch(WeightQueue* q, int worker) {
   for (auto& [done, s] : completions) std::move(done)(s);
   const Finish finish{.status = status,
                       .taken = taken,
-                      .compute_ns = status.ok() ? ComputeNs(batch.front().request) : 0,
+                      .compute_ns = compute_ns,
                       .start_responses = InPlace(batch)};
   FinishBatch(batch, finish, /*busy=*/run_here);
   return run_here;
@@ -375,7 +373,7 @@ bool Batcher::RunOneBatch(WeightQueue* q, int worker) {
 
 void Batcher::RecordUsage(UsageStats& usage, const std::vector<Waiting>& batch, int64_t rows,
                           absl::Time taken, absl::Time ended, const absl::Status& status,
-                          const TransferTimes& transfer) {
+                          int64_t compute_ns, const TransferTimes& transfer) {
   if (!status.ok()) {
     for (const Waiting& w : batch) usage.RecordFailure(ended - w.enqueued);
     return;
@@ -386,10 +384,8 @@ void Batcher::RecordUsage(UsageStats& usage, const std::vector<Waiting>& batch, 
     requests.push_back(
         {.rows = Rows(w.request), .queued = taken - w.enqueued, .total = ended - w.enqueued});
   }
-  // Every response carries the launch's compute time.
-  const UsageStats::LaunchTimes times{.input_ns = transfer.h2d_ns,
-                                      .infer_ns = ComputeNs(batch.front().request),
-                                      .output_ns = transfer.d2h_ns};
+  const UsageStats::LaunchTimes times{
+      .input_ns = transfer.h2d_ns, .infer_ns = compute_ns, .output_ns = transfer.d2h_ns};
   usage.RecordLaunch(rows, times, requests);
 }
 
@@ -433,8 +429,8 @@ bool Batcher::InPlace(const std::vector<Waiting>& batch) {
          std::ranges::all_of(batch, [](const Waiting& w) { return w.request.registered; });
 }
 
-absl::Status Batcher::Launch(int worker, const StoredWeight& weight, std::vector<Waiting>& batch,
-                             TransferTimes& transfer) {
+absl::StatusOr<int64_t> Batcher::Launch(int worker, const StoredWeight& weight,
+                                        std::vector<Waiting>& batch, TransferTimes& transfer) {
   // A lone request is staged even when registered: on an H100 (session 83) one row's copy
   // through the backend's pinned buffers took 7 us in and 1 out where the device's own
   // gather and scatter over the bus took 12 and 6, so a lone caller waited 56-58 us at the
@@ -443,7 +439,11 @@ absl::Status Batcher::Launch(int worker, const StoredWeight& weight, std::vector
   // Alone: straight from the request into its response (or output), no copies.
   if (batch.size() == 1) {
     const BatchRequest& r = batch.front().request;
-    return RunMatMul(backend_, worker, r.job, r.response, r.output, &transfer);
+    if (absl::Status s = RunMatMul(backend_, worker, r.job, r.response, r.output, &transfer);
+        !s.ok()) {
+      return s;
+    }
+    return r.response->compute_ns();
   }
   const MatMulSpec& spec = batch.front().request.job.spec;
   const WeightShape& shape = weight.desc().shape;
@@ -494,11 +494,12 @@ absl::Status Batcher::Launch(int worker, const StoredWeight& weight, std::vector
     offset += bytes;
     w.request.response->set_compute_ns(*compute_ns);
   }
-  return absl::OkStatus();
+  return compute_ns;
 }
 
-absl::Status Batcher::LaunchBlocks(int worker, const StoredWeight& weight,
-                                   std::vector<Waiting>& batch, TransferTimes& transfer) {
+absl::StatusOr<int64_t> Batcher::LaunchBlocks(int worker, const StoredWeight& weight,
+                                              std::vector<Waiting>& batch,
+                                              TransferTimes& transfer) {
   std::vector<RowBlock>& blocks = staging_[worker].blocks;
   blocks.clear();
   for (const Waiting& w : batch) {
@@ -506,26 +507,25 @@ absl::Status Batcher::LaunchBlocks(int worker, const StoredWeight& weight,
     blocks.push_back({.x = r.job.x.data(), .y = r.output, .rows = r.job.spec.m});
   }
   const MatMulSpec& spec = batch.front().request.job.spec;
-  absl::StatusOr<int64_t> compute_ns =
-      backend_.MatMulBlocks(worker, {
-                                        .weight = &weight.backend_weight(),
-                                        .x_dtype = spec.x_dtype,
-                                        .y_dtype = spec.y_dtype,
-                                        .blocks = blocks,
-                                        .transfer = &transfer,
-                                    });
-  if (!compute_ns.ok()) return compute_ns.status();
-  // The others' responses are started on the completion threads (FinishRequest); the
-  // first carries the launch's time to the worker's statistics until then.
-  batch.front().request.response->set_compute_ns(*compute_ns);
-  return absl::OkStatus();
+  return backend_.MatMulBlocks(worker, {
+                                           .weight = &weight.backend_weight(),
+                                           .x_dtype = spec.x_dtype,
+                                           .y_dtype = spec.y_dtype,
+                                           .blocks = blocks,
+                                           .transfer = &transfer,
+                                       });
 }
 
-absl::Status Batcher::LaunchForward(int worker, const StoredModel& model,
-                                    std::vector<Waiting>& batch, TransferTimes& transfer) {
+absl::StatusOr<int64_t> Batcher::LaunchForward(int worker, const StoredModel& model,
+                                               std::vector<Waiting>& batch,
+                                               TransferTimes& transfer) {
   if (batch.size() == 1) {
-    return RunForward(backend_, worker, batch.front().request.forward,
-                      batch.front().request.forward_response, &transfer);
+    const BatchRequest& r = batch.front().request;
+    if (absl::Status s = RunForward(backend_, worker, r.forward, r.forward_response, &transfer);
+        !s.ok()) {
+      return s;
+    }
+    return r.forward_response->compute_ns();
   }
   const ForwardSpec& spec = batch.front().request.forward.spec;
   const bool tokens = model.spec().token_input;
@@ -565,7 +565,7 @@ absl::Status Batcher::LaunchForward(int worker, const StoredModel& model,
     offset += bytes;
     w.request.forward_response->set_compute_ns(*compute_ns);
   }
-  return absl::OkStatus();
+  return compute_ns;
 }
 
 void Batcher::TimerLoop() {

@@ -209,22 +209,23 @@ class Batcher {
   // One launch of RunBatch; true when the worker should run the next one of `q` itself.
   bool RunOneBatch(WeightQueue* q, int worker);
   // Runs `batch` (all of one weight and one dtype pair) and fills every response (but
-  // LaunchBlocks'); `transfer` receives the backend's transfer times.
-  absl::Status Launch(int worker, const StoredWeight& weight, std::vector<Waiting>& batch,
-                      TransferTimes& transfer);
+  // LaunchBlocks'); returns the launch's compute time (Backend::MatMul's); `transfer`
+  // receives the backend's transfer times.
+  absl::StatusOr<int64_t> Launch(int worker, const StoredWeight& weight,
+                                 std::vector<Waiting>& batch, TransferTimes& transfer);
   // Launch's path for requests whose rows all lie in registered host memory
-  // (BatchRequest::registered): Backend::MatMulBlocks, no host copies. Only the first
-  // response gets the compute time; FinishRequest starts them all.
-  absl::Status LaunchBlocks(int worker, const StoredWeight& weight, std::vector<Waiting>& batch,
-                            TransferTimes& transfer);
+  // (BatchRequest::registered): Backend::MatMulBlocks, no host copies. It leaves the
+  // responses to FinishRequest.
+  absl::StatusOr<int64_t> LaunchBlocks(int worker, const StoredWeight& weight,
+                                       std::vector<Waiting>& batch, TransferTimes& transfer);
   // The same for a model's Forward requests.
-  absl::Status LaunchForward(int worker, const StoredModel& model, std::vector<Waiting>& batch,
-                             TransferTimes& transfer);
+  absl::StatusOr<int64_t> LaunchForward(int worker, const StoredModel& model,
+                                        std::vector<Waiting>& batch, TransferTimes& transfer);
   // Records a launch of `batch` (`rows` rows, taken from the queue at `taken`) that ended
-  // at `ended` with `status` into the weight's or model's statistics.
+  // at `ended` with `status` and `compute_ns` into the weight's or model's statistics.
   void RecordUsage(UsageStats& usage, const std::vector<Waiting>& batch, int64_t rows,
                    absl::Time taken, absl::Time ended, const absl::Status& status,
-                   const TransferTimes& transfer);
+                   int64_t compute_ns, const TransferTimes& transfer);
   void TimerLoop();
   // How a launch ended, for its requests.
   struct Finish {
