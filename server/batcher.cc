@@ -105,6 +105,11 @@ Batcher::~Batcher() {
 void Batcher::Enqueue(BatchRequest request) {
   const int64_t m = Rows(request);
   const absl::Time now = absl::Now();
+  // Before the lock, which every caller and each launch want: the usage record has a mutex
+  // of its own, and the queue gauges are atomics that other threads write too.
+  UsageStats& usage = UsageOf(request);
+  usage.RecordArrival(now);
+  metrics_.AddQueued(m, 1);
   absl::Status refused;
   Completions completions;
   {
@@ -129,22 +134,21 @@ void Batcher::Enqueue(BatchRequest request) {
                        q.rows, " rows, limit ", options_.max_queue_rows,
                        " (--max_queue_rows); this request has ", m, " rows"));
     }
-    UsageOf(request).RecordArrival(now);
     if (!refused.ok()) {
       ++stats_.rejected_queue_full;
-      UsageOf(request).RecordFailure(absl::ZeroDuration());
       EraseIfIdleLocked(&q);
     } else {
       q.rows += m;
       queued_rows_ += m;
       ++queued_requests_;
-      metrics_.AddQueued(m, 1);
       q.waiting.push_back(Waiting{std::move(request), now});
       ScheduleLocked(q, now, completions);
       EraseIfIdleLocked(&q);  // when the launch could not be submitted
     }
   }
   if (!refused.ok()) {
+    metrics_.AddQueued(-m, -1);
+    usage.RecordFailure(absl::ZeroDuration());
     metrics_.RecordRejected(RejectReason::kQueueFull);
     std::move(request.done)(refused);
   }
@@ -187,6 +191,7 @@ void Batcher::ScheduleLocked(WeightQueue& q, absl::Time now, Completions& comple
       if (full) ++stats_.rejected_queue_full;
       metrics_.RecordRejected(full ? RejectReason::kQueueFull : RejectReason::kDraining);
       Waiting w = PopLocked(q);
+      metrics_.AddQueued(-Rows(w.request), -1);
       UsageOf(w.request).RecordFailure(now - w.enqueued);
       completions.emplace_back(std::move(w.request.done), submitted);
     }
@@ -215,7 +220,6 @@ Batcher::Waiting Batcher::PopLocked(WeightQueue& q) {
   q.rows -= m;
   queued_rows_ -= m;
   --queued_requests_;
-  metrics_.AddQueued(-m, -1);
   return w;
 }
 
@@ -291,6 +295,11 @@ bool Batcher::RunOneBatch(WeightQueue* q, int worker) {
       EraseIfIdleLocked(q);
     }
   }
+  int64_t rows = 0;
+  for (const Waiting& w : batch) rows += Rows(w.request);
+  int64_t dropped_rows = 0;
+  for (const auto& [w, status] : dropped) dropped_rows += Rows(w.request);
+  metrics_.AddQueued(-(rows + dropped_rows), -static_cast<int64_t>(batch.size() + dropped.size()));
   for (auto& [w, status] : dropped) {
     metrics_.RecordQueue(w.request.method, Seconds(taken - w.enqueued));
     UsageOf(w.request).RecordFailure(taken - w.enqueued);
@@ -302,8 +311,6 @@ bool Batcher::RunOneBatch(WeightQueue* q, int worker) {
     std::move(w.request.done)(status);
   }
   if (batch.empty()) return false;
-  int64_t rows = 0;
-  for (const Waiting& w : batch) rows += Rows(w.request);
 
   TransferTimes transfer;
   const absl::StatusOr<int64_t> launched = weight != nullptr
@@ -399,29 +406,32 @@ void Batcher::FinishRequest(Waiting& w, const Finish& finish) {
 }
 
 void Batcher::FinishBatch(std::vector<Waiting>& batch, const Finish& finish, bool busy) {
-  // Below this many requests per chunk, the hop to a completion thread costs more than
-  // it spreads.
-  constexpr size_t kMinChunk = 4;
-  const size_t n = batch.size();
-  if ((n == 1 && !busy) || completion_ == nullptr) {
+  if ((batch.size() == 1 && !busy) || completion_ == nullptr) {
     for (Waiting& w : batch) FinishRequest(w, finish);
     return;
   }
-  const size_t chunks =
-      std::min<size_t>(static_cast<size_t>(completion_->size()), (n + kMinChunk - 1) / kMinChunk);
-  for (size_t c = 0; c < chunks; ++c) {
-    // Shared, so that the requests survive a refused Submit (which drops the task).
-    auto part = std::make_shared<std::vector<Waiting>>();
-    part->reserve(n / chunks + 1);
-    for (size_t i = c * n / chunks; i < (c + 1) * n / chunks; ++i) {
-      part->push_back(std::move(batch[i]));
-    }
-    const auto run = [this, part, finish] {
-      for (Waiting& w : *part) FinishRequest(w, finish);
-      part->clear();
+  // One hand-off, however many requests: handing work to a sleeping thread wakes it with
+  // a system call, and the completion thread makes the others' itself.
+  auto all = std::make_shared<std::vector<Waiting>>(std::move(batch));
+  const auto finish_all = [this, all, finish] { FinishChunks(all, finish); };
+  if (!completion_->Submit([finish_all](int) { finish_all(); }).ok()) finish_all();
+}
+
+void Batcher::FinishChunks(const std::shared_ptr<std::vector<Waiting>>& all, const Finish& finish) {
+  // Below this many requests per chunk, the hop to another thread costs more than it
+  // spreads.
+  constexpr size_t kMinChunk = 4;
+  const size_t n = all->size();
+  const size_t chunks = std::clamp<size_t>((n + kMinChunk - 1) / kMinChunk, 1,
+                                           static_cast<size_t>(completion_->size()));
+  // Chunk c is [c * n / chunks, (c + 1) * n / chunks); this thread keeps the first.
+  for (size_t c = 1; c < chunks; ++c) {
+    const auto run = [this, all, finish, begin = c * n / chunks, end = (c + 1) * n / chunks] {
+      for (size_t i = begin; i < end; ++i) FinishRequest((*all)[i], finish);
     };
     if (!completion_->Submit([run](int) { run(); }).ok()) run();
   }
+  for (size_t i = 0; i < n / chunks; ++i) FinishRequest((*all)[i], finish);
 }
 
 bool Batcher::InPlace(const std::vector<Waiting>& batch) {

@@ -196,7 +196,8 @@ class Batcher {
   void ArmTimerLocked(WeightQueue& q, absl::Time due) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes `q` when nothing refers to it any more; `q` is gone if this returns true.
   bool EraseIfIdleLocked(WeightQueue* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Takes the oldest waiting request out of `q` and out of the waiting counts.
+  // Takes the oldest waiting request out of `q` and out of the waiting counts; the caller
+  // takes it off the queue gauges (Metrics::AddQueued), after unlocking where it can.
   Waiting PopLocked(WeightQueue& q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Moves one launch's requests out of `q` into `batch`, and the requests to drop (with
   // their status) into `dropped`.
@@ -239,9 +240,12 @@ class Batcher {
   void FinishRequest(Waiting& w, const Finish& finish);
   // FinishRequest for every request of a launch: on this thread for a single request (no
   // extra thread hop for it) unless the worker has another launch to run (`busy`), else
-  // in chunks on the completion threads, so that this per-request work stays off the
-  // worker's path to its next launch.
+  // on the completion threads (FinishChunks), so that this per-request work stays off the
+  // worker's path to its next launch. Leaves `batch` empty.
   void FinishBatch(std::vector<Waiting>& batch, const Finish& finish, bool busy);
+  // On a completion thread: FinishRequest for every request of `all`, in chunks that it
+  // hands to the other completion threads but the first, which it runs itself.
+  void FinishChunks(const std::shared_ptr<std::vector<Waiting>>& all, const Finish& finish);
   // Whether `batch` runs through LaunchBlocks: several requests, all registered.
   static bool InPlace(const std::vector<Waiting>& batch);
 

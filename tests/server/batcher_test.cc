@@ -14,8 +14,10 @@
 
 #include "absl/strings/match.h"
 #include "absl/synchronization/notification.h"
+#include "prometheus/text_serializer.h"
 #include "server/cpu_backend.h"
 #include "server/proto_convert.h"
+#include "tests/server/exposition.h"
 #include "tests/server/gated_backend.h"
 #include "tests/server/server_test_util.h"
 
@@ -153,6 +155,15 @@ class BatcherTest : public ::testing::Test {
       absl::SleepFor(absl::Milliseconds(1));
     }
     return false;
+  }
+
+  // The queue gauges (qmm_queue_requests, qmm_queue_rows) as a scrape reads them.
+  void ExpectQueueGauges(double requests, double rows) const {
+    absl::StatusOr<testing::Exposition> e =
+        testing::ParseExposition(prometheus::TextSerializer().Serialize(metrics_->Collect()));
+    ASSERT_TRUE(e.ok()) << e.status();
+    EXPECT_EQ(e->Value("qmm_queue_requests"), requests);
+    EXPECT_EQ(e->Value("qmm_queue_rows"), rows);
   }
 
   std::vector<int64_t> CallRows() const {
@@ -430,12 +441,14 @@ TEST_F(BatcherTest, FullQueuesRefuseWithResourceExhausted) {
   EXPECT_EQ(s.rejected_queue_full, 2);
   EXPECT_EQ(s.waiting_requests, 4);
   EXPECT_EQ(s.waiting_rows, 29);
+  ExpectQueueGauges(4, 29);  // the refused requests were taken back off
   backend_->Open();
   ExpectCorrect(w, *running);
   ExpectCorrect(w, *six);
   ExpectCorrect(w, *two);
   ExpectCorrect(v, *big);
   ExpectCorrect(u, *one);
+  ExpectQueueGauges(0, 0);
 }
 
 TEST_F(BatcherTest, OtherWorkSharesTheWorkersAndTheirQueueBound) {
@@ -487,6 +500,7 @@ TEST_F(BatcherTest, ExpiredAndCancelledRequestsNeverLaunch) {
   EXPECT_EQ(s.dropped_cancelled, 1);
   EXPECT_EQ(s.launches, 2);
   EXPECT_EQ(s.waiting_requests, 0);
+  ExpectQueueGauges(0, 0);  // dropped requests left them too
 }
 
 TEST_F(BatcherTest, DeletingAWeightFailsItsQueuedRequestsAndFinishesTheRunningOne) {
@@ -506,6 +520,7 @@ TEST_F(BatcherTest, DeletingAWeightFailsItsQueuedRequestsAndFinishesTheRunningOn
   ExpectFails(*queued2, absl::StatusCode::kNotFound, "weight \"w\" was deleted");
   EXPECT_EQ(batcher_->stats().dropped_weight_deleted, 2);
   EXPECT_EQ(batcher_->stats().launches, 1);
+  ExpectQueueGauges(0, 0);
   // Once every request let go, the weight's memory goes back to the budget.
   const absl::Time until = absl::Now() + kWait;
   while (store_->used_bytes() != 0 && absl::Now() < until) absl::SleepFor(absl::Milliseconds(1));
