@@ -410,8 +410,8 @@ void Batcher::FinishBatch(std::vector<Waiting>& batch, const Finish& finish, boo
     for (Waiting& w : batch) FinishRequest(w, finish);
     return;
   }
-  // One hand-off, however many requests: handing work to a sleeping thread wakes it with
-  // a system call, and the completion thread makes the others' itself.
+  // One hand-off, however many requests: each hand-off may wake a sleeping thread with a
+  // system call, so the completion thread that takes this one hands out the rest itself.
   auto all = std::make_shared<std::vector<Waiting>>(std::move(batch));
   const auto finish_all = [this, all, finish] { FinishChunks(all, finish); };
   if (!completion_->Submit([finish_all](int) { finish_all(); }).ok()) finish_all();
