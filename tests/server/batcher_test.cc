@@ -14,10 +14,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/synchronization/notification.h"
-#include "prometheus/text_serializer.h"
 #include "server/cpu_backend.h"
 #include "server/proto_convert.h"
-#include "tests/server/exposition.h"
 #include "tests/server/gated_backend.h"
 #include "tests/server/server_test_util.h"
 
@@ -159,11 +157,9 @@ class BatcherTest : public ::testing::Test {
 
   // The queue gauges (qmm_queue_requests, qmm_queue_rows) as a scrape reads them.
   void ExpectQueueGauges(double requests, double rows) const {
-    absl::StatusOr<testing::Exposition> e =
-        testing::ParseExposition(prometheus::TextSerializer().Serialize(metrics_->Collect()));
-    ASSERT_TRUE(e.ok()) << e.status();
-    EXPECT_EQ(e->Value("qmm_queue_requests"), requests);
-    EXPECT_EQ(e->Value("qmm_queue_rows"), rows);
+    const testing::Exposition e = testing::Scrape(*metrics_);
+    EXPECT_EQ(e.Value("qmm_queue_requests"), requests);
+    EXPECT_EQ(e.Value("qmm_queue_rows"), rows);
   }
 
   std::vector<int64_t> CallRows() const {

@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "tests/server/exposition.h"
 #include "tests/server/promtool.h"
+#include "tests/server/server_test_util.h"
 
 namespace qmm {
 namespace {
@@ -27,11 +28,7 @@ std::string Text(const Metrics& metrics) {
   return prometheus::TextSerializer().Serialize(metrics.Collect());
 }
 
-Exposition Scrape(const Metrics& metrics) {
-  absl::StatusOr<Exposition> parsed = testing::ParseExposition(Text(metrics));
-  EXPECT_TRUE(parsed.ok()) << parsed.status();
-  return parsed.ok() ? *std::move(parsed) : Exposition();
-}
+using ::qmm::testing::Scrape;
 
 MetricsOptions Options(bool per_weight = false) {
   MetricsOptions options;

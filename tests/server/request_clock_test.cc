@@ -1,21 +1,15 @@
 #include "server/request_clock.h"
 
-#include <prometheus/text_serializer.h>
-
 #include <thread>
 
 #include "gtest/gtest.h"
 #include "tests/server/exposition.h"
+#include "tests/server/server_test_util.h"
 
 namespace qmm {
 namespace {
 
-testing::Exposition Scrape(const Metrics& metrics) {
-  absl::StatusOr<testing::Exposition> e =
-      testing::ParseExposition(prometheus::TextSerializer().Serialize(metrics.Collect()));
-  EXPECT_TRUE(e.ok()) << e.status();
-  return e.ok() ? *std::move(e) : testing::Exposition();
-}
+using ::qmm::testing::Scrape;
 
 TEST(RequestClockTest, RecordsCodeAndDurationAndPassesTheStatusThrough) {
   Metrics metrics(MetricsOptions{});

@@ -11,6 +11,7 @@
 #include "absl/strings/string_view.h"
 #include "kernels/quantize.h"
 #include "kernels/reference.h"
+#include "prometheus/text_serializer.h"
 #include "server/cpu_backend.h"
 #include "server/proto_convert.h"
 #include "server/sha256.h"
@@ -236,6 +237,13 @@ std::string MatMulBytes(v1::Qmm::Stub& stub, absl::string_view weight, DType dty
       &context, MakeMatMulRequest(weight, dtype, m, k, x, v1::DTYPE_UNSPECIFIED), &response);
   EXPECT_TRUE(status.ok()) << weight << ": " << status.error_message();
   return response.output().data();
+}
+
+Exposition Scrape(const Metrics& metrics) {
+  absl::StatusOr<Exposition> e =
+      ParseExposition(prometheus::TextSerializer().Serialize(metrics.Collect()));
+  EXPECT_TRUE(e.ok()) << e.status();
+  return e.ok() ? *std::move(e) : Exposition();
 }
 
 }  // namespace qmm::testing

@@ -17,7 +17,9 @@
 #include "kernels/format.h"
 #include "qmm/v1/qmm.grpc.pb.h"
 #include "server/backend.h"
+#include "server/metrics.h"
 #include "server/server.h"
+#include "tests/server/exposition.h"
 #include "tests/server/gated_backend.h"
 
 namespace qmm::testing {
@@ -99,6 +101,10 @@ class ReferenceWeights {
 // error fails the test.
 std::string MatMulBytes(v1::Qmm::Stub& stub, absl::string_view weight, DType dtype, int64_t m,
                         int64_t k, const std::vector<float>& x);
+
+// What a scrape of `metrics`' registry would read, parsed (a failure to parse is a test
+// failure, with an empty exposition returned).
+Exposition Scrape(const Metrics& metrics);
 
 }  // namespace qmm::testing
 
